@@ -1,0 +1,153 @@
+"""The Mediator: places runs on fleet nodes, queues what cannot be placed yet, and promotes it the
+moment a node frees up."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+import structlog
+from flask import Flask, Response, g, jsonify, request
+from flask_smorest import Api
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
+from werkzeug.exceptions import HTTPException
+
+from app.config import Config, load_config
+from app.errors import MediatorError, Unavailable, error_body
+from app.logs import configure_logging, log
+from app.migrate import schema_problem
+from app.services.context import Context
+
+
+def _error(status: int, reason: str, headers: Mapping[str, str] | None = None) -> Response:
+    resp = jsonify(error_body(status, reason))
+    resp.status_code = status
+    for k, v in (headers or {}).items():
+        resp.headers[k] = v
+    return resp
+
+
+def register_error_handlers(app: Flask) -> None:
+    """Every error is ``{"error": {"code", "reason"}}``: ours, werkzeug's (404/405 with Allow, 413),
+    the pool's time-out (503) and anything unexpected (500, traceback logged, never returned)."""
+
+    @app.errorhandler(MediatorError)
+    def _mediator(exc: MediatorError) -> Response:
+        return _error(exc.status, exc.reason, exc.headers)
+
+    @app.errorhandler(HTTPException)
+    def _http(exc: HTTPException) -> Response:
+        code = exc.code or 500
+        reason = {
+            404: f"no such route: {request.path}",
+            405: f"method {request.method} not allowed on {request.path}",
+            413: "body exceeds the size limit",
+        }.get(code, exc.description or exc.name)
+        headers = {k: v for k, v in exc.get_headers() if k.lower() == "allow"}
+        return _error(code, reason, headers)
+
+    @app.errorhandler(PoolTimeout)
+    def _pool(exc: Exception) -> Response:
+        return _error(503, "no database connection available in time")
+
+    @app.errorhandler(Exception)
+    def _unexpected(exc: Exception) -> Response:
+        if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+            log.warning("database connection lost", error=type(exc).__name__)
+            return _error(503, "database unavailable")
+        log.exception("unexpected error", route=request.url_rule.rule if request.url_rule else None)
+        return _error(500, "internal error")
+
+
+class SchemaGuard:
+    """Refuse to serve on a schema older than the code (SPEC §15), checked once per process and
+    again while it is not right."""
+
+    def __init__(self, context: Context) -> None:
+        self.context = context
+        self._ok = False
+        self._lock = threading.Lock()
+        self._checked_at = 0.0
+
+    def check(self) -> None:
+        if self._ok:
+            return
+        with self._lock:
+            if self._ok or time.monotonic() - self._checked_at < 1.0:
+                if not self._ok:
+                    raise Unavailable("database schema is not this Mediator's: run `mediator db upgrade`")
+                return
+            self._checked_at = time.monotonic()
+            problem = schema_problem(self.context.db.engine)
+            if problem:
+                log.error("refusing to serve", reason=problem)
+                raise Unavailable(problem)
+            self._ok = True
+
+
+def create_app(config: Config | Mapping[str, Any] | None = None) -> Flask:
+    """The app factory. ``config``: a :class:`Config`, a mapping of keys (tests; defaults fill the
+    rest, the environment is not read), or None (file and environment)."""
+    if isinstance(config, Config):
+        cfg = config
+    elif config is None:
+        cfg = load_config()
+    else:
+        cfg = load_config(env={}, overrides=config)
+    configure_logging(cfg["log.format"], cfg["log.level"])
+    app = Flask("mediator")
+    app.json.sort_keys = False  # type: ignore[attr-defined]
+    app.config.update(
+        API_TITLE="Mediator",
+        API_VERSION="1",
+        OPENAPI_VERSION="3.0.3",
+        OPENAPI_URL_PREFIX="/v1",
+        OPENAPI_JSON_PATH="openapi.json",
+        MAX_CONTENT_LENGTH=max(cfg["max_body_bytes"], cfg["max_blob_bytes"]),
+    )
+    context = Context(cfg)
+    app.extensions["mediator"] = context
+    guard = SchemaGuard(context)
+    app.extensions["mediator.schema"] = guard
+
+    api = Api(app)
+    from app.api import cancel, health, nodes, observe, submit
+
+    for module in (submit, cancel, nodes, observe):
+        api.register_blueprint(module.blp)
+    app.register_blueprint(health.blp)
+    register_error_handlers(app)  # after Api(): ours replace smorest's error body
+
+    @app.before_request
+    def _begin() -> None:
+        g.request_id = request.headers.get("X-Request-Id") or uuid.uuid4().hex[:16]
+        structlog.contextvars.clear_contextvars()
+        structlog.contextvars.bind_contextvars(request_id=g.request_id)
+        if request.path.startswith("/v1/") and request.path != "/v1/openapi.json":
+            guard.check()
+
+    @app.after_request
+    def _end(resp: Response) -> Response:
+        resp.headers["X-Request-Id"] = g.get("request_id", "")
+        return resp
+
+    return app
+
+
+def startup(app: Flask) -> None:
+    """Once per serving process, after fork: verify the schema, then wake the queue (SPEC §7 wake
+    point 6: a worker that crashed between a commit and its wake is replaced by one that scans).
+    Failure is logged and start-up continues."""
+    from app.services.queue import wake_after_commit
+
+    context: Context = app.extensions["mediator"]
+    try:
+        app.extensions["mediator.schema"].check()
+    except Exception as exc:
+        log.error("start-up: schema not ready; serving 503 until it is", reason=str(exc))
+        return
+    wake_after_commit(context, "start-up")

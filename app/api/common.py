@@ -1,0 +1,134 @@
+"""What every blueprint shares: the services context, the caller, bounded JSON bodies, roles."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import hmac
+import json
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from flask import current_app, g, request
+from flask_smorest import Blueprint
+from marshmallow import ValidationError
+from webargs.flaskparser import FlaskParser
+
+from app.contract import check_json_depth
+from app.errors import BadRequest, Forbidden, Unauthorized
+from app.services.context import Caller, Context
+
+ALL_ROLES = frozenset({"submitter", "node", "answerer", "reader", "operator"})
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def ctx() -> Context:
+    return current_app.extensions["mediator"]
+
+
+def first_error(messages: Any, path: str = "") -> str:
+    """marshmallow's nested messages -> one reason naming the field: ``capabilities[0].capability:
+    String does not match expected pattern.``"""
+    if isinstance(messages, dict):
+        if "json" in messages and len(messages) == 1:
+            return first_error(messages["json"], path)
+        key = sorted(messages, key=str)[0]
+        if key == "_schema":
+            return first_error(messages[key], path)
+        sub = f"{path}[{key}]" if isinstance(key, int) else (f"{path}.{key}" if path else str(key))
+        return first_error(messages[key], sub)
+    if isinstance(messages, list) and messages:
+        text = first_error(messages[0], path)
+        return text
+    text = str(messages)
+    if text.endswith("is missing"):
+        return text
+    return f"{path}: {text}" if path else text
+
+
+class MediatorParser(FlaskParser):
+    """webargs parser: bad input is a 400 naming the field (never smorest's 422), not-JSON a 400."""
+
+    DEFAULT_VALIDATION_STATUS = 400
+
+    def handle_error(self, error: ValidationError, req: Any, schema: Any, **kwargs: Any) -> None:  # type: ignore[override]
+        raise BadRequest(first_error(error.messages))
+
+    def _handle_invalid_json_error(self, error: Any, req: Any, *args: Any, **kwargs: Any) -> None:
+        raise BadRequest("body is not valid JSON")
+
+    def load_json(self, req: Any, schema: Any) -> Any:
+        body = json_body()
+        if not isinstance(body, dict):
+            raise BadRequest("body must be a JSON object")
+        return body
+
+
+class MediatorBlueprint(Blueprint):
+    ARGUMENTS_PARSER = MediatorParser()
+
+
+def json_body() -> Any:
+    """The request body as JSON, bounded by ``max_body_bytes`` (413 over it) and by depth; a body
+    that is not JSON is a 400 (SPEC §2)."""
+    if "mediator_json" in g:
+        return g.mediator_json
+    request.max_content_length = ctx().config["max_body_bytes"]
+    raw = request.get_data(cache=True)
+    try:
+        body = json.loads(raw)
+    except (ValueError, RecursionError):
+        raise BadRequest("body is not valid JSON") from None
+    check_json_depth(body)
+    g.mediator_json = body
+    return body
+
+
+def _token_digest(secret: str) -> bytes:
+    return hashlib.sha256(secret.encode("utf-8", "surrogatepass")).digest()
+
+
+def authenticate() -> Caller:
+    """``Authorization: Bearer <token>``; the legacy single token carries every role (SPEC §13).
+    Secrets are compared in constant time, as digests so length leaks nothing."""
+    header = request.headers.get("Authorization", "")
+    scheme, _, secret = header.partition(" ")
+    legacy = ctx().config["token"]
+    if scheme.lower() != "bearer" or not secret.strip() or not legacy:
+        raise Unauthorized()
+    if not hmac.compare_digest(_token_digest(secret.strip()), _token_digest(legacy)):
+        raise Unauthorized()
+    principal = request.headers.get("X-Enode-Principal") or None
+    if principal is not None and len(principal) > 200:
+        raise BadRequest("X-Enode-Principal is longer than 200 characters")
+    return Caller(token_name="token", roles=ALL_ROLES, principal=principal)
+
+
+def caller() -> Caller:
+    return g.caller
+
+
+def requires_role(*roles: str) -> Callable[[F], F]:
+    """Authorisation before anything else: a token without one of ``roles`` is 403 (SPEC §13)."""
+
+    def deco(fn: F) -> F:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if not (caller().roles & set(roles)):
+                raise Forbidden(f"token lacks the role: {' or '.join(roles)}")
+            return fn(*args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+    return deco
+
+
+def make_blueprint(name: str, description: str) -> MediatorBlueprint:
+    blp = MediatorBlueprint(name, __name__, url_prefix="/v1", description=description)
+
+    @blp.before_request
+    def _authenticate() -> None:
+        g.caller = authenticate()
+
+    return blp

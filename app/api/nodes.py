@@ -1,0 +1,24 @@
+"""Node adverts: the agents' heartbeat (SPEC §4)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.api.common import caller, ctx, make_blueprint, requires_role
+from app.api.schemas import AdvertReplySchema, ErrorBodySchema, NodeAdvertSchema
+from app.services.nodes import advertise
+
+blp = make_blueprint("nodes", "Node agents advertise what they can do")
+
+
+@blp.route("/nodes", methods=["POST"])
+@requires_role("node", "operator")
+@blp.arguments(NodeAdvertSchema)
+@blp.doc(
+    responses={
+        "200": {"description": "the node's leases", "content": {"application/json": {"schema": AdvertReplySchema}}},
+        "400": {"description": "bad body", "content": {"application/json": {"schema": ErrorBodySchema}}},
+    }
+)
+def post_advert(body: dict[str, Any]) -> dict[str, Any]:
+    return advertise(ctx(), body, caller().principal)

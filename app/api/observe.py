@@ -1,0 +1,105 @@
+"""Observation: run view, run list, nodes, capabilities, events (SPEC §14)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import request
+
+from app.api.common import ctx, make_blueprint
+from app.api.schemas import (
+    CapabilitiesSchema,
+    ErrorBodySchema,
+    EventsSchema,
+    NodeListSchema,
+    RunListQuerySchema,
+    RunListSchema,
+    RunViewSchema,
+)
+from app.errors import BadRequest
+from app.services.observe import capabilities, events_of, nodes_list, run_view, runs_list
+from app.states import RUN_STATES
+from app.wire import parse_ts
+
+blp = make_blueprint("observe", "Read runs, nodes and capabilities")
+
+MAX_LIMIT = 1000
+
+
+def _json(schema: type, description: str = "ok") -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+@blp.route("/runs/<run_id>", methods=["GET"])
+@blp.doc(responses={"200": _json(RunViewSchema), "404": _json(ErrorBodySchema, "unknown run")})
+def get_run(run_id: str) -> dict[str, Any]:
+    return run_view(ctx(), run_id)
+
+
+@blp.route("/runs/<run_id>/events", methods=["GET"])
+@blp.doc(responses={"200": _json(EventsSchema), "404": _json(ErrorBodySchema, "unknown run")})
+def get_events(run_id: str) -> dict[str, Any]:
+    return events_of(ctx(), run_id)
+
+
+def _limit(text: str | None) -> int:
+    if text is None:
+        return 100
+    try:
+        value = int(text)
+    except ValueError:
+        raise BadRequest(f"limit must be a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise BadRequest(f"limit must be a positive integer, got {text!r}")
+    return min(value, MAX_LIMIT)
+
+
+@blp.route("/runs", methods=["GET"])
+@blp.doc(
+    parameters=[{"in": "query", "schema": RunListQuerySchema}],
+    responses={"200": _json(RunListSchema), "400": _json(ErrorBodySchema, "bad filter")},
+)
+def get_runs() -> dict[str, Any]:
+    args = request.args
+    state = args.get("state") or None
+    if state is not None and state not in RUN_STATES:
+        raise BadRequest(f"state must be one of {', '.join(RUN_STATES)}, got {state!r}")
+    since = None
+    if args.get("since"):
+        try:
+            since = parse_ts(args["since"])
+        except ValueError:
+            raise BadRequest(f"since must be an RFC 3339 time, got {args['since']!r}") from None
+    before = None
+    if args.get("before"):
+        stamp, _, run_id = args["before"].partition(",")
+        try:
+            before = (parse_ts(stamp), run_id)
+        except ValueError:
+            raise BadRequest(
+                f"before must be the cursor <created_at>,<run_id>, got {args['before']!r}"
+            ) from None
+        if not run_id:
+            raise BadRequest(f"before must be the cursor <created_at>,<run_id>, got {args['before']!r}")
+    return runs_list(
+        ctx(),
+        state=state,
+        since=since,
+        work=args.get("work") or None,
+        before=before,
+        limit=_limit(args.get("limit")),
+    )
+
+
+@blp.route("/nodes", methods=["GET"])
+@blp.doc(responses={"200": _json(NodeListSchema), "400": _json(ErrorBodySchema, "any query parameter")})
+def get_nodes() -> dict[str, Any]:
+    if request.args:
+        raise BadRequest(f"GET /v1/nodes takes no query parameters, got {sorted(request.args)[0]!r}")
+    return nodes_list(ctx())
+
+
+@blp.route("/capabilities", methods=["GET"])
+@blp.doc(responses={"200": _json(CapabilitiesSchema)})
+def get_capabilities() -> dict[str, Any]:
+    return capabilities(ctx())

@@ -1,0 +1,247 @@
+"""Configuration: defaults, a YAML/TOML file, ``MEDIATOR_*`` environment variables (SPEC §15).
+
+The environment wins over the file, and the environment alone is a complete configuration. Keys are
+flat dotted names (``lease.ttl_seconds``); a file may nest them (``lease: {ttl_seconds: 60}``). Each
+key's variable is ``MEDIATOR_`` + the key upper-cased with dots as underscores; ``DATABASE_URL`` is
+accepted for ``database.url``. An invalid value raises :class:`ConfigError` with one line naming the key.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from app.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Key:
+    name: str
+    default: Any
+    parse: Callable[[str, Any], Any]
+    check: Callable[[Any], str | None] = lambda v: None
+    secret: bool = False  # never echo the value: tokens, URLs with passwords (SPEC §13)
+
+    @property
+    def env(self) -> str:
+        return "MEDIATOR_" + self.name.upper().replace(".", "_")
+
+
+def _int(name: str, v: Any) -> int:
+    if isinstance(v, bool):
+        raise ValueError("must be an integer")
+    if isinstance(v, int):
+        return v
+    if isinstance(v, str) and v.strip().lstrip("-").isdigit():
+        return int(v.strip())
+    raise ValueError("must be an integer")
+
+
+def _float(name: str, v: Any) -> float:
+    if isinstance(v, bool):
+        raise ValueError("must be a number")
+    if isinstance(v, (int, float)):
+        return float(v)
+    try:
+        return float(str(v).strip())
+    except ValueError:
+        raise ValueError("must be a number") from None
+
+
+def _str(name: str, v: Any) -> str | None:
+    if v is None:
+        return None
+    if not isinstance(v, str):
+        raise ValueError("must be a string")
+    return v or None
+
+
+def _bool(name: str, v: Any) -> bool:
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, str) and v.strip().lower() in {"1", "true", "yes", "on"}:
+        return True
+    if isinstance(v, str) and v.strip().lower() in {"0", "false", "no", "off", ""}:
+        return False
+    raise ValueError("must be true or false")
+
+
+def _str_list(name: str, v: Any) -> tuple[str, ...]:
+    if isinstance(v, str):
+        text = v.strip()
+        if text.startswith("["):
+            v = json.loads(text)
+        else:
+            v = [part.strip() for part in text.split(",") if part.strip()]
+    if not isinstance(v, (list, tuple)) or not all(isinstance(x, str) for x in v):
+        raise ValueError("must be a list of strings")
+    return tuple(v)
+
+
+def _tokens(name: str, v: Any) -> tuple[dict[str, Any], ...]:
+    if isinstance(v, str):
+        try:
+            v = json.loads(v) if v.strip() else []
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"must be a JSON list ({exc.msg})") from None
+    if not isinstance(v, (list, tuple)) or not all(isinstance(x, dict) for x in v):
+        raise ValueError("must be a list of objects")
+    return tuple(dict(x) for x in v)
+
+
+def _database_url(name: str, v: Any) -> str | None:
+    url = _str(name, v)
+    if url is None:
+        return None
+    scheme = url.split("://", 1)[0] if "://" in url else ""
+    if scheme not in {"postgresql", "postgres", "postgresql+psycopg"}:
+        raise ValueError("must be a postgresql:// URL")
+    return url
+
+
+def _positive(v: Any) -> str | None:
+    return None if v > 0 else "must be greater than 0"
+
+
+def _not_negative(v: Any) -> str | None:
+    return None if v >= 0 else "must not be negative"
+
+
+def _at_least_one(v: Any) -> str | None:
+    return None if v >= 1 else "must be at least 1"
+
+
+def _one_of(*allowed: str) -> Callable[[Any], str | None]:
+    return lambda v: None if v in allowed else "must be one of " + ", ".join(allowed)
+
+
+KEYS: tuple[Key, ...] = (
+    Key("database.url", None, _database_url, secret=True),
+    Key("database.pool_size", 5, _int, _at_least_one),
+    Key("database.pool_timeout", 5.0, _float, _positive),
+    Key("database.statement_timeout_seconds", 10.0, _float, _positive),
+    Key("records.root", "./var/records", _str),
+    Key("max_blob_bytes", 10 * 1024 * 1024, _int, _positive),
+    Key("max_body_bytes", 1024 * 1024, _int, _positive),
+    Key("claim.long_poll_seconds", 30.0, _float, _not_negative),
+    Key("claim.recheck_seconds", 5.0, _float, _positive),
+    Key("lease.ttl_seconds", 3600, _int, _positive),
+    Key("lease.renew_seconds", 60, _int, _positive),
+    Key("lease.not_after_factor", 3, _int, _at_least_one),
+    Key("lease.max_per_run", 0, _int, _not_negative),
+    Key("notify.asks_url", None, _str),
+    Key("notify.runs_url", None, _str),
+    Key("contract.capabilities", (), _str_list),
+    Key("tokens", (), _tokens, secret=True),
+    Key("token", None, _str, secret=True),
+    Key("metrics.require_token", False, _bool),
+    Key("ui.require_token", False, _bool),
+    Key("log.format", "json", _str, _one_of("json", "console")),
+    Key("log.level", "info", _str, _one_of("debug", "info", "warning", "error")),
+)
+KEYS_BY_NAME = {k.name: k for k in KEYS}
+
+
+class Config(Mapping[str, Any]):
+    """A validated, read-only mapping of dotted keys to values."""
+
+    def __init__(self, values: Mapping[str, Any]) -> None:
+        self._values = dict(values)
+
+    def __getitem__(self, key: str) -> Any:
+        return self._values[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    @property
+    def sqlalchemy_url(self) -> str:
+        """The database URL in SQLAlchemy's form: plain ``postgresql://`` means psycopg 3."""
+        url = self["database.url"]
+        if url is None:
+            raise ConfigError("database.url: not set (MEDIATOR_DATABASE_URL or DATABASE_URL)")
+        return to_sqlalchemy_url(url)
+
+
+def to_sqlalchemy_url(url: str) -> str:
+    scheme, rest = url.split("://", 1)
+    return "postgresql+psycopg://" + rest if scheme in {"postgresql", "postgres"} else url
+
+
+def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested file sections to dotted keys; a dotted key in the file is taken as it is."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) and name not in KEYS_BY_NAME:
+            flat.update(flatten(value, name + "."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def read_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"config: cannot read {p}: {exc.strerror}") from None
+    try:
+        if p.suffix.lower() == ".toml":
+            import tomllib
+
+            data = tomllib.loads(text)
+        else:
+            import yaml
+
+            data = yaml.safe_load(text) or {}
+    except Exception as exc:  # the parser's own message names the line
+        raise ConfigError(f"config: cannot parse {p}: {exc}".splitlines()[0]) from None
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"config: {p} must hold a mapping of keys")
+    return flatten(data)
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> Config:
+    """Defaults < file (``path`` or ``MEDIATOR_CONFIG``) < environment < ``overrides`` (tests)."""
+    env = os.environ if env is None else env
+    raw: dict[str, Any] = {}
+    path = path or env.get("MEDIATOR_CONFIG") or None
+    if path:
+        raw.update(read_file(path))
+    if env.get("DATABASE_URL"):
+        raw["database.url"] = env["DATABASE_URL"]
+    for key in KEYS:
+        if key.env in env:
+            raw[key.name] = env[key.env]
+    if overrides:
+        raw.update(flatten(overrides))
+    unknown = sorted(set(raw) - set(KEYS_BY_NAME))
+    if unknown:
+        raise ConfigError(f"{unknown[0]}: unknown configuration key")
+    values: dict[str, Any] = {}
+    for key in KEYS:
+        value = raw.get(key.name, key.default)
+        if value is not key.default or key.name in raw:
+            shown = "" if key.secret else f" (got {value!r})"
+            try:
+                value = key.parse(key.name, value)
+            except (ValueError, TypeError) as exc:
+                raise ConfigError(f"{key.name}: {exc}{shown}") from None
+            problem = key.check(value) if value is not None else None
+            if problem:
+                raise ConfigError(f"{key.name}: {problem}{shown}")
+        values[key.name] = value
+    return Config(values)

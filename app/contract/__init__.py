@@ -1,0 +1,21 @@
+"""Contract validation and needs normalisation (SPEC §3). Pure: no session, no I/O."""
+
+from app.contract.types import Contract, Role, StepDef
+from app.contract.validate import (
+    check_json_depth,
+    parse_duration,
+    parse_requirement,
+    requires_key,
+    validate_contract,
+)
+
+__all__ = [
+    "Contract",
+    "Role",
+    "StepDef",
+    "check_json_depth",
+    "parse_duration",
+    "parse_requirement",
+    "requires_key",
+    "validate_contract",
+]

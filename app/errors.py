@@ -1,0 +1,90 @@
+"""Domain errors and the one JSON error body of the Mediator (SPEC §2).
+
+Every handler-made error is ``{"error": {"code": <status>, "reason": "<text>"}}``. Views and services
+raise a :class:`MediatorError` subclass; ``register_error_handlers`` turns it, werkzeug's HTTP errors
+and anything unexpected into that body. A 500 logs its traceback and never returns it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class MediatorError(Exception):
+    """A failure with an HTTP status and a human reason."""
+
+    status: int = 500
+    default_reason: str = "internal error"
+
+    def __init__(self, reason: str | None = None, *, headers: dict[str, str] | None = None) -> None:
+        self.reason = reason or self.default_reason
+        self.headers = headers or {}
+        super().__init__(self.reason)
+
+    def body(self) -> dict[str, Any]:
+        return error_body(self.status, self.reason)
+
+
+class BadRequest(MediatorError):
+    status = 400
+    default_reason = "bad request"
+
+
+class Unauthorized(MediatorError):
+    status = 401
+    default_reason = "missing or invalid token"
+
+
+class Forbidden(MediatorError):
+    status = 403
+    default_reason = "forbidden"
+
+
+class NotFound(MediatorError):
+    status = 404
+    default_reason = "not found"
+
+
+class Conflict(MediatorError):
+    status = 409
+    default_reason = "conflict"
+
+
+class NotClaimed(Conflict):
+    """A result for a step that is not CLAIMED by the reporting node (SPEC §8)."""
+
+
+class NotSealed(Conflict):
+    default_reason = "run is not sealed yet"
+
+
+class Gone(MediatorError):
+    status = 410
+    default_reason = "run has already finished"
+
+
+class PayloadTooLarge(MediatorError):
+    status = 413
+    default_reason = "body exceeds the size limit"
+
+
+class Unprocessable(MediatorError):
+    status = 422
+    default_reason = "unprocessable"
+
+
+class NoCandidate(Unprocessable):
+    """The matcher's permanent rejection, or the width cap at submit (SPEC §5, §7)."""
+
+
+class Unavailable(MediatorError):
+    status = 503
+    default_reason = "service unavailable"
+
+
+class ConfigError(Exception):
+    """An invalid configuration value; the message is one line naming the key (SPEC §15)."""
+
+
+def error_body(status: int, reason: str) -> dict[str, Any]:
+    return {"error": {"code": status, "reason": reason}}

@@ -1,0 +1,229 @@
+"""The Mediator's tables (SQLAlchemy 2.0, typed). Migrations in ``alembic/versions`` create them.
+
+Constraint names are stable (naming convention) because conflicts are told apart by name (SPEC §1):
+``pk_runs`` is a duplicate run_id, ``pk_leases`` is a node taken by another run.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    Text,
+    func,
+    text,
+)
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from app.states import RUN_STATES, STEP_KINDS, STEP_STATES
+
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+RUNS_PKEY = "pk_runs"
+LEASES_PKEY = "pk_leases"
+
+
+def _in(column: str, values: tuple[str, ...]) -> str:
+    return f"{column} IN ({', '.join(repr(v) for v in values)})"
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+    type_annotation_map = {datetime: DateTime(timezone=True), dict[str, Any]: JSONB, Any: JSONB}
+
+
+class Node(Base):
+    """The latest advert of a node; live while ``expires_at > now()`` (SPEC §4)."""
+
+    __tablename__ = "nodes"
+
+    node_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    label: Mapped[str | None] = mapped_column(Text)
+    principal: Mapped[str | None] = mapped_column(Text)
+    instance: Mapped[str | None] = mapped_column(Text)
+    capabilities: Mapped[Any] = mapped_column(JSONB, server_default=text("'[]'::jsonb"))
+    attr_count: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    drain: Mapped[str] = mapped_column(Text, server_default=text("''"))
+    seen_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    expires_at: Mapped[datetime] = mapped_column()
+
+    __table_args__ = (Index("ix_nodes_expires_at", "expires_at"),)
+
+
+class Run(Base):
+    __tablename__ = "runs"
+
+    run_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    state: Mapped[str] = mapped_column(Text)
+    work_id: Mapped[str] = mapped_column(Text, server_default=text("''"))
+    principal: Mapped[str | None] = mapped_column(Text)
+    token_name: Mapped[str | None] = mapped_column(Text)
+    contract: Mapped[Any] = mapped_column(JSONB)
+    requires: Mapped[Any] = mapped_column(JSONB)
+    # SPEC §7: a hash of the normalised requires, so a wake scan looks at the oldest run of each shape.
+    requires_key: Mapped[str] = mapped_column(Text)
+    assigned: Mapped[Any | None] = mapped_column(JSONB)
+    reject: Mapped[Any | None] = mapped_column(JSONB)
+    verdict: Mapped[Any | None] = mapped_column(JSONB)
+    warnings: Mapped[Any] = mapped_column(JSONB, server_default=text("'[]'::jsonb"))
+    ledger_scope: Mapped[str] = mapped_column(Text, server_default=text("'run'"))
+    queue_timeout_seconds: Mapped[int | None] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    promoted_at: Mapped[datetime | None] = mapped_column()
+    ended_at: Mapped[datetime | None] = mapped_column()
+    sealed_at: Mapped[datetime | None] = mapped_column()
+
+    __table_args__ = (
+        CheckConstraint(_in("state", RUN_STATES), name="state"),
+        # The queue in arrival order, and per requirement shape (SPEC §7).
+        Index("ix_runs_queued", "created_at", "run_id", postgresql_where=text("state = 'QUEUED'")),
+        Index(
+            "ix_runs_queued_shape",
+            "requires_key",
+            "created_at",
+            "run_id",
+            postgresql_where=text("state = 'QUEUED'"),
+        ),
+        # GET /v1/runs: newest first, with a (created_at, run_id) cursor.
+        Index("ix_runs_created", text("created_at DESC"), text("run_id DESC")),
+        Index("ix_runs_state_created", "state", text("created_at DESC")),
+        Index("ix_runs_work_created", "work_id", "created_at"),
+        # The reaper's passes look only at the runs that need it.
+        Index(
+            "ix_runs_unsealed",
+            "ended_at",
+            postgresql_where=text("sealed_at IS NULL AND state IN ('SUCCEEDED', 'FAILED')"),
+        ),
+        Index("ix_runs_verifying", "run_id", postgresql_where=text("state = 'VERIFYING'")),
+    )
+
+
+class Step(Base):
+    __tablename__ = "steps"
+
+    run_id: Mapped[str] = mapped_column(
+        Text, ForeignKey("runs.run_id", ondelete="CASCADE"), primary_key=True
+    )
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True)
+    step_id: Mapped[str] = mapped_column(Text)
+    kind: Mapped[str] = mapped_column(Text)
+    uses: Mapped[str | None] = mapped_column(Text)
+    node_id: Mapped[str | None] = mapped_column(Text)
+    needs: Mapped[list[int]] = mapped_column(ARRAY(Integer), server_default=text("'{}'"))
+    state: Mapped[str] = mapped_column(Text, server_default=text("'PENDING'"))
+    attempt: Mapped[int] = mapped_column(Integer, server_default=text("1"))
+    spec: Mapped[Any] = mapped_column(JSONB)
+    # SPEC §4: restart detection compares the advertised instance with the one that claimed.
+    claimed_instance: Mapped[str | None] = mapped_column(Text)
+    envelope_key: Mapped[str | None] = mapped_column(Text)
+    exit_code: Mapped[int | None] = mapped_column(Integer)
+    produced: Mapped[Any | None] = mapped_column(JSONB)
+    error: Mapped[str | None] = mapped_column(Text)
+    result: Mapped[Any | None] = mapped_column(JSONB)
+    chosen: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
+    answered_by: Mapped[str | None] = mapped_column(Text)
+    asked_at: Mapped[datetime | None] = mapped_column()
+    ask_deadline: Mapped[datetime | None] = mapped_column()
+    started_at: Mapped[datetime | None] = mapped_column()
+    ended_at: Mapped[datetime | None] = mapped_column()
+
+    __table_args__ = (
+        CheckConstraint(_in("state", STEP_STATES), name="state"),
+        CheckConstraint(_in("kind", STEP_KINDS), name="kind"),
+        # Claims and restart detection look up steps by node and state.
+        Index("ix_steps_node_state", "node_id", "state"),
+        Index("ix_steps_ask_deadline", "ask_deadline", postgresql_where=text("state = 'ASKED'")),
+    )
+
+
+class Lease(Base):
+    """A node granted to a run. ``node_id`` is the primary key: a node is never held twice."""
+
+    __tablename__ = "leases"
+
+    node_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    run_id: Mapped[str] = mapped_column(Text, ForeignKey("runs.run_id", ondelete="CASCADE"))
+    role: Mapped[str] = mapped_column(Text)
+    capability: Mapped[str] = mapped_column(Text)
+    not_after: Mapped[datetime] = mapped_column()
+    nonce: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(server_default=func.now())
+
+    __table_args__ = (
+        Index("ix_leases_run_id", "run_id"),
+        Index("ix_leases_not_after", "not_after"),
+    )
+
+
+class RunEvent(Base):
+    """The audit trail: every state change of a run (SPEC §15)."""
+
+    __tablename__ = "run_events"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(Text, ForeignKey("runs.run_id", ondelete="CASCADE"))
+    at: Mapped[datetime] = mapped_column(server_default=func.now())
+    from_state: Mapped[str | None] = mapped_column(Text)
+    to_state: Mapped[str] = mapped_column(Text)
+    cause: Mapped[str] = mapped_column(Text)
+    by: Mapped[str | None] = mapped_column(Text)
+
+    __table_args__ = (Index("ix_run_events_run_id", "run_id", "id"),)
+
+
+class Blob(Base):
+    """Ledger metadata of one stored artifact; the bytes live in the Record (SPEC §11)."""
+
+    __tablename__ = "blobs"
+
+    run_id: Mapped[str] = mapped_column(
+        Text, ForeignKey("runs.run_id", ondelete="CASCADE"), primary_key=True
+    )
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True)
+    attempt: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(Text, primary_key=True)
+    work_id: Mapped[str] = mapped_column(Text, server_default=text("''"))
+    by: Mapped[str | None] = mapped_column(Text)
+    at: Mapped[datetime] = mapped_column(server_default=func.now())
+    bytes: Mapped[int] = mapped_column(BigInteger)
+    sha256: Mapped[str] = mapped_column(Text)
+    schema_ok: Mapped[bool | None] = mapped_column(Boolean)
+
+    __table_args__ = (Index("ix_blobs_work_id", "work_id", "at"),)
+
+
+class WakeDebt(Base):
+    """One row: a wake failed after its freeing commit; the reaper's next pass scans (SPEC §7)."""
+
+    __tablename__ = "wake_debt"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    set_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    reason: Mapped[str | None] = mapped_column(Text)
+
+    __table_args__ = (CheckConstraint("id = 1", name="one_row"),)
+
+
+class ReaperState(Base):
+    __tablename__ = "reaper_state"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    last_pass_at: Mapped[datetime | None] = mapped_column()
+
+    __table_args__ = (CheckConstraint("id = 1", name="one_row"),)

@@ -1,0 +1,42 @@
+"""Cancel (SPEC §9)."""
+
+from __future__ import annotations
+
+from app.errors import Forbidden, NotFound
+from app.services.context import Caller, Context
+from app.services.queue import wake_after_commit
+from app.services.settle import end_run_failed
+from app.services.tx import retrying
+from app.states import RUN_FINISHED
+from app.store.runs import lock_run
+
+
+@retrying
+def _cancel(ctx: Context, run_id: str, caller: Caller) -> tuple[str, bool]:
+    with ctx.db.begin() as s:
+        run = lock_run(s, run_id)
+        if run is None:
+            raise NotFound(f"no such run: {run_id}")
+        if "operator" not in caller.roles and run.token_name != caller.token_name:
+            raise Forbidden("a submitter may cancel only its own runs")
+        # Re-read under the lock: it may have been promoted, or have ended, a moment ago.
+        if run.state in RUN_FINISHED:
+            return run.state, False
+        note = f"cancelled by: {caller.by}"
+        end_run_failed(
+            s,
+            run,
+            checks=[{"what": "cancelled", "ok": False, "note": note}],
+            step_error=note,
+            cause=f"cancelled by {caller.by}",
+            by=caller.by,
+        )
+        return "FAILED", True
+
+
+def cancel_run(ctx: Context, run_id: str, caller: Caller) -> dict[str, str]:
+    """Cancel a QUEUED or RUNNING run; idempotent: a finished run answers with its state."""
+    state, cancelled = _cancel(ctx, run_id, caller)
+    if cancelled:
+        wake_after_commit(ctx, f"cancel of {run_id}")
+    return {"run_id": run_id, "state": state}

@@ -1,0 +1,41 @@
+"""What a service function needs, built once per app: configuration, the process's database,
+its scan gate and the Record store."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.config import Config
+from app.db import Database
+from app.records import FilesystemRecords
+from app.store.gate import ScanGate
+
+
+class Context:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.db = Database(config)
+        self.gate = ScanGate(self.db.dedicated_connection)
+        self.records = FilesystemRecords(config["records.root"])
+
+    @property
+    def lease_window_seconds(self) -> int:
+        """renew × factor: how long an advert keeps a node live and a renewed lease valid."""
+        return self.config["lease.renew_seconds"] * self.config["lease.not_after_factor"]
+
+    def close(self) -> None:
+        self.gate.close()
+        self.db.dispose()
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who acts: the token's name and roles, and the principal (header or the token's own)."""
+
+    token_name: str
+    roles: frozenset[str]
+    principal: str | None
+
+    @property
+    def by(self) -> str:
+        return self.principal or self.token_name

@@ -1,0 +1,211 @@
+"""Observation (SPEC §14): run view, run list, nodes, capabilities. Reads only."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from app.contract.types import role_from_wire
+from app.errors import NotFound
+from app.match import satisfies
+from app.models import Run, Step
+from app.services.context import Context
+from app.states import QUEUED
+from app.store.leases import holders_of
+from app.store.nodes import draining_node_ids, listed_nodes, live_adverts, live_nodes, node_labels
+from app.store.runs import count_queued_before, get_run, list_runs, run_events
+from app.store.steps import steps_of
+from app.wire import ts
+
+
+def _step_view(st: Step, ids: dict[int, str]) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "seq": st.seq,
+        "id": st.step_id,
+        "kind": st.kind,
+        "state": st.state,
+        "needs": [ids[n] for n in st.needs if n in ids],
+        "attempt": st.attempt,
+        "chosen": st.chosen,
+    }
+    if st.uses:
+        out["uses"] = st.uses
+    if st.node_id:
+        out["node"] = st.node_id
+    if st.started_at:
+        out["started_at"] = ts(st.started_at)
+    if st.ended_at:
+        out["ended_at"] = ts(st.ended_at)
+    if st.error:
+        out["error"] = st.error
+    if st.exit_code is not None:
+        out["exit_code"] = st.exit_code
+    return out
+
+
+def _queue_explanation(s: Session, run: Run, view: dict[str, Any]) -> None:
+    """Per role: candidates {live, busy, draining} and the runs holding the busy ones, from one
+    snapshot at read time (SPEC §7 "Explaining the wait")."""
+    now = s.execute(select(func.now())).scalar_one()
+    adverts = live_adverts(s)
+    draining = draining_node_ids(s)
+    lines = []
+    for wire in run.requires:
+        role = role_from_wire(wire)
+        cands = [a.node_id for a in adverts if satisfies(a, role)]
+        holders = holders_of(s, cands)
+        busy = [n for n in cands if n in holders]
+        line = dict(wire)
+        line["candidates"] = {
+            "live": len(cands),
+            "busy": len(busy),
+            "draining": len([n for n in cands if n in draining and n not in holders]),
+        }
+        line["held_by"] = sorted({holders[n] for n in busy})
+        lines.append(line)
+    view["requires"] = lines
+    view["candidates_at"] = ts(now)
+    ahead = count_queued_before(s, run.created_at, run.run_id)
+    view["queue"] = {"position": ahead + 1, "ahead": ahead}
+
+
+def render_run(s: Session, run: Run) -> dict[str, Any]:
+    view: dict[str, Any] = {
+        "run_id": run.run_id,
+        "state": run.state,
+        "created_at": ts(run.created_at),
+    }
+    if run.work_id:
+        view["work_id"] = run.work_id
+    if run.principal:
+        view["principal"] = run.principal
+    if run.ended_at:
+        view["ended_at"] = ts(run.ended_at)
+    if run.assigned:
+        labels = node_labels(s, sorted({n for a in run.assigned for n in a["nodes"]}))
+        view["assigned"] = [
+            {"as": a["as"], "nodes": [{"node": n, "label": labels.get(n)} for n in a["nodes"]]}
+            for a in run.assigned
+        ]
+    if run.reject:
+        view["reject"] = run.reject
+    if run.verdict:
+        view["verdict"] = run.verdict
+    steps = steps_of(s, run.run_id)
+    ids = {st.seq: st.step_id for st in steps}
+    view["steps"] = [_step_view(st, ids) for st in steps]
+    if run.warnings:
+        view["warnings"] = run.warnings
+    view["requires"] = run.requires
+    if run.state == QUEUED:
+        _queue_explanation(s, run, view)
+    return view
+
+
+def run_view(ctx: Context, run_id: str) -> dict[str, Any]:
+    with ctx.db.read() as s:
+        run = get_run(s, run_id)
+        if run is None:
+            raise NotFound(f"no such run: {run_id}")
+        return render_run(s, run)
+
+
+def run_summary(run: Run) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "run_id": run.run_id,
+        "state": run.state,
+        "created_at": ts(run.created_at),
+    }
+    if run.work_id:
+        out["work_id"] = run.work_id
+    if run.principal:
+        out["principal"] = run.principal
+    if run.ended_at:
+        out["ended_at"] = ts(run.ended_at)
+    return out
+
+
+def runs_list(
+    ctx: Context,
+    *,
+    state: str | None,
+    since: datetime | None,
+    work: str | None,
+    before: tuple[datetime, str] | None,
+    limit: int,
+) -> dict[str, Any]:
+    with ctx.db.read() as s:
+        now = s.execute(select(func.now())).scalar_one()
+        rows = list_runs(s, state=state, since=since, work=work, before=before, limit=limit)
+    out: dict[str, Any] = {"observed_at": ts(now), "runs": [run_summary(r) for r in rows]}
+    if len(rows) == limit:
+        last = rows[-1]
+        out["next"] = f"{ts(last.created_at)},{last.run_id}"
+    return out
+
+
+def nodes_list(ctx: Context) -> dict[str, Any]:
+    with ctx.db.read() as s:
+        now, rows = listed_nodes(s)
+    nodes = []
+    for row in rows:
+        n = row.node
+        nodes.append(
+            {
+                "node_id": n.node_id,
+                "label": n.label,
+                "instance": n.instance,
+                "capabilities": n.capabilities,
+                "seen_at": ts(n.seen_at),
+                "expires_at": ts(n.expires_at),
+                "live": row.live,
+                "lease": None
+                if row.lease is None
+                else {"run_id": row.lease.run_id, "not_after": ts(row.lease.not_after)},
+                "draining": n.drain or "",
+            }
+        )
+    return {"observed_at": ts(now), "nodes": nodes}
+
+
+def capabilities(ctx: Context) -> dict[str, Any]:
+    """Per capability name over live adverts: how many nodes, and every attribute's values."""
+    with ctx.db.read() as s:
+        _, nodes = live_nodes(s)
+    count: dict[str, set[str]] = defaultdict(set)
+    attrs: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+    for n in nodes:
+        for c in n.capabilities or []:
+            name = c.get("capability")
+            if not isinstance(name, str):
+                continue
+            count[name].add(n.node_id)
+            for k, v in (c.get("attrs") or {}).items():
+                attrs[name][k].add(str(v))
+    return {
+        "capabilities": [
+            {
+                "capability": name,
+                "nodes": len(count[name]),
+                "attrs": {k: sorted(v) for k, v in sorted(attrs[name].items())},
+            }
+            for name in sorted(count)
+        ]
+    }
+
+
+def events_of(ctx: Context, run_id: str) -> dict[str, Any]:
+    with ctx.db.read() as s:
+        if get_run(s, run_id) is None:
+            raise NotFound(f"no such run: {run_id}")
+        events = run_events(s, run_id)
+    return {
+        "events": [
+            {"at": ts(e.at), "from": e.from_state, "to": e.to_state, "cause": e.cause, "by": e.by}
+            for e in events
+        ]
+    }

@@ -1,0 +1,171 @@
+"""The queue (SPEC §7): wake scans and promotion. No timer anywhere: every scan is asked for by
+the request (or reaper pass) that freed something, after its commit."""
+
+from __future__ import annotations
+
+import heapq
+import time
+from dataclasses import dataclass, field
+from enum import Enum
+
+from app.contract.types import role_from_wire
+from app.errors import ConfigError
+from app.logs import log
+from app.match import Advert, Reject, candidate_order, match, width_exceeded
+from app.services.context import Context
+from app.services.placement import assigned_json, grants, node_for_role
+from app.services.tx import retrying
+from app.states import QUEUED, RUNNING
+from app.store import NodeTaken, NotQueued
+from app.store.leases import insert_leases
+from app.store.nodes import live_adverts, unavailable_node_ids
+from app.store.queue import (
+    QueuedRun,
+    next_queued_of_shape,
+    queued_shape_heads,
+    set_statement_timeout,
+)
+from app.store.runs import add_event, promote_run, set_wake_debt
+from app.store.steps import bind_steps
+
+
+class Outcome(Enum):
+    PROMOTED = "promoted"
+    NO_FIT = "no fit"
+    WIDTH_CAP = "width cap"
+    NOT_QUEUED = "not queued"
+    NODE_TAKEN = "node taken"
+
+
+@dataclass
+class ScanReport:
+    cause: str
+    skipped: bool = False  # the gate said another scan is waiting and will start after us
+    shapes: int = 0
+    looked: int = 0
+    promoted: list[str] = field(default_factory=list)
+    errors: int = 0
+    seconds: float = 0.0
+
+
+@retrying
+def promote(
+    ctx: Context, run: QueuedRun, adverts: list[Advert], unavailable: set[str], cause: str
+) -> tuple[Outcome, list[str]]:
+    """One transaction for one run; returns the outcome and the nodes it took.
+
+    Safe under concurrency by the row condition and the lease key alone: the conditional UPDATE
+    locks the run row first (a cancel, a result or another scan serialises behind it), and a node
+    taken meanwhile fails on ``pk_leases`` and rolls everything back (SPEC §7)."""
+    roles = [role_from_wire(r) for r in run.requires]
+    assignment = match(roles, adverts, unavailable, ordered=True)
+    if isinstance(assignment, Reject):
+        return Outcome.NO_FIT, []
+    over = width_exceeded(assignment, ctx.config["lease.max_per_run"])
+    if over:
+        # Not permanent at promotion: another choice of nodes may fold the count (SPEC §7).
+        log.info("queued run over the width cap", run_id=run.run_id, reason=over)
+        return Outcome.WIDTH_CAP, []
+    taken = grants(assignment, roles)
+    try:
+        with ctx.db.begin() as s:
+            set_statement_timeout(s, ctx.config["database.statement_timeout_seconds"])
+            promote_run(s, run.run_id, assigned_json(assignment))
+            insert_leases(s, run.run_id, taken, ctx.config["lease.ttl_seconds"])
+            bind_steps(s, run.run_id, node_for_role(assignment))
+            add_event(s, run.run_id, QUEUED, RUNNING, f"promoted: {cause}", None)
+    except NotQueued:
+        return Outcome.NOT_QUEUED, []
+    except NodeTaken:
+        return Outcome.NODE_TAKEN, []
+    return Outcome.PROMOTED, [g.node_id for g in taken]
+
+
+def _scan(ctx: Context, report: ScanReport) -> None:
+    timeout = ctx.config["database.statement_timeout_seconds"]
+    with ctx.db.begin() as s:
+        set_statement_timeout(s, timeout)
+        heads = queued_shape_heads(s)
+        if not heads:
+            return
+        # Once per scan, not per run: a scan costs O(shapes + promoted), not 2N queries.
+        adverts = candidate_order(live_adverts(s))
+        unavailable = unavailable_node_ids(s)
+    report.shapes = len(heads)
+    # Arrival order across shapes: always look at the oldest head next. A shape whose oldest run
+    # does not fit is done for this scan (the unavailable set only grows), and never blocks the
+    # runs of other shapes behind it.
+    heap = [(h.created_at, h.run_id, h) for h in heads]
+    heapq.heapify(heap)
+    retried_taken: set[str] = set()
+    while heap:
+        _, _, run = heapq.heappop(heap)
+        report.looked += 1
+        try:
+            outcome, nodes = promote(ctx, run, adverts, unavailable, report.cause)
+        except Exception:
+            # Failure isolation: one bad run must not stop the scan.
+            log.exception("promotion failed", run_id=run.run_id, cause=report.cause)
+            report.errors += 1
+            outcome, nodes = Outcome.NOT_QUEUED, []
+        if outcome in (Outcome.NO_FIT, Outcome.WIDTH_CAP):
+            continue
+        if outcome is Outcome.NODE_TAKEN:
+            # Another run took a node between our snapshot and the insert: look at the fleet
+            # again and give this run one more try in this scan.
+            with ctx.db.begin() as s:
+                unavailable |= unavailable_node_ids(s)
+            if run.run_id not in retried_taken:
+                retried_taken.add(run.run_id)
+                heapq.heappush(heap, (run.created_at, run.run_id, run))
+                continue
+        if outcome is Outcome.PROMOTED:
+            unavailable.update(nodes)
+            report.promoted.append(run.run_id)
+        with ctx.db.begin() as s:
+            nxt = next_queued_of_shape(s, run.requires_key, run)
+        if nxt is not None:
+            heapq.heappush(heap, (nxt.created_at, nxt.run_id, nxt))
+
+
+def wake_queued(ctx: Context, cause: str) -> ScanReport:
+    """One wake scan through the scan gate. Raises on a database failure (see
+    :func:`wake_after_commit` for the wake points)."""
+    if ctx.config["lease.ttl_seconds"] <= 0:
+        raise ConfigError("lease.ttl_seconds: must be greater than 0 (no unbounded leases)")
+    report = ScanReport(cause)
+    started = time.monotonic()
+    if not ctx.gate.enter():
+        report.skipped = True
+        log.debug("wake scan skipped: another is waiting", cause=cause)
+        return report
+    try:
+        _scan(ctx, report)
+    finally:
+        ctx.gate.leave()
+        report.seconds = time.monotonic() - started
+    log.info(
+        "wake scan",
+        cause=cause,
+        shapes=report.shapes,
+        looked=report.looked,
+        promoted=len(report.promoted),
+        errors=report.errors,
+        ms=round(report.seconds * 1000, 1),
+    )
+    return report
+
+
+def wake_after_commit(ctx: Context, cause: str) -> ScanReport | None:
+    """A wake point: after the freeing transaction committed. Never raises and never changes the
+    caller's answer; a failed wake leaves a wake-debt marker for the reaper (SPEC §7)."""
+    try:
+        return wake_queued(ctx, cause)
+    except Exception as exc:
+        log.exception("wake scan failed", cause=cause)
+        try:
+            with ctx.db.begin() as s:
+                set_wake_debt(s, f"{cause}: {type(exc).__name__}")
+        except Exception:
+            log.exception("could not record the wake debt", cause=cause)
+        return None

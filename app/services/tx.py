@@ -1,0 +1,40 @@
+"""Transactions owned by service functions: bounded retries of deadlocks and serialisation
+failures (SPEC §1: SQLSTATE 40P01 and 40001, up to 3 times)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
+
+from sqlalchemy.exc import DBAPIError
+
+from app.logs import log
+
+RETRYABLE = frozenset({"40P01", "40001"})
+RETRIES = 3
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def sqlstate(exc: BaseException) -> str | None:
+    return getattr(getattr(exc, "orig", None), "sqlstate", None)
+
+
+def retrying(fn: Callable[P, T]) -> Callable[P, T]:
+    """Run the whole transaction again on a deadlock or serialisation failure. The function must
+    open its own transaction(s) so that a retry starts clean."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+        for attempt in range(RETRIES + 1):
+            try:
+                return fn(*args, **kwargs)
+            except DBAPIError as exc:
+                if sqlstate(exc) not in RETRYABLE or attempt == RETRIES:
+                    raise
+                log.info("transaction retried", function=fn.__name__, sqlstate=sqlstate(exc))
+        raise AssertionError("unreachable")
+
+    return wrapper

@@ -1,0 +1,100 @@
+"""Leases: a node granted to a run. ``leases.node_id`` is the primary key (SPEC §1)."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+
+from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from app.models import LEASES_PKEY, Lease, Run
+from app.states import RUN_ALIVE, RUN_FINISHED
+from app.store import NodeTaken, constraint_name
+
+
+@dataclass(frozen=True)
+class Grant:
+    node_id: str
+    role: str  # the first role this node fills
+    capability: str  # that role's capability (shown in the heartbeat reply)
+
+
+def insert_leases(s: Session, run_id: str, grants: Sequence[Grant], ttl_seconds: int) -> None:
+    """One lease per distinct node, in node_id order (SPEC §1 lock order), ``not_after = now() +
+    ttl``, a fresh random nonce each. A node another run holds fails on ``pk_leases`` ->
+    :class:`NodeTaken`; the transaction is then unusable and the caller rolls it back whole."""
+    if not grants:
+        return
+    rows = [
+        {
+            "node_id": g.node_id,
+            "run_id": run_id,
+            "role": g.role,
+            "capability": g.capability,
+            "not_after": func.now() + timedelta(seconds=ttl_seconds),
+            "nonce": secrets.token_hex(16),
+        }
+        for g in sorted(grants, key=lambda g: g.node_id)
+    ]
+    try:
+        s.execute(insert(Lease).values(rows))
+    except IntegrityError as exc:
+        if constraint_name(exc) == LEASES_PKEY:
+            raise NodeTaken(run_id) from exc
+        raise
+
+
+def delete_leases_of_run(s: Session, run_id: str) -> list[str]:
+    """Delete every lease of a run (settle, cancel, reaper cleanup); the run row is locked first.
+    Returns the freed node ids."""
+    rows = s.execute(delete(Lease).where(Lease.run_id == run_id).returning(Lease.node_id)).all()
+    return sorted(r.node_id for r in rows)
+
+
+def leased_node_ids(s: Session) -> set[str]:
+    """Busy nodes: a lease row exists, whatever its ``not_after`` (SPEC §12: only the reaper turns
+    an expired lease into a free node)."""
+    return set(s.execute(select(Lease.node_id)).scalars())
+
+
+def leases_of_node(s: Session, node_id: str) -> list[Lease]:
+    """The node's leases of runs not finished: what the heartbeat reply lists (SPEC §4)."""
+    q = (
+        select(Lease)
+        .join(Run, Run.run_id == Lease.run_id)
+        .where(Lease.node_id == node_id, Run.state.in_(RUN_ALIVE))
+        .order_by(Lease.run_id)
+    )
+    return list(s.execute(q).scalars())
+
+
+def leases_of_runs(s: Session, run_ids: Sequence[str]) -> list[Lease]:
+    if not run_ids:
+        return []
+    return list(s.execute(select(Lease).where(Lease.run_id.in_(list(run_ids)))).scalars())
+
+
+def holders_of(s: Session, node_ids: Sequence[str]) -> dict[str, str]:
+    """node_id -> the run holding it."""
+    if not node_ids:
+        return {}
+    rows = s.execute(select(Lease.node_id, Lease.run_id).where(Lease.node_id.in_(list(node_ids))))
+    return {r.node_id: r.run_id for r in rows}
+
+
+def renew_leases(s: Session, node_id: str, seconds: int) -> None:
+    """SPEC §4.3: every lease of this node whose run is not finished gets ``now() + window``."""
+    s.execute(
+        update(Lease)
+        .where(
+            Lease.node_id == node_id,
+            ~select(Run.run_id)
+            .where(Run.run_id == Lease.run_id, Run.state.in_(RUN_FINISHED))
+            .exists(),
+        )
+        .values(not_after=func.now() + timedelta(seconds=seconds))
+    )

@@ -1,0 +1,109 @@
+"""Reading the queue for a wake scan (SPEC §7): the oldest QUEUED run of each requirement shape.
+
+The scan reads QUEUED runs without row locks; the conditional promotion does the rest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import and_, func, literal_column, or_, select, text
+from sqlalchemy.orm import Session
+
+from app.models import Run
+
+# The state as a constant in the SQL text, not a parameter: a prepared statement's generic plan
+# could not prove the partial indexes' ``state = 'QUEUED'`` predicate from a parameter.
+IS_QUEUED = Run.state == literal_column("'QUEUED'")
+
+
+@dataclass(frozen=True)
+class QueuedRun:
+    run_id: str
+    created_at: datetime
+    requires_key: str
+    requires: Any
+
+
+def _queued_columns():  # type: ignore[no-untyped-def]
+    return (Run.run_id, Run.created_at, Run.requires_key, Run.requires)
+
+
+def queued_shape_heads(s: Session) -> list[QueuedRun]:
+    """The oldest QUEUED run of every distinct ``requires_key``.
+
+    A loose index scan (recursive CTE over ``ix_runs_queued_shape``) finds the distinct keys in
+    O(shapes · log n) instead of reading every queued row; a LATERAL picks each key's oldest run.
+    """
+    keys = (
+        select(Run.requires_key.label("k"))
+        .where(IS_QUEUED)
+        .order_by(Run.requires_key)
+        .limit(1)
+        .cte("shape_keys", recursive=True)
+    )
+    next_key = (
+        select(Run.requires_key)
+        .where(IS_QUEUED, Run.requires_key > keys.c.k)
+        .order_by(Run.requires_key)
+        .limit(1)
+        .scalar_subquery()
+    )
+    keys = keys.union_all(select(next_key.label("k")).where(keys.c.k.is_not(None)))
+    head = (
+        select(*_queued_columns())
+        .where(IS_QUEUED, Run.requires_key == keys.c.k)
+        .order_by(Run.created_at, Run.run_id)
+        .limit(1)
+        .lateral("head")
+    )
+    q = (
+        select(head.c.run_id, head.c.created_at, head.c.requires_key, head.c.requires)
+        .select_from(keys)
+        .join(head, literal_column("true"))
+        .where(keys.c.k.is_not(None))
+    )
+    return [QueuedRun(*row) for row in s.execute(q).all()]
+
+
+def next_queued_of_shape(s: Session, requires_key: str, after: QueuedRun) -> QueuedRun | None:
+    """The next QUEUED run of one shape after ``after`` in arrival order."""
+    q = (
+        select(*_queued_columns())
+        .where(
+            IS_QUEUED,
+            Run.requires_key == requires_key,
+            or_(
+                Run.created_at > after.created_at,
+                and_(Run.created_at == after.created_at, Run.run_id > after.run_id),
+            ),
+        )
+        .order_by(Run.created_at, Run.run_id)
+        .limit(1)
+    )
+    row = s.execute(q).first()
+    return QueuedRun(*row) if row else None
+
+
+def queue_depth(s: Session) -> int:
+    return s.execute(select(func.count()).select_from(Run).where(IS_QUEUED)).scalar_one()
+
+
+def set_statement_timeout(s: Session, seconds: float) -> None:
+    """``SET LOCAL statement_timeout`` for the rest of this transaction (scans, SPEC §7)."""
+    s.execute(
+        text("SELECT set_config('statement_timeout', :ms, true)"), {"ms": f"{int(seconds * 1000)}"}
+    )
+
+
+def timed_out_queued(s: Session) -> list[str]:
+    """QUEUED runs whose contract's ``queue.timeout`` has passed (the reaper, SPEC §12)."""
+    q = select(Run.run_id).where(
+        IS_QUEUED,
+        Run.queue_timeout_seconds.is_not(None),
+        Run.created_at + func.make_interval(0, 0, 0, 0, 0, 0, Run.queue_timeout_seconds)
+        <= func.now(),
+    )
+    return list(s.execute(q).scalars())

@@ -1,0 +1,43 @@
+"""Builders for contracts and adverts, and small HTTP helpers used across tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def role(name: str, capability: str = "board", count: int = 1, **attrs: str) -> dict[str, Any]:
+    r: dict[str, Any] = {"as": name, "capability": capability, **attrs}
+    if count != 1:
+        r["count"] = count
+    return r
+
+
+def contract(run_id: str, *roles: dict[str, Any], steps: list[dict[str, Any]] | None = None, **top: Any) -> dict[str, Any]:
+    roles = roles or (role("dut"),)
+    if steps is None:
+        steps = [{"id": f"use-{r['as']}", "uses": r["as"], "run": ["true"]} for r in roles]
+    return {"run_id": run_id, "requires": list(roles), "steps": steps, **top}
+
+
+def cap(capability: str = "board", **attrs: str) -> dict[str, Any]:
+    return {"capability": capability, "attrs": dict(attrs)}
+
+
+def advertise(client: Any, node_id: str, *caps: dict[str, Any], **body: Any) -> Any:
+    payload = {"node_id": node_id, "capabilities": list(caps) or [cap()], **body}
+    resp = client.post("/v1/nodes", json=payload)
+    assert resp.status_code == 200, resp.get_json()
+    return resp.get_json()
+
+
+def submit(client: Any, doc: dict[str, Any], status: int | None = None) -> Any:
+    resp = client.post("/v1/runs", json=doc)
+    if status is not None:
+        assert resp.status_code == status, resp.get_json()
+    return resp
+
+
+def state_of(client: Any, run_id: str) -> str:
+    resp = client.get(f"/v1/runs/{run_id}")
+    assert resp.status_code == 200, resp.get_json()
+    return resp.get_json()["state"]
