@@ -854,9 +854,8 @@ def _check_references(
         if d.uses is not None and d.uses not in declared:
             _fail(f"step {_q(d.id)} uses undeclared role {_q(d.uses)}")
         grab = acquirers.get(d.uses)
-        if (
-            grab is not None and d.seq <= grab.seq
-        ):  # no node is bound to the role before the acquire
+        # No node is bound to an acquired role before its acquire step has run (SPEC §8).
+        if grab is not None and d.seq <= grab.seq:
             _fail(f"step {_q(d.id)} uses role {_q(d.uses)} before step {_q(grab.id)} acquires it")
     for d in drafts:
         for role in d.release:

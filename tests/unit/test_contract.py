@@ -625,8 +625,7 @@ def test_requires_capability_is_required():
 )
 def test_requires_capability_must_match_the_pattern(value, shown):
     assert reason(with_role(**{"as": "host", "capability": value})) == (
-        "requires[1].capability must match [a-z][a-z0-9._-]* (at most 200 characters), "
-        f"got {shown}"
+        f"requires[1].capability must match [a-z][a-z0-9._-]* (at most 200 characters), got {shown}"
     )
 
 
@@ -761,7 +760,10 @@ def test_step_with_several_kinds():
         (ask("q", env=["X"]), 'step "q": an ask step takes no "env"'),
         (ask("q", workspace={"repo": "r"}), 'step "q": an ask step takes no "workspace"'),
         (ask("q", collect={}), 'step "q": an ask step takes no "collect"'),
-        ({**acquire("g", "x", "b", "c"), "uses": "dut"}, 'step "g": an acquire step takes no "uses"'),
+        (
+            {**acquire("g", "x", "b", "c"), "uses": "dut"},
+            'step "g": an acquire step takes no "uses"',
+        ),
         ({**acquire("g", "x", "b", "c"), "out": ["o"]}, 'step "g": an acquire step takes no "out"'),
         (
             {**acquire("g", "x", "b", "c"), "loop": {}},
@@ -791,13 +793,13 @@ def test_run_argument_must_not_contain_nul():
 
 def test_run_step_needs_uses():
     assert reason(contract([run("a"), {"id": "b", "run": ["x"]}])) == (
-        "step \"b\" has no uses: a run step runs on a role's node"
+        'step "b" has no uses: a run step runs on a role\'s node'
     )
 
 
 def test_agent_step_needs_uses():
     assert reason(contract([run("a"), {"id": "b", "agent": {}}])) == (
-        "step \"b\" has no uses: an agent step runs on a role's node"
+        'step "b" has no uses: an agent step runs on a role\'s node'
     )
 
 
@@ -1029,7 +1031,9 @@ def test_two_acquires_may_not_acquire_the_same_role():
         run("b", uses="extra"),
         run("c"),
     ]
-    assert reason(contract(steps)) == 'step "g2" acquires role "extra" that step "g1" already acquires'
+    assert (
+        reason(contract(steps)) == 'step "g2" acquires role "extra" that step "g1" already acquires'
+    )
 
 
 # ----------------------------------------------------------------- steps: roles and dependencies
@@ -1068,11 +1072,15 @@ def test_needs_must_name_an_existing_step():
 
 
 def test_dependencies_must_point_backward():
-    assert reason(with_step(0, needs=["b"])) == 'dependencies must point backward: step "a" needs "b"'
+    assert (
+        reason(with_step(0, needs=["b"])) == 'dependencies must point backward: step "a" needs "b"'
+    )
 
 
 def test_a_step_may_not_need_itself():
-    assert reason(with_step(1, needs=["b"])) == 'dependencies must point backward: step "b" needs "b"'
+    assert (
+        reason(with_step(1, needs=["b"])) == 'dependencies must point backward: step "b" needs "b"'
+    )
 
 
 # ------------------------------------------------------------------------ steps: in, out, schema
@@ -1297,7 +1305,9 @@ def test_release_inside_a_loop_range():
     steps = [
         run("a", uses="host"),
         run("b", release=["dut"]),
-        run("c", uses="host", out=["o"], loop={"back_to": "a", "max": 3, "until": {"exit_code": 0}}),
+        run(
+            "c", uses="host", out=["o"], loop={"back_to": "a", "max": 3, "until": {"exit_code": 0}}
+        ),
     ]
     assert reason(contract(steps)) == 'step "b" has release but lies within the loop of step "c"'
 
@@ -1370,10 +1380,14 @@ def dispatch_doc(dispatch: object, out: list[str] | None = None) -> dict[str, An
             'step "pick": dispatch.from must be "<out>.<field>[.<field>]" naming one of its outs, '
             "got 5",
         ),
-        ({"from": "route.json.k", "to": ["x"]}, 'steps[1].dispatch.to must list at least 2 step '
-         'ids, got ["x"]'),
-        ({"from": "route.json.k", "to": "x"}, 'steps[1].dispatch.to must be a list of step ids, '
-         'got "x"'),
+        (
+            {"from": "route.json.k", "to": ["x"]},
+            'steps[1].dispatch.to must list at least 2 step ids, got ["x"]',
+        ),
+        (
+            {"from": "route.json.k", "to": "x"},
+            'steps[1].dispatch.to must be a list of step ids, got "x"',
+        ),
         ({"from": "route.json.k", "to": ["x", "x"]}, 'steps[1].dispatch.to lists "x" twice'),
         (
             {"from": "route.json.k", "to": ["x", "zero"]},
@@ -1450,7 +1464,10 @@ def loop_doc(loop: object, kind: str = "run") -> dict[str, Any]:
             "steps[2].loop.max must be an integer >= 2, got true",
         ),
         ({"back_to": "a", "max": 2, "until": 0}, "steps[2].loop.until must be an object, got 0"),
-        ({"back_to": "a", "max": 2, "until": {}}, "steps[2].loop.until must give exit_code or produced"),
+        (
+            {"back_to": "a", "max": 2, "until": {}},
+            "steps[2].loop.until must give exit_code or produced",
+        ),
         (
             {"back_to": "a", "max": 2, "until": {"ok": True}},
             'step "c": loop.until has unknown field "ok"',
@@ -1597,7 +1614,10 @@ def test_success_when_has_at_most_500_conditions():
             {"step": "g", "exit_code": 0},
             'success_when[0].exit_code applies only to run steps; step "g" is an acquire step',
         ),
-        ({"step": "a", "exit_code": True}, "success_when[0].exit_code must be an integer, got true"),
+        (
+            {"step": "a", "exit_code": True},
+            "success_when[0].exit_code must be an integer, got true",
+        ),
         (
             {"step": "a", "within_attempts": 1},
             "success_when[0].within_attempts must be true or false, got 1",
@@ -1687,8 +1707,10 @@ def test_ledger_rules(ledger, expected):
         ("30m", 'queue must be an object, got "30m"'),
         ({"timeout": "30m", "priority": 1}, 'queue: unknown field "priority"'),
         ({"timeout": 1800}, 'queue.timeout must be a duration like "30m" or "4h", got 1800'),
-        ({"timeout": "half an hour"}, 'queue.timeout must be a duration like "30m" or "4h", got '
-         '"half an hour"'),
+        (
+            {"timeout": "half an hour"},
+            'queue.timeout must be a duration like "30m" or "4h", got "half an hour"',
+        ),
         ({"timeout": "0m"}, 'queue.timeout must be a duration like "30m" or "4h", got "0m"'),
     ],
     ids=["not-object", "unknown", "number", "words", "zero"],
@@ -1747,24 +1769,29 @@ JSON_SCALARS = (
 )
 JSON_VALUES = st.recursive(
     JSON_SCALARS,
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
     max_leaves=20,
 )
 
 # Words the validator reacts to, so mutations reach deep rules instead of failing at the top.
-VOCABULARY = [
-    "run_id", "work", "requires", "steps", "success_when", "ledger", "queue", "lease", "id",
-    "system", "change_id", "as", "capability", "count", "uses", "needs", "in", "out", "schema",
-    "env", "workspace", "collect", "release", "dispatch", "loop", "validate_with", "max_attempts",
-    "run", "agent", "ask", "acquire", "prompt", "from", "answerers", "timeout", "show", "after",
-    "then", "want", "acquired", "unavailable", "to", "back_to", "max", "until", "exit_code",
-    "produced", "step", "fleet_has", "min_count", "within_attempts", "scope", "type", "properties",
-    "items", "required", "enum", "additionalProperties", "model", "mcp", "repo", "rev",
-    "flash", "boot", "sign-off", "dut", "host", "extra", "board", "result.json", "decision",
-    "result.json.ok", "fail", "4h", "0s", "object", "string", "work", "..", "_x", "/abs", "",
-]
-INTERESTING = st.sampled_from(VOCABULARY) | JSON_VALUES | st.sampled_from(
-    [0, 1, 2, -1, True, False, None, [], {}, ["boot"], ["dut"], {"type": "object"}]
+VOCABULARY_WORDS = """
+run_id work requires steps success_when ledger queue lease id system change_id as capability
+count uses needs in out schema env workspace collect release dispatch loop validate_with
+max_attempts run agent ask acquire prompt from answerers timeout show after then want
+acquired unavailable to back_to max until exit_code produced step fleet_has min_count
+within_attempts scope type properties items required enum additionalProperties model mcp
+repo rev flash boot sign-off dut host extra board result.json decision result.json.ok fail
+4h 0s object string work .. _x /abs
+"""
+VOCABULARY = [*VOCABULARY_WORDS.split(), ""]
+INTERESTING = (
+    st.sampled_from(VOCABULARY)
+    | JSON_VALUES
+    | st.sampled_from(
+        [0, 1, 2, -1, True, False, None, [], {}, ["boot"], ["dut"], {"type": "object"}]
+    )
 )
 
 
@@ -1870,19 +1897,19 @@ def assert_only_bad_request(doc: object) -> None:
     json.dumps(c.document)
 
 
-@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(JSON_VALUES)
 def test_arbitrary_json_raises_nothing_but_bad_request(value):
     assert_only_bad_request(value)
 
 
-@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.dictionaries(st.sampled_from(VOCABULARY[:8]), INTERESTING, max_size=8))
 def test_contract_shaped_json_raises_nothing_but_bad_request(value):
     assert_only_bad_request(value)
 
 
-@settings(max_examples=500, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_mutated_contracts_raise_nothing_but_bad_request(data):
     doc = copy.deepcopy(rich_contract())

