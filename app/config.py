@@ -175,6 +175,12 @@ def to_sqlalchemy_url(url: str) -> str:
     return "postgresql+psycopg://" + rest if scheme in {"postgresql", "postgres"} else url
 
 
+def to_libpq_url(url: str) -> str:
+    """The plain libpq form of a configured URL (for psycopg connections outside SQLAlchemy)."""
+    scheme, rest = url.split("://", 1)
+    return "postgresql://" + rest if scheme.startswith("postgresql") or scheme == "postgres" else url
+
+
 def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     """Nested file sections to dotted keys; a dotted key in the file is taken as it is."""
     flat: dict[str, Any] = {}

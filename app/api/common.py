@@ -124,6 +124,13 @@ def requires_role(*roles: str) -> Callable[[F], F]:
     return deco
 
 
+def requires_node(node_id: str) -> None:
+    """A node token bound to node ids acts only for those nodes (SPEC §13)."""
+    nodes = caller().nodes
+    if nodes is not None and node_id not in nodes:
+        raise Forbidden(f"token may not act for node {node_id}")
+
+
 def make_blueprint(name: str, description: str) -> MediatorBlueprint:
     blp = MediatorBlueprint(name, __name__, url_prefix="/v1", description=description)
 

@@ -166,3 +166,59 @@ class ErrorDetailSchema(Schema):
 
 class ErrorBodySchema(Schema):
     error = fields.Nested(ErrorDetailSchema)
+
+
+class ResultSchema(Schema):
+    """``POST …/steps/{seq}/result`` from a node agent."""
+
+    class Meta:
+        unknown = EXCLUDE
+
+    node = fields.String(required=True, validate=NAME)
+    exit_code = fields.Integer(allow_none=True, strict=True)
+    produced = fields.List(
+        fields.String(validate=validate.Length(max=200)),
+        load_default=list,
+        validate=validate.Length(max=500),
+    )
+    error = fields.String(allow_none=True, validate=validate.Length(max=4096))
+    harness = fields.Raw(allow_none=True)
+    workspace = fields.Raw(allow_none=True)
+    changed = fields.Raw(allow_none=True)
+    nonce = fields.String(allow_none=True, validate=validate.Length(max=200))
+
+
+class ResultReplySchema(Schema):
+    run_id = fields.String()
+    seq = fields.Integer()
+    run_state = fields.String()
+    rolled_back = fields.Boolean()
+
+
+class ClaimSchema(Schema):
+    step_id = fields.String()
+    run_id = fields.String()
+    seq = fields.Integer()
+    name = fields.String()
+    uses = fields.String()
+    kind = fields.String()
+    run = fields.List(fields.String())
+    agent = fields.Dict()
+    env = fields.List(fields.String())
+    collect = fields.Dict()
+    workspace = fields.Dict(allow_none=True)
+    in_ = fields.Dict(data_key="in")
+    out = fields.List(fields.String())
+    schema = fields.Dict()
+    attempt = fields.Integer()
+    requester = fields.String(allow_none=True)
+    ledger = fields.List(fields.Dict())
+    lease = fields.Nested(LeaseSchema)
+
+
+class AsksSchema(Schema):
+    asks = fields.List(fields.Dict())
+
+
+class LedgerSchema(Schema):
+    entries = fields.List(fields.Dict())

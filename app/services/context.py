@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from app.config import Config
 from app.db import Database
 from app.records import FilesystemRecords
+from app.services.claims import ClaimListener
 from app.store.gate import ScanGate
 
 
@@ -17,6 +18,7 @@ class Context:
         self.db = Database(config)
         self.gate = ScanGate(self.db.dedicated_connection)
         self.records = FilesystemRecords(config["records.root"])
+        self.claims = ClaimListener(config)
 
     @property
     def lease_window_seconds(self) -> int:
@@ -24,6 +26,7 @@ class Context:
         return self.config["lease.renew_seconds"] * self.config["lease.not_after_factor"]
 
     def close(self) -> None:
+        self.claims.close()
         self.gate.close()
         self.db.dispose()
 
@@ -35,6 +38,7 @@ class Caller:
     token_name: str
     roles: frozenset[str]
     principal: str | None
+    nodes: frozenset[str] | None = None  # a node token bound to these node ids (SPEC §13)
 
     @property
     def by(self) -> str:

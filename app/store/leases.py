@@ -5,9 +5,10 @@ from __future__ import annotations
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -98,3 +99,45 @@ def renew_leases(s: Session, node_id: str, seconds: int) -> None:
         )
         .values(not_after=func.now() + timedelta(seconds=seconds))
     )
+
+
+def lease_of_node(s: Session, node_id: str) -> Lease | None:
+    return s.execute(select(Lease).where(Lease.node_id == node_id)).scalar_one_or_none()
+
+
+def run_not_after(s: Session, run_id: str) -> datetime | None:
+    """The not_after an acquired lease shares with the run's other leases (SPEC §8 acquire)."""
+    return s.execute(select(func.max(Lease.not_after)).where(Lease.run_id == run_id)).scalar_one()
+
+
+def insert_lease_if_free(
+    s: Session, run_id: str, grant: Grant, not_after: datetime | None, ttl_seconds: int
+) -> bool:
+    """``INSERT … ON CONFLICT DO NOTHING``: a node taken meanwhile is "unavailable" for an acquire
+    step, not an error that would end the surrounding transaction (SPEC §8)."""
+    row = s.execute(
+        pg_insert(Lease)
+        .values(
+            node_id=grant.node_id,
+            run_id=run_id,
+            role=grant.role,
+            capability=grant.capability,
+            not_after=not_after or (func.now() + timedelta(seconds=ttl_seconds)),
+            nonce=secrets.token_hex(16),
+        )
+        .on_conflict_do_nothing(index_elements=[Lease.node_id])
+        .returning(Lease.node_id)
+    ).first()
+    return row is not None
+
+
+def delete_leases(s: Session, run_id: str, node_ids: Sequence[str]) -> list[str]:
+    """Release: delete this run's leases of the given nodes (SPEC §8 ``release``)."""
+    if not node_ids:
+        return []
+    rows = s.execute(
+        delete(Lease)
+        .where(Lease.run_id == run_id, Lease.node_id.in_(sorted(node_ids)))
+        .returning(Lease.node_id)
+    ).all()
+    return sorted(r.node_id for r in rows)

@@ -204,3 +204,19 @@ def clear_wake_debt(s: Session, set_before: datetime | None = None) -> None:
     if set_before is not None:
         q = q.where(WakeDebt.set_at <= set_before)
     s.execute(q)
+
+
+def set_run_state(s: Session, run_id: str, from_states: Sequence[str], to_state: str) -> bool:
+    """Guarded state change (the caller holds the run lock)."""
+    row = s.execute(
+        update(Run)
+        .where(Run.run_id == run_id, Run.state.in_(list(from_states)))
+        .values(state=to_state)
+        .returning(Run.run_id)
+    ).first()
+    return row is not None
+
+
+def set_run_fields(s: Session, run_id: str, **values: Any) -> None:
+    """Fields that are not the state (``assigned`` after acquire/release); run row locked."""
+    s.execute(update(Run).where(Run.run_id == run_id).values(**values))

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Mapping, Sequence
 
 from sqlalchemy import case, func, insert, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, aliased
 
 from app.contract.types import StepDef
-from app.models import Step
-from app.states import CLAIMED, FAILED, STEP_OPEN
+from app.models import Lease, Run, Step
+from app.states import ASKED, CLAIMED, DONE, FAILED, PENDING, RUNNING, SKIPPED, STEP_OPEN
 
 
 def insert_steps(
@@ -93,3 +94,144 @@ def fail_open_steps(s: Session, run_id: str, error: str) -> int:
         .values(state=FAILED, error=error, ended_at=func.now())
     )
     return result.rowcount or 0
+
+
+def lock_steps(s: Session, run_id: str) -> list[Step]:
+    """The run's steps ``FOR UPDATE`` in seq order: second in the lock order, after the run row."""
+    q = (
+        select(Step)
+        .where(Step.run_id == run_id)
+        .order_by(Step.seq)
+        .with_for_update()
+        .execution_options(populate_existing=True)
+    )
+    return list(s.execute(q).scalars())
+
+
+def update_step(
+    s: Session, run_id: str, seq: int, expect: Sequence[str], **values: object
+) -> Step | None:
+    """One guarded change of one step: only while its state is one of ``expect``. Returns the
+    step as it is now (the session's copy is refreshed), or None when the guard did not hold."""
+    return s.execute(
+        update(Step)
+        .where(Step.run_id == run_id, Step.seq == seq, Step.state.in_(list(expect)))
+        .values(**values)
+        .returning(Step)
+        .execution_options(populate_existing=True)
+    ).scalar_one_or_none()
+
+
+def reset_steps(s: Session, run_id: str, seqs: Sequence[int]) -> None:
+    """A rollback: the steps go back to PENDING with attempt + 1 and nothing of their last attempt
+    (SPEC §8 loop / validate_with). The run row is locked by the caller."""
+    if not seqs:
+        return
+    s.execute(
+        update(Step)
+        .where(Step.run_id == run_id, Step.seq.in_(list(seqs)))
+        .values(
+            state=PENDING,
+            attempt=Step.attempt + 1,
+            claimed_instance=None,
+            envelope_key=None,
+            exit_code=None,
+            produced=None,
+            error=None,
+            result=None,
+            chosen=False,
+            answered_by=None,
+            asked_at=None,
+            ask_deadline=None,
+            started_at=None,
+            ended_at=None,
+        )
+    )
+
+
+def _claimable(node_id: str):  # type: ignore[no-untyped-def]
+    """PENDING run/agent steps bound to the node, in a RUNNING run that holds a lease on the node,
+    whose needs are all DONE or SKIPPED (SPEC §8 claim)."""
+    need = aliased(Step)
+    unmet = (
+        select(need.seq)
+        .where(
+            need.run_id == Step.run_id,
+            need.seq == func.any(Step.needs),
+            need.state.not_in([DONE, SKIPPED]),
+        )
+        .exists()
+    )
+    return (
+        select(Step)
+        .join(Run, Run.run_id == Step.run_id)
+        .join(Lease, (Lease.run_id == Step.run_id) & (Lease.node_id == node_id))
+        .where(
+            Step.node_id == node_id,
+            Step.state == PENDING,
+            Step.kind.in_(["run", "agent"]),
+            Run.state == RUNNING,
+            ~unmet,
+        )
+        .order_by(Run.created_at, Step.run_id, Step.seq)
+    )
+
+
+def held_step(s: Session, node_id: str, instance: str) -> Step | None:
+    """The step this node instance already holds (CLAIMED, run RUNNING, lease held): redelivered
+    unchanged when the earlier claim response was lost."""
+    q = (
+        select(Step)
+        .join(Run, Run.run_id == Step.run_id)
+        .join(Lease, (Lease.run_id == Step.run_id) & (Lease.node_id == node_id))
+        .where(
+            Step.node_id == node_id,
+            Step.state == CLAIMED,
+            Step.claimed_instance == instance,
+            Run.state == RUNNING,
+        )
+        .order_by(Run.created_at, Step.seq)
+        .limit(1)
+    )
+    return s.execute(q).scalar_one_or_none()
+
+
+def claim_step(s: Session, node_id: str, instance: str | None) -> Step | None:
+    """Hand out the next claimable step: ``FOR UPDATE OF steps SKIP LOCKED`` so two claims never
+    get the same step and a claim never waits on a step another transaction holds; the guarded
+    UPDATE makes the step CLAIMED with a fresh envelope key."""
+    row = s.execute(
+        _claimable(node_id).limit(1).with_for_update(of=Step, skip_locked=True)
+    ).scalar_one_or_none()
+    if row is None:
+        return None
+    claimed = s.execute(
+        update(Step)
+        .where(Step.run_id == row.run_id, Step.seq == row.seq, Step.state == PENDING)
+        .values(
+            state=CLAIMED,
+            started_at=func.now(),
+            claimed_instance=instance,
+            envelope_key=secrets.token_hex(16),
+        )
+        .returning(Step)
+        .execution_options(populate_existing=True)
+    ).scalar_one_or_none()
+    return claimed
+
+
+def open_asks(s: Session) -> list[tuple[Step, Run]]:
+    """ASKED steps of RUNNING runs, oldest first (SPEC §10)."""
+    q = (
+        select(Step, Run)
+        .join(Run, Run.run_id == Step.run_id)
+        .where(Step.state == ASKED, Run.state == RUNNING)
+        .order_by(Step.asked_at, Step.run_id, Step.seq)
+    )
+    return [(r[0], r[1]) for r in s.execute(q).all()]
+
+
+def get_step(s: Session, run_id: str, seq: int) -> Step | None:
+    return s.execute(
+        select(Step).where(Step.run_id == run_id, Step.seq == seq)
+    ).scalar_one_or_none()

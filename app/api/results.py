@@ -1,0 +1,95 @@
+"""Node agents at work: claim, result, logs and blobs (SPEC §8, §11)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Response, request
+
+from app.api.common import caller, ctx, make_blueprint, requires_node, requires_role
+from app.api.schemas import ClaimSchema, ErrorBodySchema, ResultReplySchema, ResultSchema
+from app.errors import BadRequest
+from app.services.records import append_log, get_blob, put_blob, read_log
+from app.services.results import claim, report_result
+
+blp = make_blueprint("results", "Node agents claim steps and report what they did")
+
+
+def _json(schema: type, description: str = "ok") -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _seq(text: str) -> int:
+    """SPEC §13: a {seq} that is not a positive integer is a 400."""
+    if not text.isdigit() or int(text) <= 0 or len(text) > 9:
+        raise BadRequest(f"seq must be a positive integer, got {text!r}")
+    return int(text)
+
+
+def _blob_body() -> bytes:
+    request.max_content_length = ctx().config["max_blob_bytes"]
+    return request.get_data(cache=False)
+
+
+@blp.route("/nodes/<node_id>/claim", methods=["POST"])
+@requires_role("node", "operator")
+@blp.doc(responses={"200": _json(ClaimSchema), "204": {"description": "nothing to do"}, "503": _json(ErrorBodySchema)})
+def post_claim(node_id: str) -> Any:
+    requires_node(node_id)
+    wait = ctx().config["claim.long_poll_seconds"]
+    asked = request.args.get("wait")
+    if asked is not None:
+        try:
+            wait = min(wait, max(0.0, float(asked)))
+        except ValueError:
+            raise BadRequest(f"wait must be a number of seconds, got {asked!r}") from None
+    body = claim(ctx(), node_id, request.headers.get("X-Enode-Instance") or None, wait)
+    if body is None:
+        return Response(status=204)
+    return body
+
+
+@blp.route("/runs/<run_id>/steps/<seq>/result", methods=["POST"])
+@requires_role("node", "operator")
+@blp.arguments(ResultSchema)
+@blp.doc(responses={"200": _json(ResultReplySchema), "409": _json(ErrorBodySchema, "not claimed by that node")})
+def post_result(body: dict[str, Any], run_id: str, seq: str) -> dict[str, Any]:
+    requires_node(body["node"])
+    return report_result(ctx(), run_id, _seq(seq), body)
+
+
+@blp.route("/runs/<run_id>/steps/<seq>/log", methods=["PUT"])
+@requires_role("node", "operator")
+@blp.doc(responses={"200": {"description": "appended; X-Enode-Log-Bytes is the total length"}, "410": _json(ErrorBodySchema)})
+def put_log(run_id: str, seq: str) -> Response:
+    n = _seq(seq)
+    total = append_log(ctx(), run_id, n, request.args.get("name") or "step", _blob_body(), caller())
+    resp = Response(status=200)
+    resp.headers["X-Enode-Log-Bytes"] = str(total)
+    return resp
+
+
+@blp.route("/runs/<run_id>/steps/<seq>/log", methods=["GET"])
+@blp.doc(responses={"200": {"description": "the log from ?from= (text)"}, "404": _json(ErrorBodySchema)})
+def get_log(run_id: str, seq: str) -> Response:
+    n = _seq(seq)
+    text = request.args.get("from", "0")
+    if not text.isdigit():
+        raise BadRequest(f"from must be a byte offset, got {text!r}")
+    data = read_log(ctx(), run_id, n, request.args.get("name") or "step", int(text))
+    return Response(data, status=200, mimetype="text/plain")
+
+
+@blp.route("/runs/<run_id>/steps/<seq>/blob/<name>", methods=["PUT"])
+@requires_role("node", "operator")
+@blp.doc(responses={"204": {"description": "stored"}, "413": _json(ErrorBodySchema), "422": _json(ErrorBodySchema)})
+def put_blob_route(run_id: str, seq: str, name: str) -> Response:
+    n = _seq(seq)
+    put_blob(ctx(), run_id, n, name, _blob_body(), caller())
+    return Response(status=204)
+
+
+@blp.route("/runs/<run_id>/blob/<name>", methods=["GET"])
+@blp.doc(responses={"200": {"description": "the newest attempt of that name"}, "404": _json(ErrorBodySchema)})
+def get_blob_route(run_id: str, name: str) -> Response:
+    return Response(get_blob(ctx(), run_id, name), status=200, mimetype="application/octet-stream")

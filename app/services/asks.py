@@ -1,0 +1,123 @@
+"""Asks (SPEC §10): steps that wait for a person's answer."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from app.errors import BadRequest, Conflict, Forbidden, PayloadTooLarge, Unprocessable
+from app.services.context import Caller, Context
+from app.services.execution import Picture
+from app.services.notify import AfterCommit
+from app.services.records import schema_violation
+from app.services.results import complete_step, finish_reply
+from app.services.tx import retrying
+from app.states import ASKED, RUNNING
+from app.store.blobs import newest_blob, record_blob
+from app.store.runs import lock_run
+from app.store.steps import lock_steps, open_asks
+from app.wire import ts
+
+SHOWN_LIMIT = 32 * 1024
+
+
+def can_answer(answerers: list[str] | None, principal: str | None) -> bool:
+    return not answerers or (principal is not None and principal in answerers)
+
+
+def list_asks(ctx: Context, caller: Caller) -> dict[str, Any]:
+    out = []
+    with ctx.db.read() as s:
+        for st, _run in open_asks(s):
+            ask = st.spec["ask"]
+            out_name = (st.spec.get("out") or [None])[0]
+            item: dict[str, Any] = {
+                "run_id": st.run_id,
+                "seq": st.seq,
+                "step": st.step_id,
+                "prompt": ask.get("prompt"),
+                "schema": (st.spec.get("schema") or {}).get(out_name) if out_name else None,
+                "asked_at": ts(st.asked_at),
+                "can_answer": can_answer(ask.get("answerers"), caller.principal),
+            }
+            if ask.get("answerers"):
+                item["answerers"] = ask["answerers"]
+            if st.ask_deadline is not None:
+                item["deadline"] = ts(st.ask_deadline)
+            if ask.get("show"):
+                item["shown"] = [_shown(ctx, s, st.run_id, name) for name in ask["show"]]
+            out.append(item)
+    return {"asks": out}
+
+
+def _shown(ctx: Context, s: Any, run_id: str, name: str) -> dict[str, Any]:
+    """An artifact inlined for the answerer, cut at 32 KiB."""
+    blob = newest_blob(s, run_id, name)
+    data = ctx.records.read_blob(run_id, blob.seq, blob.attempt, name) if blob else None
+    if data is None:
+        return {"name": name, "missing": True}
+    item: dict[str, Any] = {"name": name, "content": data[:SHOWN_LIMIT].decode("utf-8", "replace")}
+    if len(data) > SHOWN_LIMIT:
+        item["truncated"] = True
+    return item
+
+
+@retrying
+def _answer(
+    ctx: Context, run_id: str, seq: int, doc: Any, raw: bytes, caller: Caller, after: AfterCommit
+) -> dict[str, Any]:
+    not_waiting = Conflict("step is not awaiting an answer")
+    with ctx.db.begin() as s:
+        run = lock_run(s, run_id)
+        if run is None or run.state != RUNNING:
+            raise not_waiting
+        pic = Picture(run, lock_steps(s, run_id))
+        st = pic.steps.get(seq)
+        if st is None or st.kind != "ask" or st.state != ASKED:
+            raise not_waiting
+        if not can_answer(st.spec["ask"].get("answerers"), caller.principal):
+            raise Forbidden("principal is not an allowed answerer")
+        name = st.spec["out"][0]
+        schema = (st.spec.get("schema") or {}).get(name)
+        if schema is not None:
+            problem = schema_violation(schema, doc)
+            if problem:
+                raise Unprocessable(problem)  # nothing stored; the ask stays open
+        digest = ctx.records.put_blob(run_id, seq, st.attempt, name, raw)
+        record_blob(
+            s,
+            run_id=run_id,
+            seq=seq,
+            attempt=st.attempt,
+            name=name,
+            work_id=run.work_id,
+            by=caller.by,
+            size=len(raw),
+            sha256=digest,
+            schema_ok=True if schema is not None else None,
+        )
+        return complete_step(
+            s,
+            ctx,
+            pic,
+            st,
+            after,
+            expect=ASKED,
+            exit_code=None,
+            error=None,
+            reported=[name],
+            node=None,
+            answered_by=caller.by,
+        )
+
+
+def answer(ctx: Context, run_id: str, seq: int, raw: bytes, caller: Caller) -> dict[str, Any]:
+    if len(raw) > ctx.config["max_blob_bytes"]:
+        raise PayloadTooLarge()
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        raise BadRequest("body is not valid JSON") from None
+    after = AfterCommit()
+    reply = _answer(ctx, run_id, seq, doc, raw, caller, after)
+    return finish_reply(ctx, after, reply)

@@ -1,0 +1,111 @@
+"""Waiting claims of one process, woken by PostgreSQL LISTEN/NOTIFY (SPEC §8).
+
+One listener thread per process, started on the first claim, on a connection of its own. A
+waiting claim registers an Event under its node before it looks in the database (so a notification
+between the look and the wait is not lost) and waits on it without holding any connection.
+Notifications are not durable: after (re)connecting the listener wakes every waiter at once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections import defaultdict
+
+import psycopg
+
+from app.config import Config, to_libpq_url
+from app.logs import log
+from app.services.notify import CLAIM_CHANNEL
+
+
+class ClaimListener:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self._lock = threading.Lock()
+        self._waiters: dict[str, set[threading.Event]] = defaultdict(set)
+        self._thread: threading.Thread | None = None
+        self._pid: int | None = None
+        self._stop = threading.Event()
+        self.connected = threading.Event()
+
+    def register(self, node_id: str) -> threading.Event:
+        self._ensure_started()
+        ticket = threading.Event()
+        with self._lock:
+            self._waiters[node_id].add(ticket)
+        return ticket
+
+    def unregister(self, node_id: str, ticket: threading.Event) -> None:
+        with self._lock:
+            waiting = self._waiters.get(node_id)
+            if waiting is not None:
+                waiting.discard(ticket)
+                if not waiting:
+                    del self._waiters[node_id]
+
+    def waiting(self) -> int:
+        with self._lock:
+            return sum(len(v) for v in self._waiters.values())
+
+    def wake(self, nodes: list[str] | None) -> None:
+        """Wake the claims of these nodes (None: every waiting claim)."""
+        with self._lock:
+            if nodes is None:
+                tickets = [t for ts in self._waiters.values() for t in ts]
+            else:
+                tickets = [t for n in nodes for t in self._waiters.get(n, ())]
+        for t in tickets:
+            t.set()
+
+    def _ensure_started(self) -> None:
+        if self._pid == os.getpid() and self._thread is not None and self._thread.is_alive():
+            return
+        with self._lock:
+            if self._pid == os.getpid() and self._thread is not None and self._thread.is_alive():
+                return
+            self._pid = os.getpid()
+            self._stop.clear()
+            self._thread = threading.Thread(
+                target=self._run, name="mediator-claim-listener", daemon=True
+            )
+            self._thread.start()
+
+    def _run(self) -> None:
+        backoff = 0.2
+        while not self._stop.is_set():
+            try:
+                with psycopg.connect(
+                    to_libpq_url(self.config["database.url"]),
+                    autocommit=True,
+                    application_name="mediator-listener",
+                ) as conn:
+                    conn.execute(f"LISTEN {CLAIM_CHANNEL}")
+                    self.connected.set()
+                    backoff = 0.2
+                    self.wake(None)  # anything notified while we were away: look again now
+                    while not self._stop.is_set():
+                        for note in conn.notifies(timeout=1.0):
+                            self._handle(note.payload)
+            except Exception as exc:
+                self.connected.clear()
+                if self._stop.is_set():
+                    break
+                log.warning("claim listener reconnecting", error=type(exc).__name__)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, 5.0)
+        self.connected.clear()
+
+    def _handle(self, payload: str) -> None:
+        try:
+            nodes = json.loads(payload)
+        except ValueError:
+            nodes = "*"
+        self.wake(None if nodes == "*" or not isinstance(nodes, list) else [str(n) for n in nodes])
+
+    def close(self) -> None:
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and self._pid == os.getpid():
+            thread.join(timeout=3)

@@ -1,0 +1,252 @@
+"""Execution (SPEC §8): what happens to a run's steps once it holds its nodes.
+
+Every function here runs inside a transaction that has locked the run row and then its steps
+(the global lock order), and records in :class:`AfterCommit` what must happen once it commits.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func
+from sqlalchemy.orm import Session
+
+from app.contract import parse_duration, parse_requirement
+from app.match import Assignment, match
+from app.models import Run, Step
+from app.services.context import Context
+from app.services.notify import AfterCommit
+from app.services.settle import end_run_failed, step_did_not_complete
+from app.states import (
+    ASKED,
+    DONE,
+    FAILED,
+    PENDING,
+    RUNNING,
+    SKIPPED,
+    STEP_OPEN,
+    STEP_SETTLED,
+    VERIFYING,
+)
+from app.store.blobs import accepted_blob_names, record_blob
+from app.store.leases import Grant, delete_leases, insert_lease_if_free, run_not_after
+from app.store.nodes import live_adverts, unavailable_node_ids
+from app.store.runs import add_event, set_run_fields, set_run_state
+from app.store.steps import bind_steps, update_step
+from app.verdict import StepFacts
+
+
+class Picture:
+    """A locked run and its locked steps, kept in step with every guarded change."""
+
+    def __init__(self, run: Run, steps: Iterable[Step]) -> None:
+        self.run = run
+        self.steps: dict[int, Step] = {st.seq: st for st in steps}
+        self.by_id: dict[str, Step] = {st.step_id: st for st in self.steps.values()}
+
+    def ordered(self) -> list[Step]:
+        return [self.steps[k] for k in sorted(self.steps)]
+
+    def needs_met(self, st: Step) -> bool:
+        return all(self.steps[n].state in STEP_SETTLED for n in st.needs if n in self.steps)
+
+    def set(self, s: Session, st: Step, expect: Iterable[str], **values: Any) -> bool:
+        return update_step(s, st.run_id, st.seq, list(expect), **values) is not None
+
+    def nodes_of_pending(self) -> set[str]:
+        return {st.node_id for st in self.steps.values() if st.state == PENDING and st.node_id}
+
+
+def roles_of(run: Run) -> dict[str, list[str]]:
+    """Role -> nodes from ``assigned`` (acquired roles included), minus released roles."""
+    return {a["as"]: list(a["nodes"]) for a in run.assigned or [] if not a.get("released")}
+
+
+def put_mediator_blob(
+    s: Session, ctx: Context, run: Run, st: Step, name: str, doc: dict[str, Any]
+) -> None:
+    """A blob the Mediator writes itself (an acquire step's outcome): Record file and ledger row."""
+    data = json.dumps(doc, sort_keys=True).encode()
+    digest = ctx.records.put_blob(run.run_id, st.seq, st.attempt, name, data)
+    record_blob(
+        s,
+        run_id=run.run_id,
+        seq=st.seq,
+        attempt=st.attempt,
+        name=name,
+        work_id=run.work_id,
+        by="mediator",
+        size=len(data),
+        sha256=digest,
+        schema_ok=None,
+    )
+
+
+def _skip(s: Session, pic: Picture, step_id: str | None) -> None:
+    target = pic.by_id.get(step_id or "")
+    if target is not None and target.state == PENDING:
+        pic.set(s, target, [PENDING], state=SKIPPED, ended_at=func.now())
+
+
+def run_acquire(s: Session, ctx: Context, pic: Picture, st: Step, after: AfterCommit) -> None:
+    """Grab one more node mid-run (SPEC §8 acquire): live adverts minus unavailable nodes; the lease
+    insert is ``ON CONFLICT DO NOTHING`` so a node taken meanwhile just means "unavailable"."""
+    spec = st.spec["acquire"]
+    want = parse_requirement(spec["want"], f"steps[{st.seq - 1}].acquire.want")
+    outcome = match([want], live_adverts(s), unavailable_node_ids(s))
+    node = None
+    if isinstance(outcome, Assignment):
+        candidate = outcome.roles[0][1][0]
+        grant = Grant(candidate, want.name, want.capability)
+        not_after = run_not_after(s, pic.run.run_id)
+        if insert_lease_if_free(
+            s, pic.run.run_id, grant, not_after, ctx.config["lease.ttl_seconds"]
+        ):
+            node = candidate
+    if node is not None:
+        bind_steps(s, pic.run.run_id, {want.name: node})
+        for other in pic.steps.values():
+            if other.uses == want.name:
+                s.refresh(other)
+        assigned = list(pic.run.assigned or []) + [{"as": want.name, "nodes": [node]}]
+        set_run_fields(s, pic.run.run_id, assigned=assigned)
+        pic.run.assigned = assigned
+        put_mediator_blob(s, ctx, pic.run, st, st.step_id, {"state": "acquired", "node": node})
+        _skip(s, pic, spec.get("unavailable"))
+        after.claim_nodes.add(node)
+    else:
+        put_mediator_blob(s, ctx, pic.run, st, st.step_id, {"state": "unavailable"})
+        _skip(s, pic, spec.get("acquired"))
+    pic.set(
+        s,
+        st,
+        [PENDING],
+        state=DONE,
+        produced=[st.step_id],
+        started_at=func.now(),
+        ended_at=func.now(),
+    )
+
+
+def raise_ask(s: Session, pic: Picture, st: Step, after: AfterCommit) -> None:
+    """PENDING -> ASKED with its deadline (SPEC §10); the webhook goes out after commit."""
+    ask = st.spec["ask"]
+    timeout = (ask.get("timeout") or {}).get("after")
+    values: dict[str, Any] = {"state": ASKED, "asked_at": func.now()}
+    if timeout:
+        values["ask_deadline"] = func.now() + func.make_interval(
+            0, 0, 0, 0, 0, 0, parse_duration(timeout)
+        )
+    if not pic.set(s, st, [PENDING], **values):
+        return
+    event: dict[str, Any] = {
+        "event": "ask",
+        "run_id": st.run_id,
+        "seq": st.seq,
+        "step": st.step_id,
+        "prompt": ask.get("prompt"),
+        "answer_path": f"/v1/runs/{st.run_id}/steps/{st.seq}/answer",
+    }
+    if ask.get("answerers"):
+        event["answerers"] = ask["answerers"]
+    if st.ask_deadline is not None:
+        event["deadline"] = _rfc3339(st.ask_deadline)
+    after.asks.append(event)
+
+
+def _rfc3339(dt: datetime) -> str:
+    from app.wire import ts
+
+    return ts(dt) or ""
+
+
+def advance(s: Session, ctx: Context, pic: Picture, after: AfterCommit) -> None:
+    """Propagate skips and run acquire steps whose needs are met, to a fixpoint; then raise the
+    asks whose needs are met: acquire looks at needs, asks at the picture after it (SPEC §8.3)."""
+    progress = True
+    while progress:
+        progress = False
+        for st in pic.ordered():
+            if st.state != PENDING:
+                continue
+            needs = [pic.steps[n] for n in st.needs if n in pic.steps]
+            if needs and all(n.state == SKIPPED for n in needs):
+                pic.set(s, st, [PENDING], state=SKIPPED, ended_at=func.now())
+                progress = True
+            elif st.kind == "acquire" and pic.needs_met(st):
+                run_acquire(s, ctx, pic, st, after)
+                progress = True
+    for st in pic.ordered():
+        if st.state == PENDING and st.kind == "ask" and pic.needs_met(st):
+            raise_ask(s, pic, st, after)
+    after.claim_nodes |= pic.nodes_of_pending()
+
+
+def settle(s: Session, pic: Picture, after: AfterCommit) -> None:
+    """settle_if_done (SPEC §8): only a RUNNING or VERIFYING run settles. Any step FAILED -> the
+    run FAILED now; nothing open -> VERIFYING, committed before the verdict (computed after
+    commit by :func:`app.services.results.complete_verdict`)."""
+    run = pic.run
+    if run.state not in (RUNNING, VERIFYING):
+        return
+    failed = [st for st in pic.ordered() if st.state == FAILED]
+    if failed:
+        freed = end_run_failed(
+            s,
+            run,
+            checks=[step_did_not_complete(st.step_id) for st in failed],
+            step_error="run failed: a step did not complete",
+            cause=f"step {failed[0].step_id} failed",
+            by=None,
+        )
+        run.state = FAILED
+        after.ended.append(run.run_id)
+        after.wake(f"run {run.run_id} ended" + (f", freed {', '.join(freed)}" if freed else ""))
+        return
+    if any(st.state in STEP_OPEN for st in pic.steps.values()):
+        return
+    if run.state == RUNNING and set_run_state(s, run.run_id, [RUNNING], VERIFYING):
+        add_event(s, run.run_id, RUNNING, VERIFYING, "all steps finished", None)
+        run.state = VERIFYING
+    after.verifying.append(run.run_id)
+
+
+def step_facts(s: Session, run: Run, steps: Iterable[Step]) -> list[StepFacts]:
+    """What the verdict needs of each step. A name counts as produced when an accepted blob of it
+    exists for the step's attempt, or the step reported it and no schema judges it (a blob
+    rejected by its schema was never stored, so it was not produced)."""
+    facts = []
+    for st in steps:
+        accepted = accepted_blob_names(s, run.run_id, st.seq, st.attempt)
+        schema = st.spec.get("schema") or {}
+        reported = {n for n in (st.produced or []) if n not in schema}
+        facts.append(
+            StepFacts(
+                id=st.step_id,
+                kind=st.kind,
+                state=st.state,
+                exit_code=st.exit_code,
+                produced=frozenset(accepted | reported),
+                chosen=st.chosen,
+                has_result=st.state == DONE,
+                exhausted=bool((st.result or {}).get("exhausted")),
+            )
+        )
+    return facts
+
+
+def release_roles(s: Session, pic: Picture, roles: list[str]) -> list[str]:
+    """Delete the leases of the released roles' nodes, unless a node also fills a kept role
+    (SPEC §8 effects). The roles are marked released in ``assigned``."""
+    current = roles_of(pic.run)
+    kept = {n for role, nodes in current.items() if role not in roles for n in nodes}
+    freeing = sorted({n for r in roles for n in current.get(r, []) if n not in kept})
+    assigned = [
+        dict(a, released=True) if a["as"] in roles else a for a in pic.run.assigned or []
+    ]
+    set_run_fields(s, pic.run.run_id, assigned=assigned)
+    pic.run.assigned = assigned
+    return delete_leases(s, pic.run.run_id, freeing)

@@ -1,0 +1,238 @@
+"""The reaper (SPEC §12): a pass every ``lease.renew_seconds``; safe with several reapers (a
+``pg_try_advisory_lock`` skips the pass when another holds it) and with API workers (every change
+locks the run row and re-checks). It wakes the queue only when it freed something or a wake debt
+is set: it never polls the queue."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from sqlalchemy import func, select
+
+from app.logs import log
+from app.services.context import Context
+from app.services.execution import Picture, settle
+from app.services.notify import AfterCommit
+from app.services.queue import wake_queued
+from app.services.records import seal_run
+from app.services.results import complete_verdict, finish
+from app.services.settle import end_run_failed
+from app.services.tx import retrying
+from app.states import ASKED, FAILED, QUEUED, RUN_FINISHED, RUNNING
+from app.store import reaper as q
+from app.store.queue import timed_out_queued
+from app.store.runs import clear_wake_debt, lock_run, wake_debt_set
+from app.store.steps import fail_open_steps, lock_steps, update_step
+
+LEASE_EXPIRED = "lease expired: renewal stopped"
+
+
+@dataclass
+class PassReport:
+    skipped: bool = False
+    extended: int = 0
+    asks_expired: int = 0
+    lease_expired: list[str] = field(default_factory=list)
+    steps_failed: int = 0
+    leases_deleted: int = 0
+    verdicts: int = 0
+    queue_timeouts: list[str] = field(default_factory=list)
+    sealed: int = 0
+    woke: bool = False
+
+    @property
+    def freed(self) -> bool:
+        return bool(self.asks_expired or self.lease_expired or self.leases_deleted)
+
+
+@retrying
+def _expire_ask(ctx: Context, run_id: str, seq: int, after: AfterCommit) -> bool:
+    with ctx.db.begin() as s:
+        run = lock_run(s, run_id)
+        if run is None or run.state != RUNNING:
+            return False
+        pic = Picture(run, lock_steps(s, run_id))
+        st = pic.steps.get(seq)
+        if st is None or st.state != ASKED:
+            return False
+        now_expired = s.execute(select(st.ask_deadline <= func.now())).scalar_one()
+        if not now_expired:
+            return False
+        update_step(s, run_id, seq, [ASKED], state=FAILED, error="ask deadline passed", ended_at=func.now())
+        settle(s, pic, after)
+        return True
+
+
+@retrying
+def _fail_expired(ctx: Context, run_id: str, after: AfterCommit) -> bool:
+    with ctx.db.begin() as s:
+        run = lock_run(s, run_id)
+        if run is None or run.state != RUNNING or run_id not in q.runs_with_expired_leases(s):
+            return False  # renewed, ended or an ask was raised meanwhile
+        end_run_failed(
+            s,
+            run,
+            checks=[{"what": "lease", "ok": False, "note": LEASE_EXPIRED}],
+            step_error=LEASE_EXPIRED,
+            cause="lease expired",
+            by="reaper",
+            reject={"Code": 410, "Reason": LEASE_EXPIRED},
+        )
+        after.ended.append(run_id)
+        return True
+
+
+@retrying
+def _fail_open_steps(ctx: Context, run_id: str) -> int:
+    with ctx.db.begin() as s:
+        run = lock_run(s, run_id)
+        if run is None or run.state not in RUN_FINISHED:
+            return 0
+        return fail_open_steps(s, run_id, f"run already {run.state}")
+
+
+@retrying
+def _delete_finished_leases(ctx: Context, run_id: str) -> int:
+    with ctx.db.begin() as s:
+        run = lock_run(s, run_id)
+        if run is None or run.state not in RUN_FINISHED:
+            return 0
+        return q.delete_run_leases(s, run_id)
+
+
+@retrying
+def _queue_timeout(ctx: Context, run_id: str) -> bool:
+    with ctx.db.begin() as s:
+        run = lock_run(s, run_id)
+        if run is None or run.state != QUEUED or run_id not in timed_out_queued(s):
+            return False
+        # Locked and re-read as QUEUED: the guarded end cannot miss.
+        end_run_failed(
+            s,
+            run,
+            checks=[{"what": "queue", "ok": False, "note": "queue timeout"}],
+            step_error="queue timeout",
+            cause="queue timeout",
+            by="reaper",
+        )
+        return True
+
+
+def reap_pass(ctx: Context, *, previous_failed: bool = False) -> PassReport:
+    """One pass, in the order of SPEC §12."""
+    report = PassReport()
+    gate = ctx.db.dedicated_connection()
+    try:
+        if not gate.execute(select(func.pg_try_advisory_lock(q.REAPER_LOCK))).scalar():
+            report.skipped = True
+            return report
+        try:
+            _pass(ctx, report, previous_failed)
+        finally:
+            gate.execute(select(func.pg_advisory_unlock(q.REAPER_LOCK)))
+    finally:
+        gate.close()
+    return report
+
+
+def _pass(ctx: Context, report: PassReport, previous_failed: bool) -> None:
+    window = timedelta(seconds=ctx.lease_window_seconds)
+    with ctx.db.begin() as s:
+        now, previous = q.begin_pass(s)
+        if previous is not None and now - previous > window:
+            # The Mediator was down: no node could renew. Give every lease the gap back first.
+            report.extended = q.extend_leases(s, now - previous)
+            log.warning("reaper: outage grace", gap_s=round((now - previous).total_seconds()), leases=report.extended)
+    with ctx.db.read() as s:
+        asks = q.expired_asks(s)
+    after = AfterCommit()
+    for run_id, seq in asks:
+        try:
+            if _expire_ask(ctx, run_id, seq, after):
+                report.asks_expired += 1
+        except Exception:
+            log.exception("reaper: ask expiry failed", run_id=run_id)
+    with ctx.db.read() as s:
+        expired = q.runs_with_expired_leases(s)
+    for run_id in expired:
+        try:
+            if _fail_expired(ctx, run_id, after):
+                report.lease_expired.append(run_id)
+        except Exception:
+            log.exception("reaper: lease expiry failed", run_id=run_id)
+    with ctx.db.read() as s:
+        open_runs = q.open_steps_of_finished_runs(s)
+    for run_id in open_runs:
+        try:
+            report.steps_failed += _fail_open_steps(ctx, run_id)
+        except Exception:
+            log.exception("reaper: failing open steps failed", run_id=run_id)
+    with ctx.db.read() as s:
+        leased = q.leases_of_finished_runs(s)
+    for run_id in leased:
+        try:
+            report.leases_deleted += _delete_finished_leases(ctx, run_id)
+        except Exception:
+            log.exception("reaper: lease cleanup failed", run_id=run_id)
+    with ctx.db.read() as s:
+        verifying = q.verifying_runs(s)
+        timed_out = timed_out_queued(s)
+    for run_id in verifying:
+        try:
+            complete_verdict(ctx, run_id, after)
+            report.verdicts += 1
+        except Exception:
+            log.exception("reaper: verdict failed", run_id=run_id)
+    for run_id in timed_out:
+        try:
+            if _queue_timeout(ctx, run_id):
+                report.queue_timeouts.append(run_id)
+                after.ended.append(run_id)
+        except Exception:
+            log.exception("reaper: queue timeout failed", run_id=run_id)
+    # The wake of step 6 happens once, below; ``finish`` must not wake a second time.
+    causes, after.wake_causes = after.wake_causes, []
+    finish(ctx, after)
+    with ctx.db.read() as s:
+        unsealed = q.unsealed_finished_runs(s)
+    report.sealed = sum(1 for run_id in unsealed if seal_run(ctx, run_id))
+    with ctx.db.read() as s:
+        debt = wake_debt_set(s)
+        started = s.execute(select(func.now())).scalar_one()
+    if report.freed or causes or debt or previous_failed:
+        why = "reaper: " + ("freed nodes" if report.freed or causes else "wake debt")
+        wake_queued(ctx, why)  # raises on failure: the debt stays for the next pass
+        report.woke = True
+        if debt:
+            with ctx.db.begin() as s:
+                clear_wake_debt(s, set_before=started)
+    log.info(
+        "reaper pass",
+        extended=report.extended,
+        asks_expired=report.asks_expired,
+        lease_expired=len(report.lease_expired),
+        steps_failed=report.steps_failed,
+        leases_deleted=report.leases_deleted,
+        verdicts=report.verdicts,
+        queue_timeouts=len(report.queue_timeouts),
+        sealed=report.sealed,
+        woke=report.woke,
+    )
+
+
+def run_reaper(ctx: Context, stop: threading.Event) -> None:
+    """``mediator reaper`` and the development server's thread: a pass every renew_seconds."""
+    period = ctx.config["lease.renew_seconds"]
+    failed = False
+    while not stop.is_set():
+        started = time.monotonic()
+        try:
+            reap_pass(ctx, previous_failed=failed)
+            failed = False
+        except Exception:
+            log.exception("reaper pass failed")
+            failed = True
+        stop.wait(max(0.0, period - (time.monotonic() - started)))

@@ -1,0 +1,216 @@
+"""Logs, blobs, the ledger and sealed Records (SPEC §11)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import jsonschema
+from sqlalchemy import func, update
+
+from app.errors import Gone, NotFound, NotSealed, Unprocessable
+from app.logs import log
+from app.models import Run
+from app.services.context import Caller, Context
+from app.services.tx import retrying
+from app.states import RUN_FINISHED
+from app.store.blobs import blobs_of_runs, earlier_runs_of_work, newest_blob, record_blob
+from app.store.nodes import node_labels
+from app.store.runs import get_run, run_events
+from app.store.steps import get_step, steps_of
+from app.wire import ts
+
+
+def _run_and_step(s: Any, run_id: str, seq: int) -> tuple[Run, Any]:
+    run = get_run(s, run_id)
+    if run is None:
+        raise NotFound(f"no such run: {run_id}")
+    step = get_step(s, run_id, seq)
+    if step is None:
+        raise NotFound(f"no such step: {run_id}#{seq:02d}")
+    return run, step
+
+
+def authorise_node(caller: Caller, step: Any) -> None:
+    """Node tokens bound to node ids may touch only steps bound to their nodes (SPEC §13)."""
+    from app.errors import Forbidden
+
+    if caller.nodes is not None and step.node_id not in caller.nodes:
+        raise Forbidden(f"token may not act for node {step.node_id}")
+
+
+def append_log(ctx: Context, run_id: str, seq: int, name: str, data: bytes, caller: Caller) -> int:
+    with ctx.db.read() as s:
+        run, step = _run_and_step(s, run_id, seq)
+    authorise_node(caller, step)
+    if run.state in RUN_FINISHED:
+        raise Gone()
+    return ctx.records.append_log(run_id, seq, name, data, ctx.config["max_blob_bytes"])
+
+
+def read_log(ctx: Context, run_id: str, seq: int, name: str, offset: int) -> bytes:
+    with ctx.db.read() as s:
+        _run_and_step(s, run_id, seq)
+    return ctx.records.read_log(run_id, seq, name, offset)
+
+
+def schema_violation(schema: dict[str, Any], doc: Any) -> str | None:
+    """``schema violation: <path>: <message>`` for the first error by path, else None."""
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(doc), key=lambda e: list(map(str, e.absolute_path)))
+    if not errors:
+        return None
+    err = errors[0]
+    path = "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.absolute_path)
+    return f"schema violation: {path}: {err.message}"
+
+
+@retrying
+def put_blob(
+    ctx: Context, run_id: str, seq: int, name: str, data: bytes, caller: Caller
+) -> None:
+    """Validate against the step's schema first (422, nothing stored), then write the file
+    atomically and its ledger row (SPEC §11)."""
+    with ctx.db.read() as s:
+        run, step = _run_and_step(s, run_id, seq)
+    authorise_node(caller, step)
+    if name not in (step.spec.get("out") or []):
+        raise NotFound(f"no such output: {name}")
+    if run.state in RUN_FINISHED:
+        raise Gone()
+    schema = (step.spec.get("schema") or {}).get(name)
+    schema_ok = None
+    if schema is not None:
+        try:
+            doc = json.loads(data)
+        except ValueError:
+            raise Unprocessable(f"schema violation: $: {name} is not JSON") from None
+        problem = schema_violation(schema, doc)
+        if problem:
+            raise Unprocessable(problem)
+        schema_ok = True
+    with ctx.db.begin() as s:
+        digest = ctx.records.put_blob(run_id, seq, step.attempt, name, data)
+        record_blob(
+            s,
+            run_id=run_id,
+            seq=seq,
+            attempt=step.attempt,
+            name=name,
+            work_id=run.work_id,
+            by=step.node_id,
+            size=len(data),
+            sha256=digest,
+            schema_ok=schema_ok,
+        )
+
+
+def get_blob(ctx: Context, run_id: str, name: str) -> bytes:
+    with ctx.db.read() as s:
+        if get_run(s, run_id) is None:
+            raise NotFound(f"no such run: {run_id}")
+        blob = newest_blob(s, run_id, name)
+    if blob is None:
+        raise NotFound(f"no such blob: {name}")
+    data = ctx.records.read_blob(run_id, blob.seq, blob.attempt, name)
+    if data is None:
+        raise NotFound(f"no such blob: {name}")
+    return data
+
+
+def ledger(ctx: Context, run_id: str) -> dict[str, Any]:
+    """Artifacts this run can see; ``ledger.scope: work`` puts earlier runs of the same work
+    first (SPEC §11)."""
+    with ctx.db.read() as s:
+        run = get_run(s, run_id)
+        if run is None:
+            raise NotFound(f"no such run: {run_id}")
+        runs = [run_id]
+        if run.ledger_scope == "work" and run.work_id:
+            runs = earlier_runs_of_work(s, run.work_id, run_id) + [run_id]
+        blobs = blobs_of_runs(s, runs)
+    order = {r: i for i, r in enumerate(runs)}
+    entries = []
+    for b in sorted(blobs, key=lambda b: (order[b.run_id], b.at, b.seq, b.name)):
+        entry: dict[str, Any] = {
+            "seq": b.seq,
+            "attempt": b.attempt,
+            "name": b.name,
+            "by": b.by,
+            "at": ts(b.at),
+            "bytes": b.bytes,
+        }
+        if b.schema_ok is not None:
+            entry["schema_ok"] = b.schema_ok
+        if b.run_id != run_id:
+            entry["run_id"] = b.run_id
+        entries.append(entry)
+    return {"entries": entries}
+
+
+def seal_run(ctx: Context, run_id: str) -> bool:
+    """Write verdict, step files, events and SHA256SUMS, make the Record read-only, then mark the
+    run sealed. Idempotent; a failure is logged and left to the reaper (SPEC §11)."""
+    try:
+        with ctx.db.read() as s:
+            run = get_run(s, run_id)
+            if run is None or run.state not in RUN_FINISHED or run.sealed_at is not None:
+                return False
+            if not ctx.records.exists(run_id):
+                return False  # a rejected submit has no Record and is never sealed
+            steps = steps_of(s, run_id)
+            labels = node_labels(s, sorted({st.node_id for st in steps if st.node_id}))
+            events = [
+                {"at": ts(e.at), "from": e.from_state, "to": e.to_state, "cause": e.cause, "by": e.by}
+                for e in run_events(s, run_id)
+            ]
+        docs = [(st.seq, st.step_id, step_document(st, labels)) for st in steps]
+        ctx.records.seal(
+            run_id,
+            verdict=run.verdict or {"state": run.state, "checks": []},
+            steps=docs,
+            events=events,
+            manifest_update={"state": run.state, "ended_at": ts(run.ended_at)},
+        )
+        with ctx.db.begin() as s:
+            s.execute(
+                update(Run)
+                .where(Run.run_id == run_id, Run.sealed_at.is_(None))
+                .values(sealed_at=func.now())
+            )
+        return True
+    except Exception:
+        log.exception("sealing failed; the reaper retries", run_id=run_id)
+        return False
+
+
+def step_document(st: Any, labels: dict[str, str | None]) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "seq": st.seq,
+        "id": st.step_id,
+        "kind": st.kind,
+        "state": st.state,
+        "attempt": st.attempt,
+        "node": st.node_id,
+        "label": labels.get(st.node_id) if st.node_id else None,
+        "started_at": ts(st.started_at),
+        "ended_at": ts(st.ended_at),
+        "exit_code": st.exit_code,
+        "produced": st.produced,
+        "error": st.error,
+        "result": st.result,
+    }
+    if st.answered_by:
+        doc["answered_by"] = st.answered_by
+    return doc
+
+
+def record_stream(ctx: Context, run_id: str) -> Iterator[bytes]:
+    with ctx.db.read() as s:
+        run = get_run(s, run_id)
+    if run is None:
+        raise NotFound(f"no such run: {run_id}")
+    if run.sealed_at is None or not ctx.records.is_sealed(run_id):
+        raise NotSealed()
+    return ctx.records.tar_stream(run_id)

@@ -1,0 +1,365 @@
+"""Claims and results (SPEC §8), and what every run-changing request does after its commit."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from sqlalchemy import func, select
+
+from app.errors import NotClaimed
+from app.logs import log
+from app.models import Node
+from app.services.context import Context
+from app.services.execution import (
+    Picture,
+    advance,
+    release_roles,
+    settle,
+    step_facts,
+)
+from app.services.notify import AfterCommit, notify_claimable, post_webhook
+from app.services.queue import wake_after_commit
+from app.services.settle import end_run_failed
+from app.services.tx import retrying
+from app.states import CLAIMED, DONE, FAILED, PENDING, RUN_FINISHED, RUNNING, SKIPPED, VERIFYING
+from app.store.blobs import accepted_blob_names, newest_blob
+from app.store.leases import delete_leases_of_run, lease_of_node
+from app.store.nodes import live_adverts
+from app.store.runs import add_event, finish_run, get_run, lock_run
+from app.store.steps import claim_step, held_step, lock_steps, reset_steps
+from app.verdict import evaluate
+from app.wire import ts
+
+# ---------------------------------------------------------------- after commit
+
+
+@retrying
+def complete_verdict(ctx: Context, run_id: str, after: AfterCommit) -> None:
+    """The verdict of a run whose VERIFYING has committed (SPEC §8 settle); also the reaper's
+    re-settle after a crash in between. Its leases are deleted and the queue woken after."""
+    with ctx.db.begin() as s:
+        run = lock_run(s, run_id)
+        if run is None or run.state != VERIFYING:
+            return
+        steps = lock_steps(s, run_id)
+        verdict = evaluate(run.contract.get("success_when") or [], step_facts(s, run, steps), live_adverts(s))
+        if not finish_run(s, run_id, from_states=[VERIFYING], state=verdict["state"], verdict=verdict):
+            return
+        freed = delete_leases_of_run(s, run_id)
+        add_event(s, run_id, VERIFYING, verdict["state"], "verdict", None)
+    after.ended.append(run_id)
+    after.wake(f"run {run_id} ended" + (f", freed {', '.join(freed)}" if freed else ""))
+
+
+def finish(ctx: Context, after: AfterCommit) -> None:
+    """Everything a committed change leaves to do, in order: verdicts of runs that reached
+    VERIFYING, claim notification, ask webhooks, one wake, then sealing and run webhooks."""
+    from app.services.records import seal_run
+
+    for run_id in list(after.verifying):
+        try:
+            complete_verdict(ctx, run_id, after)
+        except Exception:
+            # The run stays VERIFYING; the reaper settles it again (SPEC §8).
+            log.exception("verdict failed; the reaper settles it again", run_id=run_id)
+    notify_claimable(ctx, after.claim_nodes)
+    for event in after.asks:
+        post_webhook(ctx.config["notify.asks_url"], event)
+    if after.wake_causes:
+        wake_after_commit(ctx, "; ".join(dict.fromkeys(after.wake_causes)))
+    for run_id in dict.fromkeys(after.ended):
+        seal_run(ctx, run_id)
+        announce_end(ctx, run_id)
+
+
+def announce_end(ctx: Context, run_id: str) -> None:
+    url = ctx.config["notify.runs_url"]
+    if not url:
+        return
+    with ctx.db.read() as s:
+        run = get_run(s, run_id)
+    if run is not None:
+        post_webhook(url, {"event": "run", "run_id": run_id, "state": run.state, "verdict": run.verdict})
+
+
+# ---------------------------------------------------------------- claim
+
+
+def claim_body(ctx: Context, step: Any, node_id: str) -> dict[str, Any]:
+    spec = step.spec
+    with ctx.db.read() as s:
+        run = get_run(s, step.run_id)
+        lease = lease_of_node(s, node_id)
+        ledger = _ledger_for(s, ctx, run, spec) if (spec.get("in") or {}).get("from") else None
+    assert run is not None
+    body: dict[str, Any] = {
+        "step_id": f"{step.run_id}#{step.seq:02d}",
+        "run_id": step.run_id,
+        "seq": step.seq,
+        "name": step.step_id,
+        "uses": step.uses,
+        "kind": step.kind,
+        step.kind: spec[step.kind],
+        "env": spec.get("env") or [],
+        "collect": spec.get("collect") or {},
+        "workspace": spec.get("workspace"),
+        "in": spec.get("in") or {},
+        "out": spec.get("out") or [],
+        "schema": spec.get("schema") or {},
+        "attempt": step.attempt,
+        "requester": run.principal,
+        "envelope_key": step.envelope_key,
+        "lease": {
+            "run_id": step.run_id,
+            "node": node_id,
+            "capability": lease.capability if lease else None,
+            "not_after": ts(lease.not_after) if lease else None,
+            "nonce": lease.nonce if lease else None,
+        },
+    }
+    if ledger is not None:
+        body["ledger"] = ledger
+    return body
+
+
+def _ledger_for(s: Any, ctx: Context, run: Any, spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """The artifacts a step asks for in ``in.from``: where to fetch the newest of each name."""
+    out = []
+    for name in spec["in"]["from"]:
+        blob = newest_blob(s, run.run_id, name)
+        if blob is not None:
+            out.append(
+                {
+                    "name": name,
+                    "seq": blob.seq,
+                    "attempt": blob.attempt,
+                    "bytes": blob.bytes,
+                    "path": f"/v1/runs/{run.run_id}/blob/{name}",
+                }
+            )
+    return out
+
+
+def claim_once(ctx: Context, node_id: str, instance: str | None) -> dict[str, Any] | None:
+    """One look, one short transaction: redeliver the step this instance holds, else claim the
+    next one (SPEC §8)."""
+    with ctx.db.begin() as s:
+        step = held_step(s, node_id, instance) if instance else None
+        if step is None:
+            step = claim_step(s, node_id, instance)
+        if step is None:
+            return None
+    return claim_body(ctx, step, node_id)
+
+
+def claim(ctx: Context, node_id: str, instance: str | None, wait_seconds: float) -> dict[str, Any] | None:
+    """Long poll: no connection is held while waiting; the process's LISTEN thread wakes this
+    request when a step may have become claimable on this node, and a slow re-check
+    (``claim.recheck_seconds``) covers a lost notification."""
+    listener = ctx.claims
+    deadline = time.monotonic() + wait_seconds
+    recheck = ctx.config["claim.recheck_seconds"]
+    while True:
+        ticket = listener.register(node_id)
+        try:
+            body = claim_once(ctx, node_id, instance)
+            if body is not None:
+                return body
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            ticket.wait(min(remaining, recheck))
+        finally:
+            listener.unregister(node_id, ticket)
+
+
+# ---------------------------------------------------------------- result
+
+
+def _until_met(until: dict[str, Any], exit_code: int | None, produced: set[str]) -> bool:
+    if "exit_code" in until and exit_code != until["exit_code"]:
+        return False
+    return all(n in produced for n in until.get("produced") or [])
+
+
+def _rollback(pic: Picture, st: Any, exit_code: int | None, error: str | None, produced: set[str]) -> tuple[list[int], list[Any]]:
+    """The rollback check, before any effect (SPEC §8.1). Returns the seqs to reset (empty: no
+    rollback) and the steps whose attempts ran out (marked ``exhausted`` for the verdict)."""
+    exhausted = []
+    loop = st.spec.get("loop")
+    if loop and error is None and not _until_met(loop.get("until") or {}, exit_code, produced):
+        if st.attempt < loop["max"]:
+            start = pic.by_id[loop["back_to"]].seq
+            return _range(pic, start, st.seq), []
+        exhausted.append(st)
+    passed = error is None and exit_code in (None, 0)
+    if not passed:
+        for validated in pic.ordered():
+            if validated.spec.get("validate_with") != st.step_id:
+                continue
+            if validated.attempt < int(validated.spec.get("max_attempts", 1)):
+                return _range(pic, validated.seq, st.seq), []
+            exhausted.append(validated)
+    return [], exhausted
+
+
+def _range(pic: Picture, first: int, last: int) -> list[int]:
+    return [k for k in range(first, last + 1) if k in pic.steps and pic.steps[k].kind != "acquire"]
+
+
+def _dispatch(ctx: Context, pic: Picture, st: Any, s: Any) -> None:
+    """``dispatch``: the string at the JSON path of the produced blob picks one target; the others
+    are SKIPPED (and skips propagate in :func:`advance`). Anything else fails the step."""
+    d = st.spec["dispatch"]
+    path = d["from"]
+    outs = sorted((o for o in st.spec.get("out") or [] if path.startswith(o + ".")), key=len)
+    value: Any = None
+    if outs:
+        name = outs[-1]
+        raw = ctx.records.read_blob(st.run_id, st.seq, st.attempt, name)
+        try:
+            value = json.loads(raw) if raw is not None else None
+            for field in path[len(name) + 1 :].split("."):
+                value = value.get(field) if isinstance(value, dict) else None
+        except ValueError:
+            value = None
+    if isinstance(value, str) and value in d["to"]:
+        for target in d["to"]:
+            step = pic.by_id[target]
+            if target == value:
+                pic.set(s, step, [PENDING], chosen=True)
+            elif step.state == PENDING:
+                pic.set(s, step, [PENDING], state=SKIPPED)
+        return
+    reason = f"dispatch: {path} is {json.dumps(value)}, not one of {json.dumps(d['to'])}"
+    pic.set(s, st, [DONE], state=FAILED, error=reason)
+
+
+def complete_step(
+    s: Any,
+    ctx: Context,
+    pic: Picture,
+    st: Any,
+    after: AfterCommit,
+    *,
+    expect: str,
+    exit_code: int | None,
+    error: str | None,
+    reported: list[str],
+    node: str | None,
+    **values: Any,
+) -> dict[str, Any]:
+    """The result path, shared by node results and answers, in the order of SPEC §8: rollback
+    check, the step's new state, effects (dispatch, release), acquire and asks, settle, and the
+    at-boundary drain. The run and its steps are locked by the caller."""
+    run = pic.run
+    schema = st.spec.get("schema") or {}
+    produced = accepted_blob_names(s, run.run_id, st.seq, st.attempt) | {
+        n for n in reported if n not in schema
+    }
+    seqs, exhausted = _rollback(pic, st, exit_code, error, produced)
+    if seqs:
+        # A rollback frees nothing: no wake, only the claims of the reset steps (SPEC §8.1).
+        reset_steps(s, run.run_id, seqs)
+        after.claim_nodes |= {pic.steps[k].node_id for k in seqs if pic.steps[k].node_id}
+        return {"run_id": run.run_id, "seq": st.seq, "rolled_back": True}
+    pic.set(
+        s,
+        st,
+        [expect],
+        state=FAILED if error else DONE,
+        exit_code=exit_code,
+        produced=reported,
+        error=error,
+        ended_at=func.now(),
+        **values,
+    )
+    for ex in exhausted:
+        pic.set(s, ex, [ex.state], result=dict(ex.result or {}, exhausted=True))
+    if st.state == DONE and st.spec.get("dispatch"):
+        _dispatch(ctx, pic, st, s)
+    if st.state == DONE and st.spec.get("release"):
+        freed = release_roles(s, pic, st.spec["release"])
+        if freed:
+            after.wake(f"released by {run.run_id}/{', '.join(freed)}")
+    advance(s, ctx, pic, after)
+    settle(s, pic, after)
+    if node is not None and run.state == RUNNING and _drain_of(s, node) == "at-boundary":
+        note = f"cancelled by: drain:{node}"
+        end_run_failed(
+            s,
+            run,
+            checks=[{"what": "cancelled", "ok": False, "note": note}],
+            step_error=note,
+            cause=f"drain:{node}",
+            by=f"drain:{node}",
+        )
+        run.state = FAILED
+        after.ended.append(run.run_id)
+    # Wake even while the run goes on (SPEC §7 wake point 1): the step may have freed a node.
+    after.wake(f"released by {run.run_id}/{node or st.step_id}")
+    return {
+        "run_id": run.run_id,
+        "seq": st.seq,
+        "run_state": run.state if run.state in RUN_FINISHED else "",
+    }
+
+
+@retrying
+def _report(
+    ctx: Context, run_id: str, seq: int, body: dict[str, Any], after: AfterCommit
+) -> dict[str, Any]:
+    node = body["node"]
+    not_claimed = NotClaimed(f"reported a step that was not claimed ({run_id}#{seq:02d})")
+    with ctx.db.begin() as s:
+        run = lock_run(s, run_id)
+        if run is None:
+            raise not_claimed
+        pic = Picture(run, lock_steps(s, run_id))
+        st = pic.steps.get(seq)
+        if st is None or st.state != CLAIMED or st.node_id != node or run.state != RUNNING:
+            raise not_claimed
+        lease = lease_of_node(s, node)
+        if lease is None or lease.run_id != run_id:
+            raise not_claimed
+        if body.get("nonce") is not None and body["nonce"] != lease.nonce:
+            # Fencing: a result from an earlier lease of this node (SPEC §8).
+            raise NotClaimed(f"lease nonce is not current for {node} in {run_id}")
+        result = {k: body[k] for k in ("harness", "workspace", "changed") if k in body}
+        return complete_step(
+            s,
+            ctx,
+            pic,
+            st,
+            after,
+            expect=CLAIMED,
+            exit_code=body.get("exit_code"),
+            error=body.get("error") or None,
+            reported=[n for n in body.get("produced") or [] if n in (st.spec.get("out") or [])],
+            node=node,
+            result=result or None,
+        )
+
+
+def _drain_of(s: Any, node_id: str) -> str:
+    return s.execute(select(Node.drain).where(Node.node_id == node_id)).scalar_one_or_none() or ""
+
+
+def report_result(ctx: Context, run_id: str, seq: int, body: dict[str, Any]) -> dict[str, Any]:
+    after = AfterCommit()
+    reply = _report(ctx, run_id, seq, body, after)
+    return finish_reply(ctx, after, reply)
+
+
+def finish_reply(ctx: Context, after: AfterCommit, reply: dict[str, Any]) -> dict[str, Any]:
+    """Run the after-commit work; a run that reached VERIFYING in this request has its verdict
+    by now, so the reply names the final state."""
+    finish(ctx, after)
+    if after.verifying and "run_state" in reply:
+        with ctx.db.read() as s:
+            run = get_run(s, reply["run_id"])
+            if run is not None and run.state in RUN_FINISHED:
+                reply["run_state"] = run.state
+    return reply

@@ -1,0 +1,90 @@
+"""Ledger metadata of stored artifacts (the bytes are in the Record)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import func, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.orm import Session
+
+from app.models import Blob, Run
+
+
+def record_blob(
+    s: Session,
+    *,
+    run_id: str,
+    seq: int,
+    attempt: int,
+    name: str,
+    work_id: str,
+    by: str | None,
+    size: int,
+    sha256: str,
+    schema_ok: bool | None,
+) -> None:
+    """Upsert: a blob put again for the same attempt replaces the earlier one."""
+    values = {
+        "run_id": run_id,
+        "seq": seq,
+        "attempt": attempt,
+        "name": name,
+        "work_id": work_id,
+        "by": by,
+        "bytes": size,
+        "sha256": sha256,
+        "schema_ok": schema_ok,
+    }
+    stmt = pg_insert(Blob).values(**values)
+    s.execute(
+        stmt.on_conflict_do_update(
+            index_elements=[Blob.run_id, Blob.seq, Blob.attempt, Blob.name],
+            set_={
+                "by": stmt.excluded.by,
+                "bytes": stmt.excluded.bytes,
+                "sha256": stmt.excluded.sha256,
+                "schema_ok": stmt.excluded.schema_ok,
+                "at": func.now(),
+            },
+        )
+    )
+
+
+def accepted_blob_names(s: Session, run_id: str, seq: int, attempt: int) -> set[str]:
+    q = select(Blob.name).where(
+        Blob.run_id == run_id,
+        Blob.seq == seq,
+        Blob.attempt == attempt,
+        Blob.schema_ok.is_not(False),
+    )
+    return set(s.execute(q).scalars())
+
+
+def newest_blob(s: Session, run_id: str, name: str) -> Blob | None:
+    """The newest attempt of that name in the run (route 15)."""
+    q = (
+        select(Blob)
+        .where(Blob.run_id == run_id, Blob.name == name)
+        .order_by(Blob.at.desc(), Blob.attempt.desc(), Blob.seq.desc())
+        .limit(1)
+    )
+    return s.execute(q).scalar_one_or_none()
+
+
+def blobs_of_runs(s: Session, run_ids: Sequence[str]) -> list[Blob]:
+    if not run_ids:
+        return []
+    q = select(Blob).where(Blob.run_id.in_(list(run_ids))).order_by(Blob.at, Blob.seq, Blob.name)
+    return list(s.execute(q).scalars())
+
+
+def earlier_runs_of_work(s: Session, work_id: str, run_id: str) -> list[str]:
+    """Earlier runs of the same work, oldest first (``ledger.scope: work``)."""
+    me = select(Run.created_at).where(Run.run_id == run_id).scalar_subquery()
+    q = (
+        select(Run.run_id)
+        .where(Run.work_id == work_id, Run.run_id != run_id, Run.created_at <= me)
+        .order_by(Run.created_at, Run.run_id)
+    )
+    return list(s.execute(q).scalars())

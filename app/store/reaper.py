@@ -1,0 +1,99 @@
+"""What the reaper's passes look for (SPEC §12). Candidates are read without locks; each is then
+handled in its own transaction that locks the run and re-checks the condition."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from sqlalchemy import delete, func, literal_column, or_, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.orm import Session
+
+from app.models import Lease, ReaperState, Run, Step
+from app.states import ASKED, RUN_ALIVE, RUN_FINISHED, RUNNING, STEP_OPEN, VERIFYING
+
+REAPER_LOCK = 0x4D6564696174_0003  # one pass at a time across reapers (pg_try_advisory_lock)
+
+
+def begin_pass(s: Session) -> tuple[datetime, datetime | None]:
+    """Record this pass and return (now, the previous pass's time) (``reaper_state``)."""
+    now = s.execute(select(func.now())).scalar_one()
+    previous = s.execute(
+        select(ReaperState.last_pass_at).where(ReaperState.id == 1).with_for_update()
+    ).scalar_one_or_none()
+    s.execute(
+        pg_insert(ReaperState)
+        .values(id=1, last_pass_at=func.now())
+        .on_conflict_do_update(index_elements=[ReaperState.id], set_={"last_pass_at": func.now()})
+    )
+    return now, previous
+
+
+def extend_leases(s: Session, gap: timedelta) -> int:
+    """Outage grace: every lease of an unfinished run gets the gap added, so nodes have a full
+    window to re-advertise after the Mediator was down."""
+    result = s.execute(
+        update(Lease)
+        .where(select(Run.run_id).where(Run.run_id == Lease.run_id, Run.state.in_(RUN_ALIVE)).exists())
+        .values(not_after=Lease.not_after + gap)
+    )
+    return result.rowcount or 0
+
+
+def expired_asks(s: Session) -> list[tuple[str, int]]:
+    q = select(Step.run_id, Step.seq).where(
+        Step.state == literal_column("'ASKED'"), Step.ask_deadline <= func.now()
+    )
+    return [(r.run_id, r.seq) for r in s.execute(q).all()]
+
+
+def runs_with_expired_leases(s: Session) -> list[str]:
+    """RUNNING runs holding a lease past its not_after and no ASKED step (people are slow: such a
+    run keeps its lease)."""
+    asked = select(Step.seq).where(Step.run_id == Run.run_id, Step.state == ASKED).exists()
+    q = (
+        select(Run.run_id)
+        .join(Lease, Lease.run_id == Run.run_id)
+        .where(Run.state == RUNNING, Lease.not_after <= func.now(), ~asked)
+        .distinct()
+    )
+    return list(s.execute(q).scalars())
+
+
+def open_steps_of_finished_runs(s: Session) -> list[str]:
+    q = (
+        select(Step.run_id)
+        .join(Run, Run.run_id == Step.run_id)
+        .where(Run.state.in_(RUN_FINISHED), Step.state.in_(STEP_OPEN))
+        .distinct()
+    )
+    return list(s.execute(q).scalars())
+
+
+def leases_of_finished_runs(s: Session) -> list[str]:
+    q = (
+        select(Lease.run_id)
+        .join(Run, Run.run_id == Lease.run_id)
+        .where(Run.state.in_(RUN_FINISHED))
+        .distinct()
+    )
+    return list(s.execute(q).scalars())
+
+
+def verifying_runs(s: Session) -> list[str]:
+    return list(s.execute(select(Run.run_id).where(Run.state == VERIFYING)).scalars())
+
+
+def unsealed_finished_runs(s: Session) -> list[str]:
+    """Finished, not sealed, and not a rejected submit (those have no Record: reject Code 422)."""
+    q = select(Run.run_id).where(
+        Run.sealed_at.is_(None),
+        Run.state.in_(RUN_FINISHED),
+        or_(Run.reject.is_(None), Run.reject["Code"].as_integer() != 422),
+    )
+    return list(s.execute(q).scalars())
+
+
+def delete_run_leases(s: Session, run_id: str) -> int:
+    result = s.execute(delete(Lease).where(Lease.run_id == run_id))
+    return result.rowcount or 0

@@ -1,0 +1,28 @@
+# Sourced by scripts/test and scripts/example: make .venv and install the project into it.
+# Reinstalls only when setup.cfg or pyproject.toml is newer than the stamp.
+PYTHON="${PYTHON:-python3}"
+VENV=.venv
+STAMP="$VENV/.installed"
+
+if [ ! -x "$VENV/bin/python" ]; then
+    echo "scripts: creating $VENV" >&2
+    "$PYTHON" -m venv "$VENV"
+    rm -f "$STAMP"
+fi
+
+needs_install=0
+if [ ! -f "$STAMP" ]; then
+    needs_install=1
+else
+    for f in setup.cfg pyproject.toml; do
+        if [ -f "$f" ] && [ "$f" -nt "$STAMP" ]; then
+            needs_install=1
+        fi
+    done
+fi
+
+if [ "$needs_install" = 1 ]; then
+    echo "scripts: installing the project into $VENV" >&2
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e '.[test]'
+    touch "$STAMP"
+fi
