@@ -79,13 +79,50 @@ def db_check(ctx: click.Context) -> None:
 @click.pass_context
 def serve(ctx: click.Context, host: str, port: int) -> None:
     """Development server (threaded). Production: gunicorn -c gunicorn.conf.py wsgi:app."""
+    import threading
+
     from app import create_app, startup
+    from app.services.reaper import run_reaper
 
     cfg = _load(ctx)
     app = create_app(cfg)
     startup(app)
+    stop = threading.Event()
+    reaper = threading.Thread(
+        target=run_reaper, args=(app.extensions["mediator"], stop), name="mediator-reaper", daemon=True
+    )
+    reaper.start()
     click.echo(f"mediator serving on http://{host}:{port}", err=True)
-    app.run(host=host, port=port, threaded=True, use_reloader=False)
+    try:
+        app.run(host=host, port=port, threaded=True, use_reloader=False)
+    finally:
+        stop.set()
+
+
+@main.command()
+@click.option("--once", is_flag=True, help="Run one pass and exit.")
+@click.pass_context
+def reaper(ctx: click.Context, once: bool) -> None:
+    """The reaper: a pass every lease.renew_seconds (SPEC §12). Several at once are safe."""
+    import signal
+    import threading
+
+    from app import create_app, startup
+    from app.services.reaper import reap_pass, run_reaper
+
+    cfg = _load(ctx)
+    app = create_app(cfg)
+    context = app.extensions["mediator"]
+    startup(app)  # SPEC §7 wake point 6: the reaper process wakes once at start-up too
+    if once:
+        report = reap_pass(context)
+        click.echo(f"reaper pass: {report}")
+        return
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    run_reaper(context, stop)
+    context.close()
 
 
 def run_example(base_url: str, token: str, echo: Any = click.echo) -> None:
