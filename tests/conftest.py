@@ -119,3 +119,78 @@ def sql(db_url: str) -> Iterator[Any]:
     """A plain psycopg connection (autocommit) to look at rows the way an operator would."""
     with psycopg.connect(libpq_url(db_url), autocommit=True) as conn:
         yield conn
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class LiveServer:
+    """A real gunicorn (gthread workers) serving the Mediator on 127.0.0.1."""
+
+    def __init__(self, url: str, env: dict[str, str], proc: Any) -> None:
+        self.url = url
+        self.env = env
+        self.proc = proc
+
+    def headers(self, **extra: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {TOKEN}", **extra}
+
+
+@pytest.fixture
+def live_server(fresh_db_url: str, tmp_path: Any, request: Any) -> Iterator[LiveServer]:
+    """gunicorn -c gunicorn.conf.py wsgi:app on a fresh database; configuration by environment
+    alone (SPEC §15). A test may set ``live_server_env`` (a dict) on its module to add keys."""
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    import requests
+
+    port = _free_port()
+    env = dict(os.environ)
+    env.update(
+        {
+            "MEDIATOR_DATABASE_URL": fresh_db_url,
+            "MEDIATOR_RECORDS_ROOT": str(tmp_path / "records"),
+            "MEDIATOR_TOKEN": TOKEN,
+            "MEDIATOR_LOG_LEVEL": "warning",
+            "MEDIATOR_BIND": f"127.0.0.1:{port}",
+            "MEDIATOR_WORKERS": "2",
+            "MEDIATOR_THREADS": "32",
+        }
+    )
+    env.update(getattr(request.module, "live_server_env", {}))
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "wsgi:app"],
+        cwd=root,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=open(tmp_path / "gunicorn.log", "wb"),  # noqa: SIM115
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            if requests.get(url + "/readyz", timeout=1).status_code == 200:
+                break
+        except requests.ConnectionError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError((tmp_path / "gunicorn.log").read_text()[-3000:])
+        time.sleep(0.05)  # waiting for a process to bind its port: there is no event to await
+    try:
+        yield LiveServer(url, env, proc)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()

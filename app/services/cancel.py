@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from app.errors import Forbidden, NotFound
 from app.services.context import Caller, Context
-from app.services.queue import wake_after_commit
+from app.services.notify import AfterCommit
 from app.services.settle import end_run_failed
 from app.services.tx import retrying
 from app.states import RUN_FINISHED
@@ -35,8 +35,13 @@ def _cancel(ctx: Context, run_id: str, caller: Caller) -> tuple[str, bool]:
 
 
 def cancel_run(ctx: Context, run_id: str, caller: Caller) -> dict[str, str]:
-    """Cancel a QUEUED or RUNNING run; idempotent: a finished run answers with its state."""
+    """Cancel a QUEUED or RUNNING run; idempotent: a finished run answers with its state. After
+    commit: wake the queue, seal the Record (SPEC §9)."""
+    from app.services.results import finish
+
     state, cancelled = _cancel(ctx, run_id, caller)
     if cancelled:
-        wake_after_commit(ctx, f"cancel of {run_id}")
+        after = AfterCommit(ended=[run_id])
+        after.wake(f"cancel of {run_id}")
+        finish(ctx, after)
     return {"run_id": run_id, "state": state}

@@ -250,3 +250,16 @@ def release_roles(s: Session, pic: Picture, roles: list[str]) -> list[str]:
     set_run_fields(s, pic.run.run_id, assigned=assigned)
     pic.run.assigned = assigned
     return delete_leases(s, pic.run.run_id, freeing)
+
+
+def start_steps(s: Session, ctx: Context, run_id: str, after: AfterCommit) -> None:
+    """At creation RUNNING and at promotion: run acquire steps and raise asks whose needs are
+    met, the same order as after a result (SPEC §6.7, §7 promote)."""
+    from app.store.runs import lock_run
+    from app.store.steps import lock_steps
+
+    run = lock_run(s, run_id)
+    assert run is not None
+    pic = Picture(run, lock_steps(s, run_id))
+    advance(s, ctx, pic, after)
+    settle(s, pic, after)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.services.context import Context
-from app.services.queue import wake_after_commit
+from app.services.notify import AfterCommit
 from app.services.settle import end_run_failed, step_did_not_complete
 from app.services.tx import retrying
 from app.states import CLAIMED, RUNNING
@@ -50,7 +50,9 @@ def _leases_reply(ctx: Context, node_id: str) -> list[dict[str, Any]]:
 
 
 @retrying
-def _store_advert(ctx: Context, advert: Advert, principal: str | None) -> list[str]:
+def _store_advert(
+    ctx: Context, advert: Advert, principal: str | None, after: AfterCommit
+) -> list[str]:
     """One transaction in the global lock order: runs failed by a restart (run, steps, leases),
     then lease renewal, then the node row last. Returns the reasons to wake the queue."""
     causes: list[str] = []
@@ -75,6 +77,7 @@ def _store_advert(ctx: Context, advert: Advert, principal: str | None) -> list[s
                     by=f"node:{advert.node_id}",
                 )
                 causes.append(f"node restarted: {advert.node_id} failed {run_id}")
+                after.ended.append(run_id)
         renew_leases(s, advert.node_id, window)
         previous = lock_previous_advert(s, advert.node_id)
         upsert_node(
@@ -110,9 +113,12 @@ def advertise(ctx: Context, body: dict[str, Any], principal: str | None) -> dict
         # An unknown drain value is folded to "": a 400 would drop the node from the fleet.
         drain=drain if drain in DRAINS else "",
     )
-    causes = _store_advert(ctx, advert, principal)
-    if causes:
-        wake_after_commit(ctx, "; ".join(causes))
+    from app.services.results import finish
+
+    after = AfterCommit()
+    for cause in _store_advert(ctx, advert, principal, after):
+        after.wake(cause)
+    finish(ctx, after)
     # Read after the wake: a run promoted onto this node by it is in this very reply.
     return {
         "leases": _leases_reply(ctx, advert.node_id),

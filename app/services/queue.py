@@ -66,7 +66,12 @@ def promote(
         # Not permanent at promotion: another choice of nodes may fold the count (SPEC §7).
         log.info("queued run over the width cap", run_id=run.run_id, reason=over)
         return Outcome.WIDTH_CAP, []
+    from app.services.execution import start_steps
+    from app.services.notify import AfterCommit
+    from app.services.results import finish
+
     taken = grants(assignment, roles)
+    after = AfterCommit()
     try:
         with ctx.db.begin() as s:
             set_statement_timeout(s, ctx.config["database.statement_timeout_seconds"])
@@ -74,10 +79,15 @@ def promote(
             insert_leases(s, run.run_id, taken, ctx.config["lease.ttl_seconds"])
             bind_steps(s, run.run_id, node_for_role(assignment))
             add_event(s, run.run_id, QUEUED, RUNNING, f"promoted: {cause}", None)
+            start_steps(s, ctx, run.run_id, after)
     except NotQueued:
         return Outcome.NOT_QUEUED, []
     except NodeTaken:
         return Outcome.NODE_TAKEN, []
+    # Inside a scan: never wake from here (the gate is held by this very scan); everything else
+    # that the promotion left to do (ask webhooks, claim notification) happens now.
+    after.claim_nodes |= {g.node_id for g in taken}
+    finish(ctx, after, wake=False)
     return Outcome.PROMOTED, [g.node_id for g in taken]
 
 

@@ -194,8 +194,8 @@ def _pass(ctx: Context, report: PassReport, previous_failed: bool) -> None:
         except Exception:
             log.exception("reaper: queue timeout failed", run_id=run_id)
     # The wake of step 6 happens once, below; ``finish`` must not wake a second time.
-    causes, after.wake_causes = after.wake_causes, []
-    finish(ctx, after)
+    causes = list(after.wake_causes)
+    finish(ctx, after, wake=False)
     with ctx.db.read() as s:
         unsealed = q.unsealed_finished_runs(s)
     report.sealed = sum(1 for run_id in unsealed if seal_run(ctx, run_id))

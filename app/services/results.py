@@ -53,9 +53,10 @@ def complete_verdict(ctx: Context, run_id: str, after: AfterCommit) -> None:
     after.wake(f"run {run_id} ended" + (f", freed {', '.join(freed)}" if freed else ""))
 
 
-def finish(ctx: Context, after: AfterCommit) -> None:
+def finish(ctx: Context, after: AfterCommit, *, wake: bool = True) -> None:
     """Everything a committed change leaves to do, in order: verdicts of runs that reached
-    VERIFYING, claim notification, ask webhooks, one wake, then sealing and run webhooks."""
+    VERIFYING, claim notification, ask webhooks, one wake, then sealing and run webhooks.
+    ``wake=False`` inside a wake scan, which holds the scan gate itself."""
     from app.services.records import seal_run
 
     for run_id in list(after.verifying):
@@ -67,7 +68,7 @@ def finish(ctx: Context, after: AfterCommit) -> None:
     notify_claimable(ctx, after.claim_nodes)
     for event in after.asks:
         post_webhook(ctx.config["notify.asks_url"], event)
-    if after.wake_causes:
+    if wake and after.wake_causes:
         wake_after_commit(ctx, "; ".join(dict.fromkeys(after.wake_causes)))
     for run_id in dict.fromkeys(after.ended):
         seal_run(ctx, run_id)

@@ -9,9 +9,12 @@ from app.contract import Contract, validate_contract
 from app.errors import NoCandidate
 from app.match import Assignment, Reject, match, width_exceeded
 from app.services.context import Caller, Context
+from app.services.execution import start_steps
+from app.services.notify import AfterCommit
 from app.services.observe import render_run
 from app.services.placement import assigned_json, grants, node_for_role
 from app.services.queue import wake_after_commit
+from app.services.results import finish
 from app.services.tx import retrying
 from app.states import FAILED, QUEUED, RUNNING
 from app.store import DuplicateRun, NodeTaken
@@ -65,7 +68,7 @@ def _store_rejected(
 
 @retrying
 def _create_running(
-    ctx: Context, contract: Contract, caller: Caller, assignment: Assignment
+    ctx: Context, contract: Contract, caller: Caller, assignment: Assignment, after: AfterCommit
 ) -> None:
     """SPEC §6.7 in one transaction. The run row goes first (a duplicate run_id fails on its key
     before anything else); a node taken since the match fails on ``pk_leases`` and the whole
@@ -86,6 +89,7 @@ def _create_running(
             ctx.config["lease.ttl_seconds"],
         )
         insert_steps(s, contract.run_id, contract.steps, node_for_role(assignment))
+        start_steps(s, ctx, contract.run_id, after)
         ctx.records.open(contract.run_id, _manifest(contract, caller, RUNNING, created_at))
 
 
@@ -125,7 +129,9 @@ def submit_run(ctx: Context, doc: Any, caller: Caller) -> Submitted:
                 _store_rejected(ctx, contract, caller, _reject_body("", over))
                 raise NoCandidate(over)
             try:
-                _create_running(ctx, contract, caller, outcome)
+                after = AfterCommit()
+                _create_running(ctx, contract, caller, outcome, after)
+                finish(ctx, after)  # asks raised, claims notified (SPEC §6.7)
                 return Submitted(201, _view(ctx, contract.run_id))
             except NodeTaken:
                 pass  # rolled back whole; "no room now" like all busy (SPEC §7)
