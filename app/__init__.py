@@ -115,9 +115,9 @@ def create_app(config: Config | Mapping[str, Any] | None = None) -> Flask:
     app.extensions["mediator.schema"] = guard
 
     api = Api(app)
-    from app.api import cancel, health, nodes, observe, submit
+    from app.api import asks, cancel, health, nodes, observe, records, results, submit
 
-    for module in (submit, cancel, nodes, observe):
+    for module in (submit, cancel, results, nodes, asks, observe, records):
         api.register_blueprint(module.blp)
     app.register_blueprint(health.blp)
     register_error_handlers(app)  # after Api(): ours replace smorest's error body
