@@ -124,6 +124,7 @@ def create_app(config: Config | Mapping[str, Any] | None = None) -> Flask:
 
     @app.before_request
     def _begin() -> None:
+        g.started = time.monotonic()
         g.request_id = request.headers.get("X-Request-Id") or uuid.uuid4().hex[:16]
         structlog.contextvars.clear_contextvars()
         structlog.contextvars.bind_contextvars(request_id=g.request_id)
@@ -133,6 +134,16 @@ def create_app(config: Config | Mapping[str, Any] | None = None) -> Flask:
     @app.after_request
     def _end(resp: Response) -> Response:
         resp.headers["X-Request-Id"] = g.get("request_id", "")
+        args = request.view_args or {}
+        log.info(
+            "request",
+            method=request.method,
+            route=request.url_rule.rule if request.url_rule else None,
+            status=resp.status_code,
+            run_id=args.get("run_id"),
+            node_id=args.get("node_id"),
+            ms=round((time.monotonic() - g.get("started", time.monotonic())) * 1000, 1),
+        )
         return resp
 
     return app
