@@ -79,7 +79,9 @@ class SchemaGuard:
         with self._lock:
             if self._ok or time.monotonic() - self._checked_at < 1.0:
                 if not self._ok:
-                    raise Unavailable("database schema is not this Mediator's: run `mediator db upgrade`")
+                    raise Unavailable(
+                        "database schema is not this Mediator's: run `mediator db upgrade`"
+                    )
                 return
             self._checked_at = time.monotonic()
             problem = schema_problem(self.context.db.engine)

@@ -89,7 +89,10 @@ def serve(ctx: click.Context, host: str, port: int) -> None:
     startup(app)
     stop = threading.Event()
     reaper = threading.Thread(
-        target=run_reaper, args=(app.extensions["mediator"], stop), name="mediator-reaper", daemon=True
+        target=run_reaper,
+        args=(app.extensions["mediator"], stop),
+        name="mediator-reaper",
+        daemon=True,
     )
     reaper.start()
     click.echo(f"mediator serving on http://{host}:{port}", err=True)
@@ -156,7 +159,10 @@ def run_example(base_url: str, token: str, echo: Any = click.echo) -> None:
         ("board-1", [{"capability": "board", "attrs": {"soc": "imx8mp"}}]),
         ("host-1", [{"capability": "agent.reason", "attrs": {}}]),
     ):
-        show(f"node {node} advertises", *call("POST", "/v1/nodes", {"node_id": node, "capabilities": caps}))
+        show(
+            f"node {node} advertises",
+            *call("POST", "/v1/nodes", {"node_id": node, "capabilities": caps}),
+        )
 
     def boot(run_id: str) -> dict[str, Any]:
         return {
@@ -181,7 +187,17 @@ def run_example(base_url: str, token: str, echo: Any = click.echo) -> None:
     show("submit for a board the fleet lacks: rejected", *call("POST", "/v1/runs", impossible))
     show("cancel the first run: frees the board", *call("POST", "/v1/runs/kernel-4711-boot/cancel"))
     show("the queued run was promoted by that cancel", *call("GET", "/v1/runs/kernel-4712-boot"))
-    show("board-1 heartbeats and sees its lease", *call("POST", "/v1/nodes", {"node_id": "board-1", "capabilities": [{"capability": "board", "attrs": {"soc": "imx8mp"}}]}))
+    show(
+        "board-1 heartbeats and sees its lease",
+        *call(
+            "POST",
+            "/v1/nodes",
+            {
+                "node_id": "board-1",
+                "capabilities": [{"capability": "board", "attrs": {"soc": "imx8mp"}}],
+            },
+        ),
+    )
     show("runs", *call("GET", "/v1/runs"))
 
 
@@ -224,7 +240,9 @@ def example(ctx: click.Context, port: int, keep_serving: bool) -> None:
         click.echo(f"mediator serving on {base} (records in {records})", err=True)
         run_example(base, overrides["token"])
         if keep_serving:
-            click.echo(f"\nstill serving on {base}; token {overrides['token']!r}; Ctrl-C stops", err=True)
+            click.echo(
+                f"\nstill serving on {base}; token {overrides['token']!r}; Ctrl-C stops", err=True
+            )
             thread.join()
         server.shutdown()
         app.extensions["mediator"].close()

@@ -178,7 +178,9 @@ def to_sqlalchemy_url(url: str) -> str:
 def to_libpq_url(url: str) -> str:
     """The plain libpq form of a configured URL (for psycopg connections outside SQLAlchemy)."""
     scheme, rest = url.split("://", 1)
-    return "postgresql://" + rest if scheme.startswith("postgresql") or scheme == "postgres" else url
+    return (
+        "postgresql://" + rest if scheme.startswith("postgresql") or scheme == "postgres" else url
+    )
 
 
 def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

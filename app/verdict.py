@@ -78,7 +78,9 @@ def evaluate(
             )
             continue
         if not st.has_result or st.state == "SKIPPED":
-            checks.append({"step": st.id, "what": "ran", "want": "DONE", "got": st.state, "ok": False})
+            checks.append(
+                {"step": st.id, "what": "ran", "want": "DONE", "got": st.state, "ok": False}
+            )
             continue
         judged = False
         if "produced" in cond:
@@ -118,7 +120,13 @@ def evaluate(
             judged = True
         if not judged:
             checks.append(
-                {"step": st.id, "what": "ran", "want": "DONE", "got": st.state, "ok": st.state == "DONE"}
+                {
+                    "step": st.id,
+                    "what": "ran",
+                    "want": "DONE",
+                    "got": st.state,
+                    "ok": st.state == "DONE",
+                }
             )
     if conditioned and vacuous == conditioned:
         checks.append({"what": "any", "ok": False, "note": "every conditioned step was skipped"})

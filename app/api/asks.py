@@ -6,7 +6,7 @@ from typing import Any
 
 from flask import request
 
-from app.api.common import caller, ctx, make_blueprint, requires_role
+from app.api.common import caller, ctx, doc_json, make_blueprint, requires_role
 from app.api.results import _seq
 from app.api.schemas import AsksSchema, ErrorBodySchema, ResultReplySchema
 from app.services.asks import answer, list_asks
@@ -14,13 +14,9 @@ from app.services.asks import answer, list_asks
 blp = make_blueprint("asks", "People answer the questions steps ask")
 
 
-def _json(schema: type, description: str = "ok") -> dict[str, Any]:
-    return {"description": description, "content": {"application/json": {"schema": schema}}}
-
-
 @blp.route("/asks", methods=["GET"])
 @requires_role("answerer", "reader", "operator")
-@blp.doc(responses={"200": _json(AsksSchema)})
+@blp.doc(responses={"200": doc_json(AsksSchema)})
 def get_asks() -> dict[str, Any]:
     return list_asks(ctx(), caller())
 
@@ -29,11 +25,11 @@ def get_asks() -> dict[str, Any]:
 @requires_role("answerer", "operator")
 @blp.doc(
     responses={
-        "200": _json(ResultReplySchema),
-        "403": _json(ErrorBodySchema, "not an allowed answerer"),
-        "409": _json(ErrorBodySchema, "no open ask"),
-        "413": _json(ErrorBodySchema),
-        "422": _json(ErrorBodySchema, "schema violation"),
+        "200": doc_json(ResultReplySchema),
+        "403": doc_json(ErrorBodySchema, "not an allowed answerer"),
+        "409": doc_json(ErrorBodySchema, "no open ask"),
+        "413": doc_json(ErrorBodySchema),
+        "422": doc_json(ErrorBodySchema, "schema violation"),
     }
 )
 def post_answer(run_id: str, seq: str) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.api.common import caller, ctx, make_blueprint, requires_role
+from app.api.common import caller, ctx, doc_json, make_blueprint, requires_role
 from app.api.schemas import ErrorBodySchema, RunStateSchema
 from app.services.cancel import cancel_run
 
@@ -13,8 +13,8 @@ blp = make_blueprint("cancel", "Cancel queued or running runs")
 @requires_role("submitter", "operator")
 @blp.doc(
     responses={
-        "200": {"description": "cancelled, or already finished", "content": {"application/json": {"schema": RunStateSchema}}},
-        "404": {"description": "unknown run", "content": {"application/json": {"schema": ErrorBodySchema}}},
+        "200": doc_json(RunStateSchema, "cancelled, or already finished"),
+        "404": doc_json(ErrorBodySchema, "unknown run"),
     }
 )
 def post_cancel(run_id: str) -> dict[str, str]:

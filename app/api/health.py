@@ -22,7 +22,10 @@ def readyz() -> tuple[dict[str, Any], int]:
     try:
         problem = schema_problem(ctx().db.engine)
     except Exception as exc:  # unreachable database: not ready, and say why without secrets
-        return {"status": "unavailable", "reason": f"database unreachable ({type(exc).__name__})"}, 503
+        return {
+            "status": "unavailable",
+            "reason": f"database unreachable ({type(exc).__name__})",
+        }, 503
     if problem:
         return {"status": "unavailable", "reason": problem}, 503
     return {"status": "ready"}, 200

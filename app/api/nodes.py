@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.api.common import caller, ctx, make_blueprint, requires_role
+from app.api.common import caller, ctx, doc_json, make_blueprint, requires_role
 from app.api.schemas import AdvertReplySchema, ErrorBodySchema, NodeAdvertSchema
 from app.services.nodes import advertise
 
@@ -16,8 +16,8 @@ blp = make_blueprint("nodes", "Node agents advertise what they can do")
 @blp.arguments(NodeAdvertSchema)
 @blp.doc(
     responses={
-        "200": {"description": "the node's leases", "content": {"application/json": {"schema": AdvertReplySchema}}},
-        "400": {"description": "bad body", "content": {"application/json": {"schema": ErrorBodySchema}}},
+        "200": doc_json(AdvertReplySchema, "the node's leases"),
+        "400": doc_json(ErrorBodySchema, "bad body"),
     }
 )
 def post_advert(body: dict[str, Any]) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from typing import Any
 
 from flask import request
 
-from app.api.common import ctx, make_blueprint
+from app.api.common import ctx, doc_json, make_blueprint
 from app.api.schemas import (
     CapabilitiesSchema,
     ErrorBodySchema,
@@ -26,18 +26,16 @@ blp = make_blueprint("observe", "Read runs, nodes and capabilities")
 MAX_LIMIT = 1000
 
 
-def _json(schema: type, description: str = "ok") -> dict[str, Any]:
-    return {"description": description, "content": {"application/json": {"schema": schema}}}
-
-
 @blp.route("/runs/<run_id>", methods=["GET"])
-@blp.doc(responses={"200": _json(RunViewSchema), "404": _json(ErrorBodySchema, "unknown run")})
+@blp.doc(
+    responses={"200": doc_json(RunViewSchema), "404": doc_json(ErrorBodySchema, "unknown run")}
+)
 def get_run(run_id: str) -> dict[str, Any]:
     return run_view(ctx(), run_id)
 
 
 @blp.route("/runs/<run_id>/events", methods=["GET"])
-@blp.doc(responses={"200": _json(EventsSchema), "404": _json(ErrorBodySchema, "unknown run")})
+@blp.doc(responses={"200": doc_json(EventsSchema), "404": doc_json(ErrorBodySchema, "unknown run")})
 def get_events(run_id: str) -> dict[str, Any]:
     return events_of(ctx(), run_id)
 
@@ -57,7 +55,7 @@ def _limit(text: str | None) -> int:
 @blp.route("/runs", methods=["GET"])
 @blp.doc(
     parameters=[{"in": "query", "schema": RunListQuerySchema}],
-    responses={"200": _json(RunListSchema), "400": _json(ErrorBodySchema, "bad filter")},
+    responses={"200": doc_json(RunListSchema), "400": doc_json(ErrorBodySchema, "bad filter")},
 )
 def get_runs() -> dict[str, Any]:
     args = request.args
@@ -80,7 +78,9 @@ def get_runs() -> dict[str, Any]:
                 f"before must be the cursor <created_at>,<run_id>, got {args['before']!r}"
             ) from None
         if not run_id:
-            raise BadRequest(f"before must be the cursor <created_at>,<run_id>, got {args['before']!r}")
+            raise BadRequest(
+                f"before must be the cursor <created_at>,<run_id>, got {args['before']!r}"
+            )
     return runs_list(
         ctx(),
         state=state,
@@ -92,14 +92,21 @@ def get_runs() -> dict[str, Any]:
 
 
 @blp.route("/nodes", methods=["GET"])
-@blp.doc(responses={"200": _json(NodeListSchema), "400": _json(ErrorBodySchema, "any query parameter")})
+@blp.doc(
+    responses={
+        "200": doc_json(NodeListSchema),
+        "400": doc_json(ErrorBodySchema, "any query parameter"),
+    }
+)
 def get_nodes() -> dict[str, Any]:
     if request.args:
-        raise BadRequest(f"GET /v1/nodes takes no query parameters, got {sorted(request.args)[0]!r}")
+        raise BadRequest(
+            f"GET /v1/nodes takes no query parameters, got {sorted(request.args)[0]!r}"
+        )
     return nodes_list(ctx())
 
 
 @blp.route("/capabilities", methods=["GET"])
-@blp.doc(responses={"200": _json(CapabilitiesSchema)})
+@blp.doc(responses={"200": doc_json(CapabilitiesSchema)})
 def get_capabilities() -> dict[str, Any]:
     return capabilities(ctx())

@@ -6,17 +6,13 @@ from typing import Any
 
 from flask import Response, request
 
-from app.api.common import caller, ctx, make_blueprint, requires_node, requires_role
+from app.api.common import caller, ctx, doc_json, make_blueprint, requires_node, requires_role
 from app.api.schemas import ClaimSchema, ErrorBodySchema, ResultReplySchema, ResultSchema
 from app.errors import BadRequest
 from app.services.records import append_log, get_blob, put_blob, read_log
 from app.services.results import claim, report_result
 
 blp = make_blueprint("results", "Node agents claim steps and report what they did")
-
-
-def _json(schema: type, description: str = "ok") -> dict[str, Any]:
-    return {"description": description, "content": {"application/json": {"schema": schema}}}
 
 
 def _seq(text: str) -> int:
@@ -33,7 +29,13 @@ def _blob_body() -> bytes:
 
 @blp.route("/nodes/<node_id>/claim", methods=["POST"])
 @requires_role("node", "operator")
-@blp.doc(responses={"200": _json(ClaimSchema), "204": {"description": "nothing to do"}, "503": _json(ErrorBodySchema)})
+@blp.doc(
+    responses={
+        "200": doc_json(ClaimSchema),
+        "204": {"description": "nothing to do"},
+        "503": doc_json(ErrorBodySchema),
+    }
+)
 def post_claim(node_id: str) -> Any:
     requires_node(node_id)
     wait = ctx().config["claim.long_poll_seconds"]
@@ -52,7 +54,12 @@ def post_claim(node_id: str) -> Any:
 @blp.route("/runs/<run_id>/steps/<seq>/result", methods=["POST"])
 @requires_role("node", "operator")
 @blp.arguments(ResultSchema)
-@blp.doc(responses={"200": _json(ResultReplySchema), "409": _json(ErrorBodySchema, "not claimed by that node")})
+@blp.doc(
+    responses={
+        "200": doc_json(ResultReplySchema),
+        "409": doc_json(ErrorBodySchema, "not claimed by that node"),
+    }
+)
 def post_result(body: dict[str, Any], run_id: str, seq: str) -> dict[str, Any]:
     requires_node(body["node"])
     return report_result(ctx(), run_id, _seq(seq), body)
@@ -60,7 +67,12 @@ def post_result(body: dict[str, Any], run_id: str, seq: str) -> dict[str, Any]:
 
 @blp.route("/runs/<run_id>/steps/<seq>/log", methods=["PUT"])
 @requires_role("node", "operator")
-@blp.doc(responses={"200": {"description": "appended; X-Enode-Log-Bytes is the total length"}, "410": _json(ErrorBodySchema)})
+@blp.doc(
+    responses={
+        "200": {"description": "appended; X-Enode-Log-Bytes is the total length"},
+        "410": doc_json(ErrorBodySchema),
+    }
+)
 def put_log(run_id: str, seq: str) -> Response:
     n = _seq(seq)
     total = append_log(ctx(), run_id, n, request.args.get("name") or "step", _blob_body(), caller())
@@ -70,7 +82,12 @@ def put_log(run_id: str, seq: str) -> Response:
 
 
 @blp.route("/runs/<run_id>/steps/<seq>/log", methods=["GET"])
-@blp.doc(responses={"200": {"description": "the log from ?from= (text)"}, "404": _json(ErrorBodySchema)})
+@blp.doc(
+    responses={
+        "200": {"description": "the log from ?from= (text)"},
+        "404": doc_json(ErrorBodySchema),
+    }
+)
 def get_log(run_id: str, seq: str) -> Response:
     n = _seq(seq)
     text = request.args.get("from", "0")
@@ -82,7 +99,13 @@ def get_log(run_id: str, seq: str) -> Response:
 
 @blp.route("/runs/<run_id>/steps/<seq>/blob/<name>", methods=["PUT"])
 @requires_role("node", "operator")
-@blp.doc(responses={"204": {"description": "stored"}, "413": _json(ErrorBodySchema), "422": _json(ErrorBodySchema)})
+@blp.doc(
+    responses={
+        "204": {"description": "stored"},
+        "413": doc_json(ErrorBodySchema),
+        "422": doc_json(ErrorBodySchema),
+    }
+)
 def put_blob_route(run_id: str, seq: str, name: str) -> Response:
     n = _seq(seq)
     put_blob(ctx(), run_id, n, name, _blob_body(), caller())
@@ -90,6 +113,11 @@ def put_blob_route(run_id: str, seq: str, name: str) -> Response:
 
 
 @blp.route("/runs/<run_id>/blob/<name>", methods=["GET"])
-@blp.doc(responses={"200": {"description": "the newest attempt of that name"}, "404": _json(ErrorBodySchema)})
+@blp.doc(
+    responses={
+        "200": {"description": "the newest attempt of that name"},
+        "404": doc_json(ErrorBodySchema),
+    }
+)
 def get_blob_route(run_id: str, name: str) -> Response:
     return Response(get_blob(ctx(), run_id, name), status=200, mimetype="application/octet-stream")

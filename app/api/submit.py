@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.api.common import caller, ctx, json_body, make_blueprint, requires_role
+from app.api.common import caller, ctx, doc_json, json_body, make_blueprint, requires_role
 from app.api.schemas import ContractSchema, DryRunSchema, ErrorBodySchema, RunViewSchema
 from app.services.submit import dry_run, submit_run
 
@@ -18,11 +18,11 @@ _CONTRACT_BODY = {"content": {"application/json": {"schema": ContractSchema}}, "
 @blp.doc(
     requestBody=_CONTRACT_BODY,
     responses={
-        "200": {"description": "run_id already known", "content": {"application/json": {"schema": RunViewSchema}}},
-        "201": {"description": "placed: RUNNING", "content": {"application/json": {"schema": RunViewSchema}}},
-        "202": {"description": "QUEUED", "content": {"application/json": {"schema": RunViewSchema}}},
-        "400": {"description": "invalid contract", "content": {"application/json": {"schema": ErrorBodySchema}}},
-        "422": {"description": "no candidate or width cap", "content": {"application/json": {"schema": ErrorBodySchema}}},
+        "200": doc_json(RunViewSchema, "run_id already known"),
+        "201": doc_json(RunViewSchema, "placed: RUNNING"),
+        "202": doc_json(RunViewSchema, "QUEUED"),
+        "400": doc_json(ErrorBodySchema, "invalid contract"),
+        "422": doc_json(ErrorBodySchema, "no candidate or width cap"),
     },
 )
 def post_run() -> tuple[dict[str, Any], int]:
@@ -35,8 +35,8 @@ def post_run() -> tuple[dict[str, Any], int]:
 @blp.doc(
     requestBody=_CONTRACT_BODY,
     responses={
-        "200": {"description": "DRY_RUN", "content": {"application/json": {"schema": DryRunSchema}}},
-        "422": {"description": "no candidate or width cap", "content": {"application/json": {"schema": ErrorBodySchema}}},
+        "200": doc_json(DryRunSchema, "DRY_RUN"),
+        "422": doc_json(ErrorBodySchema, "no candidate or width cap"),
     },
 )
 def post_dry_run() -> dict[str, Any]:

@@ -9,11 +9,11 @@ from app.errors import BadRequest, Conflict, Forbidden, PayloadTooLarge, Unproce
 from app.services.context import Caller, Context
 from app.services.execution import Picture
 from app.services.notify import AfterCommit
-from app.services.records import schema_violation
+from app.services.records import schema_violation, store_blob
 from app.services.results import complete_step, finish_reply
 from app.services.tx import retrying
 from app.states import ASKED, RUNNING
-from app.store.blobs import newest_blob, record_blob
+from app.store.blobs import newest_blob
 from app.store.runs import lock_run
 from app.store.steps import lock_steps, open_asks
 from app.wire import ts
@@ -83,17 +83,15 @@ def _answer(
             problem = schema_violation(schema, doc)
             if problem:
                 raise Unprocessable(problem)  # nothing stored; the ask stays open
-        digest = ctx.records.put_blob(run_id, seq, st.attempt, name, raw)
-        record_blob(
+        store_blob(
             s,
-            run_id=run_id,
-            seq=seq,
-            attempt=st.attempt,
-            name=name,
-            work_id=run.work_id,
+            ctx,
+            run,
+            seq,
+            st.attempt,
+            name,
+            raw,
             by=caller.by,
-            size=len(raw),
-            sha256=digest,
             schema_ok=True if schema is not None else None,
         )
         return complete_step(

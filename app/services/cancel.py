@@ -5,7 +5,7 @@ from __future__ import annotations
 from app.errors import Forbidden, NotFound
 from app.services.context import Caller, Context
 from app.services.notify import AfterCommit
-from app.services.settle import end_run_failed
+from app.services.settle import cancel_run_failed
 from app.services.tx import retrying
 from app.states import RUN_FINISHED
 from app.store.runs import lock_run
@@ -22,15 +22,7 @@ def _cancel(ctx: Context, run_id: str, caller: Caller) -> tuple[str, bool]:
         # Re-read under the lock: it may have been promoted, or have ended, a moment ago.
         if run.state in RUN_FINISHED:
             return run.state, False
-        note = f"cancelled by: {caller.by}"
-        end_run_failed(
-            s,
-            run,
-            checks=[{"what": "cancelled", "ok": False, "note": note}],
-            step_error=note,
-            cause=f"cancelled by {caller.by}",
-            by=caller.by,
-        )
+        cancel_run_failed(s, run, caller.by, f"cancelled by {caller.by}")
         return "FAILED", True
 
 

@@ -31,7 +31,7 @@ from app.states import (
     STEP_SETTLED,
     VERIFYING,
 )
-from app.store.blobs import accepted_blob_names, record_blob
+from app.store.blobs import accepted_blob_names
 from app.store.leases import Grant, delete_leases, insert_lease_if_free, run_not_after
 from app.store.nodes import live_adverts, unavailable_node_ids
 from app.store.runs import add_event, set_run_fields, set_run_state
@@ -68,21 +68,11 @@ def roles_of(run: Run) -> dict[str, list[str]]:
 def put_mediator_blob(
     s: Session, ctx: Context, run: Run, st: Step, name: str, doc: dict[str, Any]
 ) -> None:
-    """A blob the Mediator writes itself (an acquire step's outcome): Record file and ledger row."""
+    """A blob the Mediator writes itself (an acquire step's outcome)."""
+    from app.services.records import store_blob
+
     data = json.dumps(doc, sort_keys=True).encode()
-    digest = ctx.records.put_blob(run.run_id, st.seq, st.attempt, name, data)
-    record_blob(
-        s,
-        run_id=run.run_id,
-        seq=st.seq,
-        attempt=st.attempt,
-        name=name,
-        work_id=run.work_id,
-        by="mediator",
-        size=len(data),
-        sha256=digest,
-        schema_ok=None,
-    )
+    store_blob(s, ctx, run, st.seq, st.attempt, name, data, by="mediator", schema_ok=None)
 
 
 def _skip(s: Session, pic: Picture, step_id: str | None) -> None:
@@ -244,9 +234,7 @@ def release_roles(s: Session, pic: Picture, roles: list[str]) -> list[str]:
     current = roles_of(pic.run)
     kept = {n for role, nodes in current.items() if role not in roles for n in nodes}
     freeing = sorted({n for r in roles for n in current.get(r, []) if n not in kept})
-    assigned = [
-        dict(a, released=True) if a["as"] in roles else a for a in pic.run.assigned or []
-    ]
+    assigned = [dict(a, released=True) if a["as"] in roles else a for a in pic.run.assigned or []]
     set_run_fields(s, pic.run.run_id, assigned=assigned)
     pic.run.assigned = assigned
     return delete_leases(s, pic.run.run_id, freeing)

@@ -74,17 +74,7 @@ def _queue_explanation(s: Session, run: Run, view: dict[str, Any]) -> None:
 
 
 def render_run(s: Session, run: Run) -> dict[str, Any]:
-    view: dict[str, Any] = {
-        "run_id": run.run_id,
-        "state": run.state,
-        "created_at": ts(run.created_at),
-    }
-    if run.work_id:
-        view["work_id"] = run.work_id
-    if run.principal:
-        view["principal"] = run.principal
-    if run.ended_at:
-        view["ended_at"] = ts(run.ended_at)
+    view = run_summary(run)
     if run.assigned:
         labels = node_labels(s, sorted({n for a in run.assigned for n in a["nodes"]}))
         view["assigned"] = [

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
 
 from sqlalchemy import func, select
 
@@ -61,7 +63,9 @@ def _expire_ask(ctx: Context, run_id: str, seq: int, after: AfterCommit) -> bool
         now_expired = s.execute(select(st.ask_deadline <= func.now())).scalar_one()
         if not now_expired:
             return False
-        update_step(s, run_id, seq, [ASKED], state=FAILED, error="ask deadline passed", ended_at=func.now())
+        update_step(
+            s, run_id, seq, [ASKED], state=FAILED, error="ask deadline passed", ended_at=func.now()
+        )
         settle(s, pic, after)
         return True
 
@@ -121,6 +125,18 @@ def _queue_timeout(ctx: Context, run_id: str) -> bool:
         return True
 
 
+def _row_by_row(items: list[Any], handle: Callable[[Any], Any], what: str) -> int:
+    """Each candidate in its own transaction: one failing run never stops the pass. Returns the
+    sum of what the handler counted (True counts 1)."""
+    done = 0
+    for item in items:
+        try:
+            done += int(handle(item) or 0)
+        except Exception:
+            log.exception(f"reaper: {what} failed", item=str(item))
+    return done
+
+
 def reap_pass(ctx: Context, *, previous_failed: bool = False) -> PassReport:
     """One pass, in the order of SPEC §12."""
     report = PassReport()
@@ -145,54 +161,40 @@ def _pass(ctx: Context, report: PassReport, previous_failed: bool) -> None:
         if previous is not None and now - previous > window:
             # The Mediator was down: no node could renew. Give every lease the gap back first.
             report.extended = q.extend_leases(s, now - previous)
-            log.warning("reaper: outage grace", gap_s=round((now - previous).total_seconds()), leases=report.extended)
+            log.warning(
+                "reaper: outage grace",
+                gap_s=round((now - previous).total_seconds()),
+                leases=report.extended,
+            )
+    after = AfterCommit()
     with ctx.db.read() as s:
         asks = q.expired_asks(s)
-    after = AfterCommit()
-    for run_id, seq in asks:
-        try:
-            if _expire_ask(ctx, run_id, seq, after):
-                report.asks_expired += 1
-        except Exception:
-            log.exception("reaper: ask expiry failed", run_id=run_id)
+    report.asks_expired = _row_by_row(asks, lambda a: _expire_ask(ctx, *a, after), "ask expiry")
     with ctx.db.read() as s:
         expired = q.runs_with_expired_leases(s)
-    for run_id in expired:
-        try:
-            if _fail_expired(ctx, run_id, after):
-                report.lease_expired.append(run_id)
-        except Exception:
-            log.exception("reaper: lease expiry failed", run_id=run_id)
+    report.lease_expired = [
+        r
+        for r in expired
+        if _row_by_row([r], lambda r: _fail_expired(ctx, r, after), "lease expiry")
+    ]
     with ctx.db.read() as s:
         open_runs = q.open_steps_of_finished_runs(s)
-    for run_id in open_runs:
-        try:
-            report.steps_failed += _fail_open_steps(ctx, run_id)
-        except Exception:
-            log.exception("reaper: failing open steps failed", run_id=run_id)
+    report.steps_failed = _row_by_row(open_runs, lambda r: _fail_open_steps(ctx, r), "open steps")
     with ctx.db.read() as s:
         leased = q.leases_of_finished_runs(s)
-    for run_id in leased:
-        try:
-            report.leases_deleted += _delete_finished_leases(ctx, run_id)
-        except Exception:
-            log.exception("reaper: lease cleanup failed", run_id=run_id)
+    report.leases_deleted = _row_by_row(
+        leased, lambda r: _delete_finished_leases(ctx, r), "lease cleanup"
+    )
     with ctx.db.read() as s:
         verifying = q.verifying_runs(s)
         timed_out = timed_out_queued(s)
-    for run_id in verifying:
-        try:
-            complete_verdict(ctx, run_id, after)
-            report.verdicts += 1
-        except Exception:
-            log.exception("reaper: verdict failed", run_id=run_id)
-    for run_id in timed_out:
-        try:
-            if _queue_timeout(ctx, run_id):
-                report.queue_timeouts.append(run_id)
-                after.ended.append(run_id)
-        except Exception:
-            log.exception("reaper: queue timeout failed", run_id=run_id)
+    report.verdicts = _row_by_row(
+        verifying, lambda r: complete_verdict(ctx, r, after) or 1, "verdict"
+    )
+    report.queue_timeouts = [
+        r for r in timed_out if _row_by_row([r], lambda r: _queue_timeout(ctx, r), "queue timeout")
+    ]
+    after.ended += report.queue_timeouts
     # The wake of step 6 happens once, below; ``finish`` must not wake a second time.
     causes = list(after.wake_causes)
     finish(ctx, after, wake=False)

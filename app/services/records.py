@@ -66,10 +66,36 @@ def schema_violation(schema: dict[str, Any], doc: Any) -> str | None:
     return f"schema violation: {path}: {err.message}"
 
 
-@retrying
-def put_blob(
-    ctx: Context, run_id: str, seq: int, name: str, data: bytes, caller: Caller
+def store_blob(
+    s: Any,
+    ctx: Context,
+    run: Run,
+    seq: int,
+    attempt: int,
+    name: str,
+    data: bytes,
+    *,
+    by: str | None,
+    schema_ok: bool | None,
 ) -> None:
+    """The file in the Record (atomic) and its ledger row, in the caller's transaction."""
+    digest = ctx.records.put_blob(run.run_id, seq, attempt, name, data)
+    record_blob(
+        s,
+        run_id=run.run_id,
+        seq=seq,
+        attempt=attempt,
+        name=name,
+        work_id=run.work_id,
+        by=by,
+        size=len(data),
+        sha256=digest,
+        schema_ok=schema_ok,
+    )
+
+
+@retrying
+def put_blob(ctx: Context, run_id: str, seq: int, name: str, data: bytes, caller: Caller) -> None:
     """Validate against the step's schema first (422, nothing stored), then write the file
     atomically and its ledger row (SPEC §11)."""
     with ctx.db.read() as s:
@@ -91,19 +117,7 @@ def put_blob(
             raise Unprocessable(problem)
         schema_ok = True
     with ctx.db.begin() as s:
-        digest = ctx.records.put_blob(run_id, seq, step.attempt, name, data)
-        record_blob(
-            s,
-            run_id=run_id,
-            seq=seq,
-            attempt=step.attempt,
-            name=name,
-            work_id=run.work_id,
-            by=step.node_id,
-            size=len(data),
-            sha256=digest,
-            schema_ok=schema_ok,
-        )
+        store_blob(s, ctx, run, seq, step.attempt, name, data, by=step.node_id, schema_ok=schema_ok)
 
 
 def get_blob(ctx: Context, run_id: str, name: str) -> bytes:
@@ -162,7 +176,13 @@ def seal_run(ctx: Context, run_id: str) -> bool:
             steps = steps_of(s, run_id)
             labels = node_labels(s, sorted({st.node_id for st in steps if st.node_id}))
             events = [
-                {"at": ts(e.at), "from": e.from_state, "to": e.to_state, "cause": e.cause, "by": e.by}
+                {
+                    "at": ts(e.at),
+                    "from": e.from_state,
+                    "to": e.to_state,
+                    "cause": e.cause,
+                    "by": e.by,
+                }
                 for e in run_events(s, run_id)
             ]
         docs = [(st.seq, st.step_id, step_document(st, labels)) for st in steps]

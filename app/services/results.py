@@ -21,7 +21,7 @@ from app.services.execution import (
 )
 from app.services.notify import AfterCommit, notify_claimable, post_webhook
 from app.services.queue import wake_after_commit
-from app.services.settle import end_run_failed
+from app.services.settle import cancel_run_failed
 from app.services.tx import retrying
 from app.states import CLAIMED, DONE, FAILED, PENDING, RUN_FINISHED, RUNNING, SKIPPED, VERIFYING
 from app.store.blobs import accepted_blob_names, newest_blob
@@ -44,8 +44,12 @@ def complete_verdict(ctx: Context, run_id: str, after: AfterCommit) -> None:
         if run is None or run.state != VERIFYING:
             return
         steps = lock_steps(s, run_id)
-        verdict = evaluate(run.contract.get("success_when") or [], step_facts(s, run, steps), live_adverts(s))
-        if not finish_run(s, run_id, from_states=[VERIFYING], state=verdict["state"], verdict=verdict):
+        verdict = evaluate(
+            run.contract.get("success_when") or [], step_facts(s, run, steps), live_adverts(s)
+        )
+        if not finish_run(
+            s, run_id, from_states=[VERIFYING], state=verdict["state"], verdict=verdict
+        ):
             return
         freed = delete_leases_of_run(s, run_id)
         add_event(s, run_id, VERIFYING, verdict["state"], "verdict", None)
@@ -82,7 +86,9 @@ def announce_end(ctx: Context, run_id: str) -> None:
     with ctx.db.read() as s:
         run = get_run(s, run_id)
     if run is not None:
-        post_webhook(url, {"event": "run", "run_id": run_id, "state": run.state, "verdict": run.verdict})
+        post_webhook(
+            url, {"event": "run", "run_id": run_id, "state": run.state, "verdict": run.verdict}
+        )
 
 
 # ---------------------------------------------------------------- claim
@@ -155,7 +161,9 @@ def claim_once(ctx: Context, node_id: str, instance: str | None) -> dict[str, An
     return claim_body(ctx, step, node_id)
 
 
-def claim(ctx: Context, node_id: str, instance: str | None, wait_seconds: float) -> dict[str, Any] | None:
+def claim(
+    ctx: Context, node_id: str, instance: str | None, wait_seconds: float
+) -> dict[str, Any] | None:
     """Long poll: no connection is held while waiting; the process's LISTEN thread wakes this
     request when a step may have become claimable on this node, and a slow re-check
     (``claim.recheck_seconds``) covers a lost notification."""
@@ -185,7 +193,9 @@ def _until_met(until: dict[str, Any], exit_code: int | None, produced: set[str])
     return all(n in produced for n in until.get("produced") or [])
 
 
-def _rollback(pic: Picture, st: Any, exit_code: int | None, error: str | None, produced: set[str]) -> tuple[list[int], list[Any]]:
+def _rollback(
+    pic: Picture, st: Any, exit_code: int | None, error: str | None, produced: set[str]
+) -> tuple[list[int], list[Any]]:
     """The rollback check, before any effect (SPEC §8.1). Returns the seqs to reset (empty: no
     rollback) and the steps whose attempts ran out (marked ``exhausted`` for the verdict)."""
     exhausted = []
@@ -288,15 +298,7 @@ def complete_step(
     advance(s, ctx, pic, after)
     settle(s, pic, after)
     if node is not None and run.state == RUNNING and _drain_of(s, node) == "at-boundary":
-        note = f"cancelled by: drain:{node}"
-        end_run_failed(
-            s,
-            run,
-            checks=[{"what": "cancelled", "ok": False, "note": note}],
-            step_error=note,
-            cause=f"drain:{node}",
-            by=f"drain:{node}",
-        )
+        cancel_run_failed(s, run, f"drain:{node}", f"drain:{node}")
         run.state = FAILED
         after.ended.append(run.run_id)
     # Wake even while the run goes on (SPEC §7 wake point 1): the step may have freed a node.

@@ -47,3 +47,17 @@ def step_did_not_complete(step_id: str) -> dict[str, Any]:
         "ok": False,
         "note": "a step did not complete",
     }
+
+
+def cancel_run_failed(s: Session, run: Run, by: str, cause: str) -> list[str]:
+    """A cancelled run is FAILED with the verdict note ``cancelled by: <by>`` (SPEC §9, and the
+    at-boundary drain of SPEC §8 with ``drain:<node>``)."""
+    note = f"cancelled by: {by}"
+    return end_run_failed(
+        s,
+        run,
+        checks=[{"what": "cancelled", "ok": False, "note": note}],
+        step_error=note,
+        cause=cause,
+        by=by,
+    )

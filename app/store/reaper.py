@@ -34,7 +34,9 @@ def extend_leases(s: Session, gap: timedelta) -> int:
     window to re-advertise after the Mediator was down."""
     result = s.execute(
         update(Lease)
-        .where(select(Run.run_id).where(Run.run_id == Lease.run_id, Run.state.in_(RUN_ALIVE)).exists())
+        .where(
+            select(Run.run_id).where(Run.run_id == Lease.run_id, Run.state.in_(RUN_ALIVE)).exists()
+        )
         .values(not_after=Lease.not_after + gap)
     )
     return result.rowcount or 0
