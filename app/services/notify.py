@@ -80,6 +80,25 @@ class AfterCommit:
     def wake(self, cause: str) -> None:
         self.wake_causes.append(cause)
 
+    def snapshot(self) -> tuple[Any, ...]:
+        return (
+            set(self.claim_nodes),
+            list(self.asks),
+            list(self.wake_causes),
+            list(self.verifying),
+            list(self.ended),
+        )
+
+    def restore(self, snap: tuple[Any, ...]) -> None:
+        """Forget what a rolled-back attempt recorded (a retried transaction starts clean)."""
+        self.claim_nodes, self.asks, self.wake_causes, self.verifying, self.ended = (
+            set(snap[0]),
+            list(snap[1]),
+            list(snap[2]),
+            list(snap[3]),
+            list(snap[4]),
+        )
+
     def merge(self, other: AfterCommit) -> None:
         self.claim_nodes |= other.claim_nodes
         self.asks += other.asks

@@ -28,10 +28,17 @@ def retrying(fn: Callable[P, T]) -> Callable[P, T]:
 
     @functools.wraps(fn)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+        from app.services.notify import AfterCommit
+
+        # What a rolled-back attempt left for after commit must not survive into the retry.
+        pending = [a for a in (*args, *kwargs.values()) if isinstance(a, AfterCommit)]
+        snapshots = [a.snapshot() for a in pending]
         for attempt in range(RETRIES + 1):
             try:
                 return fn(*args, **kwargs)
             except DBAPIError as exc:
+                for a, snap in zip(pending, snapshots, strict=True):
+                    a.restore(snap)
                 if sqlstate(exc) not in RETRYABLE or attempt == RETRIES:
                     raise
                 log.info("transaction retried", function=fn.__name__, sqlstate=sqlstate(exc))
