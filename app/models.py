@@ -43,6 +43,10 @@ def _in(column: str, values: tuple[str, ...]) -> str:
     return f"{column} IN ({', '.join(repr(v) for v in values)})"
 
 
+# Python None is SQL NULL, not the JSON value null, so `IS NULL` finds it.
+NULLABLE_JSONB = JSONB(none_as_null=True)
+
+
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING)
     type_annotation_map = {datetime: DateTime(timezone=True), dict[str, Any]: JSONB, Any: JSONB}
@@ -78,9 +82,9 @@ class Run(Base):
     requires: Mapped[Any] = mapped_column(JSONB)
     # SPEC §7: a hash of the normalised requires, so a wake scan looks at the oldest run of each shape.
     requires_key: Mapped[str] = mapped_column(Text)
-    assigned: Mapped[Any | None] = mapped_column(JSONB)
-    reject: Mapped[Any | None] = mapped_column(JSONB)
-    verdict: Mapped[Any | None] = mapped_column(JSONB)
+    assigned: Mapped[Any | None] = mapped_column(NULLABLE_JSONB)
+    reject: Mapped[Any | None] = mapped_column(NULLABLE_JSONB)
+    verdict: Mapped[Any | None] = mapped_column(NULLABLE_JSONB)
     warnings: Mapped[Any] = mapped_column(JSONB, server_default=text("'[]'::jsonb"))
     ledger_scope: Mapped[str] = mapped_column(Text, server_default=text("'run'"))
     queue_timeout_seconds: Mapped[int | None] = mapped_column(Integer)
@@ -133,9 +137,9 @@ class Step(Base):
     claimed_instance: Mapped[str | None] = mapped_column(Text)
     envelope_key: Mapped[str | None] = mapped_column(Text)
     exit_code: Mapped[int | None] = mapped_column(Integer)
-    produced: Mapped[Any | None] = mapped_column(JSONB)
+    produced: Mapped[Any | None] = mapped_column(NULLABLE_JSONB)
     error: Mapped[str | None] = mapped_column(Text)
-    result: Mapped[Any | None] = mapped_column(JSONB)
+    result: Mapped[Any | None] = mapped_column(NULLABLE_JSONB)
     chosen: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
     answered_by: Mapped[str | None] = mapped_column(Text)
     asked_at: Mapped[datetime | None] = mapped_column()
