@@ -101,7 +101,7 @@ def create_app(config: Config | Mapping[str, Any] | None = None) -> Flask:
     else:
         cfg = load_config(env={}, overrides=config)
     configure_logging(cfg["log.format"], cfg["log.level"])
-    app = Flask("mediator")
+    app = Flask("mediator", static_folder=None)
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.config.update(
         API_TITLE="Mediator",

@@ -27,13 +27,14 @@ def end_run_failed(
     Returns the freed nodes: the caller wakes the queue after commit. Guarded by the run state, so
     a run that ended meanwhile is left as it is (returns [])."""
     verdict = {"state": FAILED, "checks": checks}
+    previous = run.state  # the guarded UPDATE refreshes the ORM object
     if not finish_run(
         s, run.run_id, from_states=RUN_ALIVE, state=FAILED, verdict=verdict, reject=reject
     ):
         return []
     fail_open_steps(s, run.run_id, step_error)
     freed = delete_leases_of_run(s, run.run_id)
-    add_event(s, run.run_id, run.state, FAILED, cause, by)
+    add_event(s, run.run_id, previous, FAILED, cause, by)
     return freed
 
 

@@ -59,11 +59,11 @@ def test_a_two_step_run_goes_from_submit_to_a_sealed_record(client, sql):
     assert client.put("/v1/runs/kernel-1/steps/1/log", data=b"late").status_code == 410
     resp = client.get("/v1/runs/kernel-1/record")
     assert resp.status_code == 200 and resp.mimetype == "application/x-tar"
-    tar = tarfile.open(fileobj=io.BytesIO(resp.data))
-    names = set(tar.getnames())
-    assert {"run-kernel-1/verdict.json", "run-kernel-1/SHA256SUMS", "run-kernel-1/manifest.json"} <= names
-    assert tar.extractfile("run-kernel-1/blobs/02.1-result.json").read() == b'{"ok": true}'
-    assert tar.extractfile("run-kernel-1/logs/01-step.log").read() == b"flashing\n"
+    with tarfile.open(fileobj=io.BytesIO(resp.data)) as tar:
+        names = set(tar.getnames())
+        assert {"run-kernel-1/verdict.json", "run-kernel-1/SHA256SUMS", "run-kernel-1/manifest.json"} <= names
+        assert tar.extractfile("run-kernel-1/blobs/02.1-result.json").read() == b'{"ok": true}'
+        assert tar.extractfile("run-kernel-1/logs/01-step.log").read() == b"flashing\n"
     ledger = client.get("/v1/runs/kernel-1/ledger").get_json()["entries"]
     assert [(e["seq"], e["name"], e["bytes"], e.get("schema_ok")) for e in ledger] == [
         (2, "result.json", 12, True)
