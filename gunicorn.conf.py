@@ -10,7 +10,8 @@ import os
 bind = os.environ.get("MEDIATOR_BIND", "127.0.0.1:8080")
 workers = int(os.environ.get("MEDIATOR_WORKERS", "4"))
 worker_class = "gthread"
-threads = int(os.environ.get("MEDIATOR_THREADS", "64"))
+# 4 x 160 threads: 500 claims waiting in long poll (SPEC §16) with room for other requests.
+threads = int(os.environ.get("MEDIATOR_THREADS", "160"))
 # Above the long-poll window (claim.long_poll_seconds, 30 s by default).
 timeout = int(os.environ.get("MEDIATOR_WORKER_TIMEOUT", "90"))
 graceful_timeout = 30
