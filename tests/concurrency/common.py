@@ -1,0 +1,195 @@
+"""Shared pieces of the concurrency tests: several apps on one fresh database (each app is what one
+gunicorn worker process has: its own pool and its own scan-gate connection), threads released
+together at a Barrier, and invariant checks read straight from the tables.
+
+Nothing here mocks the database or the clock: every thread commits for real on its own
+connection, and "time passes" only by SQL on the database's own timestamps.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+from sqlalchemy import text
+
+from app import create_app
+from app.contract.types import role_from_wire
+from app.devdb import libpq_url
+from app.match import Reject, match
+from app.store.gate import SCANNING_LOCK, WAITING_LOCK
+from app.store.nodes import live_adverts, unavailable_node_ids
+from app.store.queue import QueuedRun
+from tests.conftest import TOKEN, make_config
+
+JOIN_TIMEOUT = 30.0
+
+
+class Apps:
+    """``n`` Mediator apps on one database, like ``n`` worker processes."""
+
+    def __init__(self, url: str, records: Any, n: int = 2, **keys: Any) -> None:
+        keys.setdefault("database.pool_size", 10)
+        self.records = records
+        self.apps = [create_app(make_config(url, records, **keys)) for _ in range(n)]
+
+    def __getitem__(self, i: int) -> Any:
+        return self.apps[i]
+
+    def ctx(self, i: int = 0) -> Any:
+        return self.apps[i].extensions["mediator"]
+
+    def client(self, i: int = 0) -> Any:
+        c = self.apps[i].test_client()
+        c.environ_base["HTTP_AUTHORIZATION"] = f"Bearer {TOKEN}"
+        return c
+
+    def close(self) -> None:
+        for a in self.apps:
+            a.extensions["mediator"].close()
+
+
+@contextmanager
+def apps_on(url: str, records: Any, n: int = 2, **keys: Any) -> Iterator[Apps]:
+    apps = Apps(url, records, n, **keys)
+    try:
+        yield apps
+    finally:
+        apps.close()
+
+
+@contextmanager
+def connect(url: str) -> Iterator[Any]:
+    """An operator's autocommit psycopg connection to the same database."""
+    with psycopg.connect(libpq_url(url), autocommit=True) as conn:
+        yield conn
+
+
+def race(*calls: Callable[[], Any], timeout: float = JOIN_TIMEOUT) -> list[Any]:
+    """Run each call in its own thread, released together by one Barrier; returns their results
+    in order and re-raises the first exception. A thread still running after ``timeout`` fails
+    the test (a hang is a defect, never a reason to wait longer)."""
+    barrier = threading.Barrier(len(calls))
+    results: list[Any] = [None] * len(calls)
+    errors: list[BaseException | None] = [None] * len(calls)
+
+    def body(i: int, fn: Callable[[], Any]) -> None:
+        try:
+            barrier.wait(timeout)
+            results[i] = fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the test thread below
+            errors[i] = exc
+
+    threads = [
+        threading.Thread(target=body, args=(i, fn), daemon=True) for i, fn in enumerate(calls)
+    ]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + timeout
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    hung = [t.name for t in threads if t.is_alive()]
+    assert not hung, f"threads still running after {timeout}s: {hung}"
+    for exc in errors:
+        if exc is not None:
+            raise exc
+    return results
+
+
+@contextmanager
+def waiting_lock_held(sql: Any) -> Iterator[None]:
+    """Hold the scan gate's *waiting* lock from an operator connection: every wake point then
+    skips its scan ("another scan is waiting", SPEC §7). Used only to build a starting picture
+    (a QUEUED run next to a free node) through the real API, without any scan promoting it."""
+    assert sql.execute("select pg_try_advisory_lock(%s)", (WAITING_LOCK,)).fetchone()[0]
+    try:
+        yield
+    finally:
+        sql.execute("select pg_advisory_unlock(%s)", (WAITING_LOCK,))
+
+
+@contextmanager
+def scanning_lock_held(sql: Any) -> Iterator[None]:
+    """Hold the gate's *scanning* lock: as if a scan of another process were running."""
+    sql.execute("select pg_advisory_lock(%s)", (SCANNING_LOCK,))
+    try:
+        yield
+    finally:
+        sql.execute("select pg_advisory_unlock(%s)", (SCANNING_LOCK,))
+
+
+def await_condition(check: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    """Wait for a state that only the database can show (a backend waiting on a lock): there is
+    no event to subscribe to across connections, so look at pg_locks / pg_stat_activity with a
+    bounded deadline."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for: {what}"
+        time.sleep(0.005)
+
+
+def lock_holders(sql: Any, key: int) -> int:
+    """Sessions holding the advisory lock ``key`` (granted)."""
+    return sql.execute(
+        "select count(*) from pg_locks where locktype = 'advisory' and granted"
+        " and ((classid::bigint << 32) | objid::bigint) = %s and database = "
+        "(select oid from pg_database where datname = current_database())",
+        (key,),
+    ).fetchone()[0]
+
+
+def lock_waiters(sql: Any, key: int) -> int:
+    return sql.execute(
+        "select count(*) from pg_locks where locktype = 'advisory' and not granted"
+        " and ((classid::bigint << 32) | objid::bigint) = %s and database = "
+        "(select oid from pg_database where datname = current_database())",
+        (key,),
+    ).fetchone()[0]
+
+
+def backends_waiting_on_locks(sql: Any, application_name: str = "mediator") -> int:
+    return sql.execute(
+        "select count(*) from pg_stat_activity where datname = current_database()"
+        " and application_name = %s and wait_event_type = 'Lock'",
+        (application_name,),
+    ).fetchone()[0]
+
+
+def queued_run(sql: Any, run_id: str) -> QueuedRun:
+    row = sql.execute(
+        "select run_id, created_at, requires_key, requires from runs where run_id = %s", (run_id,)
+    ).fetchone()
+    assert row is not None, run_id
+    return QueuedRun(*row)
+
+
+def states(sql: Any, run_ids: Sequence[str]) -> dict[str, str]:
+    rows = sql.execute(
+        "select run_id, state from runs where run_id = any(%s)", (list(run_ids),)
+    ).fetchall()
+    return dict(rows)
+
+
+def lease_runs(sql: Any, run_id: str) -> list[str]:
+    return [r[0] for r in sql.execute("select node_id from leases where run_id = %s", (run_id,))]
+
+
+def queued_runs_that_fit_free_nodes(ctx: Any) -> list[str]:
+    """SPEC §16 invariant: after the storm has quiesced, no QUEUED run whose requirements fit the
+    free live nodes (the matcher itself decides "fits")."""
+    with ctx.db.read() as s:
+        adverts = live_adverts(s)
+        unavailable = unavailable_node_ids(s)
+        rows = s.execute(
+            text("select run_id, requires from runs where state = 'QUEUED' order by created_at")
+        ).all()
+    left = []
+    for run_id, requires in rows:
+        roles = [role_from_wire(r) for r in requires]
+        if not isinstance(match(roles, adverts, unavailable), Reject):
+            left.append(run_id)
+    return left
