@@ -178,10 +178,10 @@ def live_server(fresh_db_url: str, tmp_path: Any, request: Any) -> Iterator[Live
     deadline = time.monotonic() + 30
     while True:
         try:
-            if requests.get(url + "/readyz", timeout=1).status_code == 200:
+            if requests.get(url + "/readyz", timeout=5).status_code == 200:
                 break
-        except requests.ConnectionError:
-            pass
+        except (requests.ConnectionError, requests.Timeout):
+            pass  # not listening yet, or a worker still starting on a busy machine
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
             raise RuntimeError((tmp_path / "gunicorn.log").read_text()[-3000:])
