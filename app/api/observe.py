@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from flask import request
@@ -43,10 +44,10 @@ def get_events(run_id: str) -> dict[str, Any]:
 def _limit(text: str | None) -> int:
     if text is None:
         return 100
-    try:
-        value = int(text)
-    except ValueError:
-        raise BadRequest(f"limit must be a positive integer, got {text!r}") from None
+    # ASCII digits only: int() would also take "1_000" and other scripts' digits.
+    if not re.fullmatch(r"[+-]?[0-9]{1,12}", text.strip()):
+        raise BadRequest(f"limit must be a positive integer, got {text!r}")
+    value = int(text)
     if value <= 0:
         raise BadRequest(f"limit must be a positive integer, got {text!r}")
     return min(value, MAX_LIMIT)

@@ -19,6 +19,8 @@ from app.config import Config, to_libpq_url
 from app.logs import log
 from app.services.notify import CLAIM_CHANNEL
 
+STOP_CHECK_SECONDS = 0.2
+
 
 class ClaimListener:
     def __init__(self, config: Config) -> None:
@@ -86,7 +88,9 @@ class ClaimListener:
                     backoff = 0.2
                     self.wake(None)  # anything notified while we were away: look again now
                     while not self._stop.is_set():
-                        for note in conn.notifies(timeout=1.0):
+                        # A short turn so close() (a worker shutting down) ends the thread
+                        # promptly; an idle turn costs no query.
+                        for note in conn.notifies(timeout=STOP_CHECK_SECONDS):
                             self._handle(note.payload)
             except Exception as exc:
                 self.connected.clear()
