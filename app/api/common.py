@@ -14,7 +14,7 @@ from flask_smorest import Blueprint
 from marshmallow import ValidationError
 from webargs.flaskparser import FlaskParser
 
-from app.contract import check_json_depth
+from app.contract import check_json_depth, check_no_nul
 from app.errors import BadRequest, Forbidden, Unauthorized
 from app.services.context import Caller, Context
 
@@ -69,9 +69,10 @@ class MediatorBlueprint(Blueprint):
     ARGUMENTS_PARSER = MediatorParser()
 
 
-def json_body() -> Any:
-    """The request body as JSON, bounded by ``max_body_bytes`` (413 over it) and by depth; a body
-    that is not JSON is a 400 (SPEC §2)."""
+def json_body(*, contract: bool = False) -> Any:
+    """The request body as JSON, bounded by ``max_body_bytes`` (413 over it) and by depth, with
+    no NUL in any string; a body that is not JSON is a 400 (SPEC §2). ``contract``: the contract
+    validation checks NUL itself, in its fixed order (SPEC §3)."""
     if "mediator_json" in g:
         return g.mediator_json
     request.max_content_length = ctx().config["max_body_bytes"]
@@ -81,6 +82,8 @@ def json_body() -> Any:
     except (ValueError, RecursionError):
         raise BadRequest("body is not valid JSON") from None
     check_json_depth(body)
+    if not contract:
+        check_no_nul(body)
     g.mediator_json = body
     return body
 
@@ -100,8 +103,8 @@ def authenticate() -> Caller:
     if not hmac.compare_digest(_token_digest(secret.strip()), _token_digest(legacy)):
         raise Unauthorized()
     principal = request.headers.get("X-Enode-Principal") or None
-    if principal is not None and len(principal) > 200:
-        raise BadRequest("X-Enode-Principal is longer than 200 characters")
+    if principal is not None and (len(principal) > 200 or "\x00" in principal):
+        raise BadRequest("X-Enode-Principal must be at most 200 characters, without NUL")
     return Caller(token_name="token", roles=ALL_ROLES, principal=principal)
 
 

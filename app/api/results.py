@@ -8,6 +8,7 @@ from flask import Response, request
 
 from app.api.common import caller, ctx, doc_json, make_blueprint, requires_node, requires_role
 from app.api.schemas import ClaimSchema, ErrorBodySchema, ResultReplySchema, ResultSchema
+from app.contract import is_valid_id
 from app.errors import BadRequest
 from app.services.records import append_log, get_blob, put_blob, read_log
 from app.services.results import claim, report_result
@@ -20,6 +21,14 @@ def _seq(text: str) -> int:
     if not text.isdigit() or int(text) <= 0 or len(text) > 9:
         raise BadRequest(f"seq must be a positive integer, got {text!r}")
     return int(text)
+
+
+def _log_name() -> str:
+    """``?name=`` of a log: one plain file-name segment, so it cannot leave the Record (SPEC §13)."""
+    name = request.args.get("name") or "step"
+    if not is_valid_id(name) or name in {".", ".."}:
+        raise BadRequest(f"name must be 1-200 characters of [A-Za-z0-9._:@-], got {name!r}")
+    return name
 
 
 def _blob_body() -> bytes:
@@ -38,6 +47,11 @@ def _blob_body() -> bytes:
 )
 def post_claim(node_id: str) -> Any:
     requires_node(node_id)
+    if not is_valid_id(node_id):  # node ids share the run_id grammar (SPEC §3, §13)
+        raise BadRequest(f"node_id must be 1-200 characters of [A-Za-z0-9._:@-], got {node_id!r}")
+    instance = request.headers.get("X-Enode-Instance") or None
+    if instance is not None and (len(instance) > 200 or "\x00" in instance):
+        raise BadRequest("X-Enode-Instance must be at most 200 characters, without NUL")
     wait = ctx().config["claim.long_poll_seconds"]
     asked = request.args.get("wait")
     if asked is not None:
@@ -45,7 +59,7 @@ def post_claim(node_id: str) -> Any:
             wait = min(wait, max(0.0, float(asked)))
         except ValueError:
             raise BadRequest(f"wait must be a number of seconds, got {asked!r}") from None
-    body = claim(ctx(), node_id, request.headers.get("X-Enode-Instance") or None, wait)
+    body = claim(ctx(), node_id, instance, wait)
     if body is None:
         return Response(status=204)
     return body
@@ -75,7 +89,7 @@ def post_result(body: dict[str, Any], run_id: str, seq: str) -> dict[str, Any]:
 )
 def put_log(run_id: str, seq: str) -> Response:
     n = _seq(seq)
-    total = append_log(ctx(), run_id, n, request.args.get("name") or "step", _blob_body(), caller())
+    total = append_log(ctx(), run_id, n, _log_name(), _blob_body(), caller())
     resp = Response(status=200)
     resp.headers["X-Enode-Log-Bytes"] = str(total)
     return resp
@@ -93,7 +107,7 @@ def get_log(run_id: str, seq: str) -> Response:
     text = request.args.get("from", "0")
     if not text.isdigit():
         raise BadRequest(f"from must be a byte offset, got {text!r}")
-    data = read_log(ctx(), run_id, n, request.args.get("name") or "step", int(text))
+    data = read_log(ctx(), run_id, n, _log_name(), int(text))
     return Response(data, status=200, mimetype="text/plain")
 
 

@@ -26,7 +26,7 @@ _CONTRACT_BODY = {"content": {"application/json": {"schema": ContractSchema}}, "
     },
 )
 def post_run() -> tuple[dict[str, Any], int]:
-    result = submit_run(ctx(), json_body(), caller())
+    result = submit_run(ctx(), json_body(contract=True), caller())
     return result.view, result.status
 
 
@@ -40,4 +40,4 @@ def post_run() -> tuple[dict[str, Any], int]:
     },
 )
 def post_dry_run() -> dict[str, Any]:
-    return dry_run(ctx(), json_body())
+    return dry_run(ctx(), json_body(contract=True))

@@ -3,6 +3,8 @@
 from app.contract.types import Contract, Role, StepDef
 from app.contract.validate import (
     check_json_depth,
+    check_no_nul,
+    is_valid_id,
     parse_duration,
     parse_requirement,
     requires_key,
@@ -14,6 +16,8 @@ __all__ = [
     "Role",
     "StepDef",
     "check_json_depth",
+    "check_no_nul",
+    "is_valid_id",
     "parse_duration",
     "parse_requirement",
     "requires_key",

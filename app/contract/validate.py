@@ -144,6 +144,7 @@ def validate_contract(doc: object, *, capabilities: Collection[str] = ()) -> Con
     conditions = _parse_success_when(document, by_id, known)
     ledger_scope = _parse_ledger(document)
     queue_timeout = _parse_queue(document)
+    check_no_nul(document)  # last: the rules above name NUL in the fields they know
 
     steps = tuple(
         StepDef(
@@ -219,6 +220,25 @@ def check_json_depth(obj: object, max_depth: int = MAX_DEPTH) -> None:
         stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
 
 
+def check_no_nul(obj: object) -> None:
+    """Raise ``BadRequest`` naming the field when a key or string holds a NUL character, which
+    no PostgreSQL text or jsonb value can store (SPEC §13: a 4xx, never a 500). Iterative, like
+    :func:`check_json_depth`, which bounds the depth first."""
+    stack: list[tuple[object, str]] = [(obj, "")]
+    while stack:
+        node, path = stack.pop()
+        if isinstance(node, str):
+            if "\x00" in node:
+                raise BadRequest(f"{path or 'body'}: a string may not contain a NUL character")
+        elif isinstance(node, dict):
+            for key, child in node.items():
+                if "\x00" in key:
+                    raise BadRequest(f"{path or 'body'}: a key may not contain a NUL character")
+                stack.append((child, f"{path}.{key}" if path else key))
+        elif isinstance(node, list):
+            stack.extend((child, f"{path}[{i}]") for i, child in enumerate(node))
+
+
 def parse_requirement(
     obj: object,
     path: str = "requirement",
@@ -255,6 +275,12 @@ def _a(kind: str) -> str:
 
 def _is_name(value: object) -> bool:
     return isinstance(value, str) and _NAME_RE.fullmatch(value) is not None
+
+
+def is_valid_id(value: str) -> bool:
+    """A run_id or node_id of SPEC §3 (1-200 of ``[A-Za-z0-9._:@-]``). An id from a URL that is
+    not one names nothing; a NUL byte would even be refused by PostgreSQL."""
+    return _is_name(value)
 
 
 def _check_int(value: object, path: str, minimum: int = MIN_INT) -> int:

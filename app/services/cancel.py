@@ -12,7 +12,7 @@ from app.store.runs import lock_run
 
 
 @retrying
-def _cancel(ctx: Context, run_id: str, caller: Caller) -> tuple[str, bool]:
+def _cancel(ctx: Context, run_id: str, caller: Caller, after: AfterCommit) -> str:
     with ctx.db.begin() as s:
         run = lock_run(s, run_id)
         if run is None:
@@ -21,9 +21,12 @@ def _cancel(ctx: Context, run_id: str, caller: Caller) -> tuple[str, bool]:
             raise Forbidden("a submitter may cancel only its own runs")
         # Re-read under the lock: it may have been promoted, or have ended, a moment ago.
         if run.state in RUN_FINISHED:
-            return run.state, False
-        cancel_run_failed(s, run, caller.by, f"cancelled by {caller.by}")
-        return "FAILED", True
+            return run.state
+        freed = cancel_run_failed(s, run, caller.by, f"cancelled by {caller.by}")
+        after.ended.append(run_id)
+        after.released(run_id, freed)
+        after.wake_anyway = f"cancel of {run_id}"
+        return "FAILED"
 
 
 def cancel_run(ctx: Context, run_id: str, caller: Caller) -> dict[str, str]:
@@ -31,9 +34,7 @@ def cancel_run(ctx: Context, run_id: str, caller: Caller) -> dict[str, str]:
     commit: wake the queue, seal the Record (SPEC §9)."""
     from app.services.results import finish
 
-    state, cancelled = _cancel(ctx, run_id, caller)
-    if cancelled:
-        after = AfterCommit(ended=[run_id])
-        after.wake(f"cancel of {run_id}")
-        finish(ctx, after)
+    after = AfterCommit()
+    state = _cancel(ctx, run_id, caller, after)
+    finish(ctx, after)
     return {"run_id": run_id, "state": state}

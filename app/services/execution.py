@@ -194,7 +194,7 @@ def settle(s: Session, pic: Picture, after: AfterCommit) -> None:
         )
         run.state = FAILED
         after.ended.append(run.run_id)
-        after.wake(f"run {run.run_id} ended" + (f", freed {', '.join(freed)}" if freed else ""))
+        after.released(run.run_id, freed)
         return
     if any(st.state in STEP_OPEN for st in pic.steps.values()):
         return

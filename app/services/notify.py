@@ -6,6 +6,7 @@ webhook may be slow, and a wake inside the freeing transaction would wait on its
 
 from __future__ import annotations
 
+import copy
 import json
 import threading
 import urllib.request
@@ -74,34 +75,30 @@ class AfterCommit:
     claim_nodes: set[str] = field(default_factory=set)
     asks: list[dict[str, Any]] = field(default_factory=list)
     wake_causes: list[str] = field(default_factory=list)
+    # A wake owed even when nothing named a freed node (SPEC §7 wake point 1: every accepted
+    # result); its cause is used only when no other cause was recorded.
+    wake_anyway: str | None = None
     verifying: list[str] = field(default_factory=list)  # runs to settle (VERIFYING committed)
     ended: list[str] = field(default_factory=list)  # runs to seal and announce
 
     def wake(self, cause: str) -> None:
         self.wake_causes.append(cause)
 
-    def snapshot(self) -> tuple[Any, ...]:
-        return (
-            set(self.claim_nodes),
-            list(self.asks),
-            list(self.wake_causes),
-            list(self.verifying),
-            list(self.ended),
-        )
+    def released(self, run_id: str, nodes: list[str]) -> None:
+        """The audit cause a promoted run inherits: ``released by <run>/<node>`` (SPEC §15)."""
+        if nodes:
+            self.wake("released by " + ", ".join(f"{run_id}/{n}" for n in nodes))
 
-    def restore(self, snap: tuple[Any, ...]) -> None:
+    def causes(self) -> list[str]:
+        """The distinct wake causes in order; the fallback when none was recorded."""
+        causes = list(dict.fromkeys(self.wake_causes))
+        if not causes and self.wake_anyway:
+            causes = [self.wake_anyway]
+        return causes
+
+    def snapshot(self) -> AfterCommit:
+        return copy.deepcopy(self)
+
+    def restore(self, snap: AfterCommit) -> None:
         """Forget what a rolled-back attempt recorded (a retried transaction starts clean)."""
-        self.claim_nodes, self.asks, self.wake_causes, self.verifying, self.ended = (
-            set(snap[0]),
-            list(snap[1]),
-            list(snap[2]),
-            list(snap[3]),
-            list(snap[4]),
-        )
-
-    def merge(self, other: AfterCommit) -> None:
-        self.claim_nodes |= other.claim_nodes
-        self.asks += other.asks
-        self.wake_causes += other.wake_causes
-        self.verifying += other.verifying
-        self.ended += other.ended
+        self.__dict__.update(copy.deepcopy(snap).__dict__)

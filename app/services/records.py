@@ -7,7 +7,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import jsonschema
-from sqlalchemy import func, update
 
 from app.errors import Gone, NotFound, NotSealed, Unprocessable
 from app.logs import log
@@ -17,7 +16,7 @@ from app.services.tx import retrying
 from app.states import RUN_FINISHED
 from app.store.blobs import blobs_of_runs, earlier_runs_of_work, newest_blob, record_blob
 from app.store.nodes import node_labels
-from app.store.runs import get_run, run_events
+from app.store.runs import get_run, mark_sealed, run_events
 from app.store.steps import get_step, steps_of
 from app.wire import ts
 
@@ -194,11 +193,7 @@ def seal_run(ctx: Context, run_id: str) -> bool:
             manifest_update={"state": run.state, "ended_at": ts(run.ended_at)},
         )
         with ctx.db.begin() as s:
-            s.execute(
-                update(Run)
-                .where(Run.run_id == run_id, Run.sealed_at.is_(None))
-                .values(sealed_at=func.now())
-            )
+            mark_sealed(s, run_id)
         return True
     except Exception:
         log.exception("sealing failed; the reaper retries", run_id=run_id)

@@ -54,7 +54,7 @@ def complete_verdict(ctx: Context, run_id: str, after: AfterCommit) -> None:
         freed = delete_leases_of_run(s, run_id)
         add_event(s, run_id, VERIFYING, verdict["state"], "verdict", None)
     after.ended.append(run_id)
-    after.wake(f"run {run_id} ended" + (f", freed {', '.join(freed)}" if freed else ""))
+    after.released(run_id, freed)
 
 
 def finish(ctx: Context, after: AfterCommit, *, wake: bool = True) -> None:
@@ -72,8 +72,9 @@ def finish(ctx: Context, after: AfterCommit, *, wake: bool = True) -> None:
     notify_claimable(ctx, after.claim_nodes)
     for event in after.asks:
         post_webhook(ctx.config["notify.asks_url"], event)
-    if wake and after.wake_causes:
-        wake_after_commit(ctx, "; ".join(dict.fromkeys(after.wake_causes)))
+    causes = after.causes()
+    if wake and causes:
+        wake_after_commit(ctx, "; ".join(causes))
     for run_id in dict.fromkeys(after.ended):
         seal_run(ctx, run_id)
         announce_end(ctx, run_id)
@@ -292,17 +293,16 @@ def complete_step(
     if st.state == DONE and st.spec.get("dispatch"):
         _dispatch(ctx, pic, st, s)
     if st.state == DONE and st.spec.get("release"):
-        freed = release_roles(s, pic, st.spec["release"])
-        if freed:
-            after.wake(f"released by {run.run_id}/{', '.join(freed)}")
+        after.released(run.run_id, release_roles(s, pic, st.spec["release"]))
     advance(s, ctx, pic, after)
     settle(s, pic, after)
     if node is not None and run.state == RUNNING and _drain_of(s, node) == "at-boundary":
-        cancel_run_failed(s, run, f"drain:{node}", f"drain:{node}")
+        after.released(run.run_id, cancel_run_failed(s, run, f"drain:{node}", f"drain:{node}"))
         run.state = FAILED
         after.ended.append(run.run_id)
-    # Wake even while the run goes on (SPEC §7 wake point 1): the step may have freed a node.
-    after.wake(f"released by {run.run_id}/{node or st.step_id}")
+    # Wake even while the run goes on (SPEC §7 wake point 1), also when nothing above named a
+    # freed node.
+    after.wake_anyway = f"result of {run.run_id}#{st.seq:02d}"
     return {
         "run_id": run.run_id,
         "seq": st.seq,

@@ -11,6 +11,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from app.contract import is_valid_id
 from app.contract.types import Contract
 from app.models import RUNS_PKEY, Run, RunEvent, WakeDebt
 from app.states import FAILED, QUEUED, RUN_ALIVE, RUNNING
@@ -18,12 +19,16 @@ from app.store import DuplicateRun, NotQueued, constraint_name
 
 
 def get_run(s: Session, run_id: str) -> Run | None:
+    if not is_valid_id(run_id):  # SPEC §13: names no run; 404, never a 500
+        return None
     return s.execute(select(Run).where(Run.run_id == run_id)).scalar_one_or_none()
 
 
 def lock_run(s: Session, run_id: str) -> Run | None:
     """``SELECT … FOR UPDATE`` of the run row: the first lock of every transaction that changes a
     run (SPEC §1 lock order); the state is re-read under the lock."""
+    if not is_valid_id(run_id):  # SPEC §13: names no run; 404, never a 500
+        return None
     return s.execute(
         select(Run)
         .where(Run.run_id == run_id)
@@ -220,3 +225,12 @@ def set_run_state(s: Session, run_id: str, from_states: Sequence[str], to_state:
 def set_run_fields(s: Session, run_id: str, **values: Any) -> None:
     """Fields that are not the state (``assigned`` after acquire/release); run row locked."""
     s.execute(update(Run).where(Run.run_id == run_id).values(**values))
+
+
+def mark_sealed(s: Session, run_id: str) -> None:
+    """``sealed_at`` once: the Record is written and read-only (SPEC §11); idempotent."""
+    s.execute(
+        update(Run)
+        .where(Run.run_id == run_id, Run.sealed_at.is_(None))
+        .values(sealed_at=func.now())
+    )

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from sqlalchemy import case, func, insert, select, update
 from sqlalchemy.orm import Session, aliased
 
+from app.contract import is_valid_id
 from app.contract.types import StepDef
 from app.models import Lease, Run, Step
 from app.states import ASKED, CLAIMED, DONE, FAILED, PENDING, RUNNING, SKIPPED, STEP_OPEN
@@ -232,6 +233,8 @@ def open_asks(s: Session) -> list[tuple[Step, Run]]:
 
 
 def get_step(s: Session, run_id: str, seq: int) -> Step | None:
+    if not is_valid_id(run_id):
+        return None
     return s.execute(
         select(Step).where(Step.run_id == run_id, Step.seq == seq)
     ).scalar_one_or_none()

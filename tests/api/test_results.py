@@ -1,0 +1,552 @@
+"""Results (SPEC §8 "Result"): step state transitions through the HTTP API, the 409 for anything
+not claimed by the reporting node, lease-nonce fencing, the wakes a result makes (SPEC §7 wake
+point 1), the at-boundary drain (SPEC §4) and the run view of steps (SPEC §14).
+
+The helpers at the top are shared with ``test_step_kinds.py`` and ``test_verdict.py``."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from psycopg.rows import dict_row
+
+from app import create_app
+from tests.conftest import make_config
+from tests.helpers import advertise, cap, contract, role, submit
+
+DID_NOT_COMPLETE = "a step did not complete"
+
+
+# ---------------------------------------------------------------- fixtures
+
+# One app per module instead of one per test: closing an app that has served a claim waits up to
+# a second for its LISTEN thread, and nearly every test here claims. Each test still starts from
+# empty tables (``db_url``) and an empty Record store. A module may override ``module_config``.
+
+
+def empty_records(root: Path) -> None:
+    """Remove every Record, sealed ones included (files 0444, directories 0555)."""
+    if not root.exists():
+        return
+    for here, dirs, _ in os.walk(root):
+        for d in dirs:
+            os.chmod(os.path.join(here, d), 0o755)
+    for entry in root.iterdir():
+        if entry.is_dir():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+
+
+@pytest.fixture(scope="module")
+def module_config() -> dict[str, Any]:
+    """Configuration keys for the module's app (override in a module)."""
+    return {}
+
+
+@pytest.fixture(scope="module")
+def module_app(
+    module_config: dict[str, Any], session_db: str, tmp_path_factory: Any
+) -> Iterator[Any]:
+    records = tmp_path_factory.mktemp("records")
+    application = create_app(make_config(session_db, records, **module_config))
+    try:
+        yield application
+    finally:
+        application.extensions["mediator"].close()
+
+
+@pytest.fixture
+def app(module_app: Any, db_url: str) -> Any:
+    empty_records(Path(module_app.extensions["mediator"].config["records.root"]))
+    return module_app
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def claim(client: Any, node: str, instance: str | None = None) -> dict[str, Any]:
+    """Claim the next step for ``node``; it must be there (200)."""
+    headers = {"X-Enode-Instance": instance} if instance else {}
+    resp = client.post(f"/v1/nodes/{node}/claim?wait=0", headers=headers)
+    assert resp.status_code == 200, (resp.status_code, resp.get_json())
+    return resp.get_json()
+
+
+def nothing_to_claim(client: Any, node: str) -> bool:
+    return client.post(f"/v1/nodes/{node}/claim?wait=0").status_code == 204
+
+
+def report(client: Any, run_id: str, seq: int, node: str, **body: Any) -> Any:
+    payload = {"node": node, "produced": [], **body}
+    return client.post(f"/v1/runs/{run_id}/steps/{seq}/result", json=payload)
+
+
+def done(client: Any, run_id: str, seq: int, node: str, **body: Any) -> dict[str, Any]:
+    """Claim-free report of a step already claimed, exit code 0 unless given; must be 200."""
+    body.setdefault("exit_code", 0)
+    resp = report(client, run_id, seq, node, **body)
+    assert resp.status_code == 200, resp.get_json()
+    return resp.get_json()
+
+
+def put_blob(client: Any, run_id: str, seq: int, name: str, data: bytes) -> int:
+    return client.put(f"/v1/runs/{run_id}/steps/{seq}/blob/{name}", data=data).status_code
+
+
+def rows(sql: Any, query: str, *args: Any) -> list[dict[str, Any]]:
+    return sql.cursor(row_factory=dict_row).execute(query, args).fetchall()
+
+
+def run_row(sql: Any, run_id: str) -> dict[str, Any]:
+    found = rows(sql, "select * from runs where run_id = %s", run_id)
+    assert len(found) == 1, run_id
+    return found[0]
+
+
+def step_rows(sql: Any, run_id: str) -> dict[str, dict[str, Any]]:
+    """step id -> its row."""
+    return {
+        r["step_id"]: r
+        for r in rows(sql, "select * from steps where run_id = %s order by seq", run_id)
+    }
+
+
+def states(sql: Any, run_id: str) -> dict[str, str]:
+    return {sid: r["state"] for sid, r in step_rows(sql, run_id).items()}
+
+
+def leases(sql: Any) -> list[tuple[str, str]]:
+    """(node_id, run_id) of every lease, by node."""
+    return [(r["node_id"], r["run_id"]) for r in rows(sql, "select * from leases order by node_id")]
+
+
+def transitions(sql: Any, run_id: str) -> list[tuple[str | None, str]]:
+    return [
+        (r["from_state"], r["to_state"])
+        for r in rows(sql, "select * from run_events where run_id = %s order by id", run_id)
+    ]
+
+
+def snapshot(sql: Any) -> tuple[Any, ...]:
+    """Every row that a result could change, to compare before and after a refused report."""
+    return (
+        rows(sql, "select * from runs order by run_id"),
+        rows(sql, "select * from steps order by run_id, seq"),
+        rows(sql, "select * from leases order by node_id"),
+        rows(sql, "select * from run_events order by id"),
+        rows(sql, "select * from blobs order by run_id, seq, attempt, name"),
+    )
+
+
+def two_steps(run_id: str, uses: str = "dut", **top: Any) -> dict[str, Any]:
+    return contract(
+        run_id,
+        role(uses),
+        steps=[
+            {"id": "flash", "uses": uses, "run": ["flash-image"]},
+            {"id": "boot", "uses": uses, "run": ["boot-test"]},
+        ],
+        **top,
+    )
+
+
+def one_step(run_id: str, uses: str = "dut", capability: str = "board") -> dict[str, Any]:
+    return contract(
+        run_id, role(uses, capability), steps=[{"id": "work", "uses": uses, "run": ["x"]}]
+    )
+
+
+def queued_behind_a_freed_scope(client: Any, sql: Any) -> None:
+    """Node x1 (a scope) held by run ``holder``; run ``waiter`` QUEUED for a scope; then the
+    holder's lease is deleted by raw SQL, so x1 is free but no wake has looked yet."""
+    advertise(client, "x1", cap("scope"))
+    submit(client, one_step("holder", "probe", "scope"), 201)
+    submit(client, one_step("waiter", "probe", "scope"), 202)
+    sql.execute("delete from leases where run_id = 'holder'")
+    assert run_row(sql, "waiter")["state"] == "QUEUED"
+
+
+# ---------------------------------------------------------------- transitions
+
+
+def test_a_claim_makes_a_pending_step_claimed_with_started_at(client, sql):
+    advertise(client, "n1", cap("board"))
+    submit(client, two_steps("r1"), 201)
+    assert states(sql, "r1") == {"flash": "PENDING", "boot": "PENDING"}
+
+    body = claim(client, "n1")
+
+    assert body["step_id"] == "r1#01" and body["attempt"] == 1
+    row = step_rows(sql, "r1")["flash"]
+    assert row["state"] == "CLAIMED" and row["started_at"] is not None and row["ended_at"] is None
+
+
+def test_a_result_with_a_nonzero_exit_code_makes_the_step_done_and_the_run_goes_on(client, sql):
+    advertise(client, "n1", cap("board"))
+    submit(client, two_steps("r1"), 201)
+    claim(client, "n1")
+
+    resp = report(client, "r1", 1, "n1", exit_code=3)
+
+    assert resp.status_code == 200
+    assert resp.get_json() == {"run_id": "r1", "seq": 1, "run_state": ""}
+    flash = step_rows(sql, "r1")["flash"]
+    assert flash["state"] == "DONE" and flash["exit_code"] == 3 and flash["ended_at"] is not None
+    assert run_row(sql, "r1")["state"] == "RUNNING"
+    assert claim(client, "n1")["name"] == "boot"
+
+
+def test_a_result_with_an_error_fails_the_step_and_the_run_with_check_ran(client, sql):
+    advertise(client, "n1", cap("board"))
+    submit(client, two_steps("r1"), 201)
+    claim(client, "n1")
+
+    resp = report(client, "r1", 1, "n1", exit_code=0, error="flash-image: device not found")
+
+    assert resp.status_code == 200
+    assert resp.get_json() == {"run_id": "r1", "seq": 1, "run_state": "FAILED"}
+    run = run_row(sql, "r1")
+    assert run["state"] == "FAILED" and run["ended_at"] is not None
+    assert run["verdict"] == {
+        "state": "FAILED",
+        "checks": [
+            {
+                "step": "flash",
+                "what": "ran",
+                "want": "DONE",
+                "got": "FAILED",
+                "ok": False,
+                "note": DID_NOT_COMPLETE,
+            }
+        ],
+    }
+
+
+def test_a_failed_step_fails_the_other_open_steps_of_its_run(client, sql):
+    advertise(client, "n1", cap("board"))
+    submit(client, two_steps("r1"), 201)
+    claim(client, "n1")
+
+    report(client, "r1", 1, "n1", error="broken")
+
+    steps = step_rows(sql, "r1")
+    assert steps["flash"]["state"] == "FAILED" and steps["flash"]["error"] == "broken"
+    assert steps["boot"]["state"] == "FAILED" and steps["boot"]["ended_at"] is not None
+
+
+def test_a_failed_step_deletes_the_leases_of_its_run(client, sql):
+    advertise(client, "n1", cap("board"))
+    advertise(client, "h1", cap("agent.reason"))
+    doc = contract(
+        "r1",
+        role("dut"),
+        role("host", "agent.reason"),
+        steps=[
+            {"id": "flash", "uses": "host", "run": ["flash-image"]},
+            {"id": "boot", "uses": "dut", "run": ["boot-test"]},
+        ],
+    )
+    submit(client, doc, 201)
+    assert leases(sql) == [("h1", "r1"), ("n1", "r1")]
+    claim(client, "h1")
+
+    report(client, "r1", 1, "h1", error="broken")
+
+    assert leases(sql) == []
+    assert advertise(client, "n1", cap("board"))["leases"] == []
+
+
+def test_a_failed_step_ends_the_run_running_to_failed_without_verifying(client, sql):
+    advertise(client, "n1", cap("board"))
+    submit(client, two_steps("r1"), 201)
+    claim(client, "n1")
+
+    report(client, "r1", 1, "n1", error="broken")
+
+    assert transitions(sql, "r1") == [(None, "RUNNING"), ("RUNNING", "FAILED")]
+
+
+def test_an_empty_error_is_not_a_failure(client, sql):
+    advertise(client, "n1", cap("board"))
+    submit(client, two_steps("r1"), 201)
+    claim(client, "n1")
+
+    resp = report(client, "r1", 1, "n1", exit_code=0, error="")
+
+    assert resp.status_code == 200 and resp.get_json()["run_state"] == ""
+    assert states(sql, "r1") == {"flash": "DONE", "boot": "PENDING"}
+
+
+def test_the_last_result_settles_the_run_and_the_reply_names_the_final_state(client, sql):
+    advertise(client, "n1", cap("board"))
+    submit(client, two_steps("r1"), 201)
+    claim(client, "n1")
+    done(client, "r1", 1, "n1")
+    claim(client, "n1")
+
+    reply = done(client, "r1", 2, "n1")
+
+    assert reply == {"run_id": "r1", "seq": 2, "run_state": "SUCCEEDED"}
+    assert run_row(sql, "r1")["state"] == "SUCCEEDED"
+
+
+# ---------------------------------------------------------------- 409: not claimed by that node
+
+
+def test_a_result_by_another_node_is_409_and_changes_nothing(client, sql):
+    advertise(client, "n1", cap("board"))
+    advertise(client, "n2", cap("board"))
+    submit(client, two_steps("r1"), 201)
+    claim(client, "n1")
+    before = snapshot(sql)
+
+    resp = report(client, "r1", 1, "n2", exit_code=0)
+
+    assert resp.status_code == 409
+    assert resp.get_json() == {
+        "error": {"code": 409, "reason": "reported a step that was not claimed (r1#01)"}
+    }
+    assert snapshot(sql) == before
+
+
+def test_a_result_for_a_step_never_claimed_is_409_and_changes_nothing(client, sql):
+    advertise(client, "n1", cap("board"))
+    submit(client, two_steps("r1"), 201)
+    before = snapshot(sql)
+
+    resp = report(client, "r1", 1, "n1", exit_code=0)
+
+    assert resp.status_code == 409
+    assert resp.get_json() == {
+        "error": {"code": 409, "reason": "reported a step that was not claimed (r1#01)"}
+    }
+    assert snapshot(sql) == before
+
+
+def test_a_duplicate_of_an_accepted_result_is_409_and_changes_nothing(client, sql):
+    advertise(client, "n1", cap("board"))
+    submit(client, two_steps("r1"), 201)
+    claim(client, "n1")
+    done(client, "r1", 1, "n1", exit_code=0)
+    before = snapshot(sql)
+
+    resp = report(client, "r1", 1, "n1", exit_code=7, error="late retry")
+
+    assert resp.status_code == 409
+    assert resp.get_json() == {
+        "error": {"code": 409, "reason": "reported a step that was not claimed (r1#01)"}
+    }
+    assert snapshot(sql) == before
+
+
+def test_a_result_for_an_unknown_run_is_409_and_changes_nothing(client, sql):
+    advertise(client, "n1", cap("board"))
+    submit(client, two_steps("r1"), 201)
+    claim(client, "n1")
+    before = snapshot(sql)
+
+    resp = report(client, "nope", 1, "n1", exit_code=0)
+
+    assert resp.status_code == 409
+    assert resp.get_json() == {
+        "error": {"code": 409, "reason": "reported a step that was not claimed (nope#01)"}
+    }
+    assert snapshot(sql) == before
+
+
+def test_a_result_for_a_step_the_run_does_not_have_is_409(client, sql):
+    advertise(client, "n1", cap("board"))
+    submit(client, two_steps("r1"), 201)
+    claim(client, "n1")
+    before = snapshot(sql)
+
+    resp = report(client, "r1", 12, "n1", exit_code=0)
+
+    assert resp.status_code == 409
+    assert resp.get_json() == {
+        "error": {"code": 409, "reason": "reported a step that was not claimed (r1#12)"}
+    }
+    assert snapshot(sql) == before
+
+
+def test_a_result_for_a_claimed_step_of_a_cancelled_run_is_409_and_changes_nothing(client, sql):
+    advertise(client, "n1", cap("board"))
+    submit(client, two_steps("r1"), 201)
+    claim(client, "n1")
+    assert client.post("/v1/runs/r1/cancel").status_code == 200
+    before = snapshot(sql)
+
+    resp = report(client, "r1", 1, "n1", exit_code=0)
+
+    assert resp.status_code == 409
+    assert resp.get_json() == {
+        "error": {"code": 409, "reason": "reported a step that was not claimed (r1#01)"}
+    }
+    assert snapshot(sql) == before
+
+
+def test_a_result_with_a_nonce_of_an_earlier_lease_is_409_and_changes_nothing(client, sql):
+    advertise(client, "n1", cap("board"))
+    submit(client, two_steps("r1"), 201)
+    old_nonce = claim(client, "n1")["lease"]["nonce"]
+    # The node's lease for this run is now another one (it lost it and was granted it anew).
+    sql.execute("update leases set nonce = %s where node_id = 'n1'", ("b" * 32,))
+    before = snapshot(sql)
+
+    resp = report(client, "r1", 1, "n1", exit_code=0, nonce=old_nonce)
+
+    assert resp.status_code == 409
+    assert resp.get_json()["error"]["code"] == 409
+    assert snapshot(sql) == before
+
+
+def test_a_result_with_the_current_lease_nonce_is_accepted(client, sql):
+    advertise(client, "n1", cap("board"))
+    submit(client, two_steps("r1"), 201)
+    nonce = claim(client, "n1")["lease"]["nonce"]
+    assert [r["nonce"] for r in rows(sql, "select nonce from leases")] == [nonce]
+
+    resp = report(client, "r1", 1, "n1", exit_code=0, nonce=nonce)
+
+    assert resp.status_code == 200 and resp.get_json()["run_state"] == ""
+    assert states(sql, "r1")["flash"] == "DONE"
+
+
+# ---------------------------------------------------------------- wakes (SPEC §7 wake point 1)
+
+
+def test_a_result_that_ends_its_run_promotes_a_queued_run_in_the_same_request(client, sql):
+    advertise(client, "n1", cap("board"))
+    submit(client, one_step("first"), 201)
+    submit(client, one_step("second"), 202)
+    claim(client, "n1")
+
+    reply = done(client, "first", 1, "n1")
+
+    assert reply["run_state"] == "SUCCEEDED"
+    assert run_row(sql, "second")["state"] == "RUNNING"
+    assert leases(sql) == [("n1", "second")]
+    assert claim(client, "n1")["run_id"] == "second"
+
+
+def test_a_result_while_its_run_goes_on_still_wakes_the_queue(client, sql):
+    advertise(client, "n1", cap("board"))
+    submit(client, two_steps("r1"), 201)
+    queued_behind_a_freed_scope(client, sql)
+    claim(client, "n1")
+
+    reply = done(client, "r1", 1, "n1")
+
+    assert reply["run_state"] == ""
+    assert run_row(sql, "waiter")["state"] == "RUNNING"
+    assert leases(sql) == [("n1", "r1"), ("x1", "waiter")]
+
+
+def test_a_refused_result_wakes_nothing(client, sql):
+    advertise(client, "n1", cap("board"))
+    submit(client, two_steps("r1"), 201)
+    queued_behind_a_freed_scope(client, sql)
+
+    assert report(client, "r1", 1, "n1", exit_code=0).status_code == 409
+
+    assert run_row(sql, "waiter")["state"] == "QUEUED"
+
+
+# ---------------------------------------------------------------- at-boundary drain (SPEC §4, §8.6)
+
+
+def test_a_result_from_an_at_boundary_draining_node_cancels_its_live_run(client, sql):
+    advertise(client, "n1", cap("board"))
+    submit(client, two_steps("r1"), 201)
+    claim(client, "n1")
+    advertise(client, "n1", cap("board"), policy={"drain": "at-boundary"})
+
+    resp = report(client, "r1", 1, "n1", exit_code=0)
+
+    assert resp.status_code == 200
+    assert resp.get_json() == {"run_id": "r1", "seq": 1, "run_state": "FAILED"}
+    run = run_row(sql, "r1")
+    assert run["state"] == "FAILED" and run["ended_at"] is not None
+    assert run["verdict"] == {
+        "state": "FAILED",
+        "checks": [{"what": "cancelled", "ok": False, "note": "cancelled by: drain:n1"}],
+    }
+    assert states(sql, "r1") == {"flash": "DONE", "boot": "FAILED"}
+    assert leases(sql) == []
+
+
+def test_an_at_boundary_drain_cancel_is_an_audit_event_caused_by_the_drain(client, sql):
+    advertise(client, "n1", cap("board"))
+    submit(client, two_steps("r1"), 201)
+    claim(client, "n1")
+    advertise(client, "n1", cap("board"), policy={"drain": "at-boundary"})
+
+    report(client, "r1", 1, "n1", exit_code=0)
+
+    events = client.get("/v1/runs/r1/events").get_json()["events"]
+    assert [(e["from"], e["to"]) for e in events] == [(None, "RUNNING"), ("RUNNING", "FAILED")]
+    assert events[-1]["cause"] == "drain:n1"
+
+
+def test_a_result_from_a_gracefully_draining_node_does_not_cancel_its_run(client, sql):
+    advertise(client, "n1", cap("board"))
+    submit(client, two_steps("r1"), 201)
+    claim(client, "n1")
+    advertise(client, "n1", cap("board"), policy={"drain": "graceful"})
+
+    reply = done(client, "r1", 1, "n1")
+
+    assert reply["run_state"] == ""
+    assert run_row(sql, "r1")["state"] == "RUNNING"
+    assert claim(client, "n1")["name"] == "boot"
+
+
+def test_the_last_result_from_an_at_boundary_draining_node_gets_its_verdict(client, sql):
+    # The run has no step left to stop before: the boundary is its end, and its verdict stands.
+    advertise(client, "n1", cap("board"))
+    submit(client, one_step("r1"), 201)
+    claim(client, "n1")
+    advertise(client, "n1", cap("board"), policy={"drain": "at-boundary"})
+
+    reply = done(client, "r1", 1, "n1")
+
+    assert reply["run_state"] == "SUCCEEDED"
+    assert run_row(sql, "r1")["verdict"]["state"] == "SUCCEEDED"
+
+
+# ---------------------------------------------------------------- the run view of steps (SPEC §14)
+
+
+def test_the_run_view_shows_each_step_with_kind_attempt_chosen_and_times(client, sql):
+    advertise(client, "n1", cap("board"))
+    submit(client, two_steps("r1"), 201)
+    claim(client, "n1")
+    done(client, "r1", 1, "n1")
+    claim(client, "n1")
+
+    steps = client.get("/v1/runs/r1").get_json()["steps"]
+
+    flash, boot = steps
+    assert (flash["seq"], flash["id"], flash["kind"], flash["state"]) == (1, "flash", "run", "DONE")
+    assert (boot["seq"], boot["id"], boot["kind"], boot["state"]) == (2, "boot", "run", "CLAIMED")
+    assert flash["attempt"] == 1 and flash["chosen"] is False and flash["node"] == "n1"
+    assert flash["needs"] == [] and boot["needs"] == ["flash"]
+    assert flash["started_at"].endswith("Z") and flash["ended_at"] >= flash["started_at"]
+    assert boot["started_at"].endswith("Z") and "ended_at" not in boot
+
+
+def test_the_run_view_of_a_pending_step_has_no_times(client):
+    advertise(client, "n1", cap("board"))
+    submit(client, two_steps("r1"), 201)
+
+    steps = client.get("/v1/runs/r1").get_json()["steps"]
+
+    assert [s["state"] for s in steps] == ["PENDING", "PENDING"]
+    assert all("started_at" not in s and "ended_at" not in s for s in steps)
+    assert all(s["attempt"] == 1 and s["chosen"] is False for s in steps)
