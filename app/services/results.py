@@ -10,7 +10,7 @@ from sqlalchemy import func, select
 
 from app.errors import NotClaimed
 from app.logs import log
-from app.models import Node
+from app.models import Node, Step
 from app.services.context import Context
 from app.services.execution import (
     Picture,
@@ -218,7 +218,39 @@ def _rollback(
 
 
 def _range(pic: Picture, first: int, last: int) -> list[int]:
-    return [k for k in range(first, last + 1) if k in pic.steps and pic.steps[k].kind != "acquire"]
+    """The steps a rollback resets: ``first..last`` without acquire steps (the Mediator's own,
+    done once), and without a step whose skip was decided outside the range — by an acquire, by
+    a dispatch that is not reset, or by needs that all stay SKIPPED — so a branch not taken is
+    not run after all."""
+    deciders: dict[str, list[Step]] = {}
+    for st in pic.ordered():
+        targets = list((st.spec.get("dispatch") or {}).get("to") or [])
+        acquire = st.spec.get("acquire") or {}
+        targets += [acquire.get("acquired"), acquire.get("unavailable")]
+        for target in targets:
+            if target:
+                deciders.setdefault(target, []).append(st)
+    reset: list[int] = []
+    kept_skipped: set[int] = set()
+    for k in range(first, last + 1):
+        st = pic.steps.get(k)
+        if st is None or st.kind == "acquire":
+            continue
+        if st.state == SKIPPED:
+            decided_outside = any(
+                d.kind == "acquire" or not first <= d.seq <= last
+                for d in deciders.get(st.step_id, [])
+            )
+            needs_stay = bool(st.needs) and all(
+                pic.steps[n].state == SKIPPED and (n < first or n in kept_skipped)
+                for n in st.needs
+                if n in pic.steps
+            )
+            if decided_outside or needs_stay:
+                kept_skipped.add(k)
+                continue
+        reset.append(k)
+    return reset
 
 
 def _dispatch(ctx: Context, pic: Picture, st: Any, s: Any) -> None:
@@ -243,7 +275,7 @@ def _dispatch(ctx: Context, pic: Picture, st: Any, s: Any) -> None:
             if target == value:
                 pic.set(s, step, [PENDING], chosen=True)
             elif step.state == PENDING:
-                pic.set(s, step, [PENDING], state=SKIPPED)
+                pic.set(s, step, [PENDING], state=SKIPPED, chosen=False)
         return
     reason = f"dispatch: {path} is {json.dumps(value)}, not one of {json.dumps(d['to'])}"
     pic.set(s, st, [DONE], state=FAILED, error=reason)

@@ -140,7 +140,7 @@ def reset_steps(s: Session, run_id: str, seqs: Sequence[int]) -> None:
             produced=None,
             error=None,
             result=None,
-            chosen=False,
+            # ``chosen`` stays: a dispatch that is reset too chooses again (SPEC §8 dispatch).
             answered_by=None,
             asked_at=None,
             ask_deadline=None,

@@ -266,6 +266,103 @@ def test_a_loop_rollback_leaves_an_acquire_step_in_its_range_done(client, sql):
     assert leases(sql) == [("n1", "r1"), ("s1", "r1")]
 
 
+def test_a_loop_rollback_keeps_the_branch_an_acquire_did_not_take_skipped(client, sql):
+    advertise(client, "n1", cap("board"))
+    advertise(client, "s1", cap("scope"))
+    doc = contract(
+        "r1",
+        role("dut"),
+        steps=[
+            {"id": "prep", "uses": "dut", "run": ["prep"]},
+            {
+                "id": "grab",
+                "acquire": {
+                    "want": {"as": "scope", "capability": "scope"},
+                    "acquired": "measure",
+                    "unavailable": "fallback",
+                },
+            },
+            {"id": "measure", "uses": "scope", "run": ["measure"]},
+            {"id": "fallback", "uses": "dut", "run": ["fallback"], "needs": ["grab"]},
+            {
+                "id": "check",
+                "uses": "dut",
+                "run": ["check"],
+                "needs": ["measure", "fallback"],
+                "loop": {"back_to": "prep", "max": 2, "until": {"exit_code": 0}},
+            },
+        ],
+    )
+    submit(client, doc, 201)
+    claim(client, "n1")
+    done(client, "r1", 1, "n1")
+    assert claim(client, "s1")["name"] == "measure"
+    done(client, "r1", 3, "s1")
+    assert claim(client, "n1")["name"] == "check"
+
+    assert report(client, "r1", 5, "n1", exit_code=1).get_json()["rolled_back"] is True
+
+    # The acquire is not done again, so its decision stands: the fallback branch is not run.
+    assert attempts(sql, "r1") == {
+        "prep": ("PENDING", 2),
+        "grab": ("DONE", 1),
+        "measure": ("PENDING", 2),
+        "fallback": ("SKIPPED", 1),
+        "check": ("PENDING", 2),
+    }
+
+
+def test_a_loop_rollback_inside_a_dispatched_branch_keeps_the_other_branch_skipped(client, sql):
+    advertise(client, "n1", cap("board"))
+    doc = contract(
+        "r1",
+        role("dut"),
+        steps=[
+            {
+                "id": "triage",
+                "uses": "dut",
+                "run": ["triage"],
+                "out": ["triage.json"],
+                "dispatch": {"from": "triage.json.lane", "to": ["fast", "slow"]},
+            },
+            {"id": "fast", "uses": "dut", "run": ["fast"], "needs": ["triage"]},
+            {"id": "slow", "uses": "dut", "run": ["slow"], "needs": ["triage"]},
+            {
+                "id": "check",
+                "uses": "dut",
+                "run": ["check"],
+                "needs": ["fast", "slow"],
+                "loop": {"back_to": "fast", "max": 2, "until": {"exit_code": 0}},
+            },
+        ],
+    )
+    submit(client, doc, 201)
+    claim(client, "n1")
+    assert put_blob(client, "r1", 1, "triage.json", b'{"lane": "fast"}') == 204
+    done(client, "r1", 1, "n1", produced=["triage.json"])
+    assert claim(client, "n1")["name"] == "fast"
+    done(client, "r1", 2, "n1")
+    assert claim(client, "n1")["name"] == "check"
+
+    assert report(client, "r1", 4, "n1", exit_code=1).get_json()["rolled_back"] is True
+
+    # triage is before the loop and is not asked again: its choice stands.
+    assert attempts(sql, "r1") == {
+        "triage": ("DONE", 1),
+        "fast": ("PENDING", 2),
+        "slow": ("SKIPPED", 1),
+        "check": ("PENDING", 2),
+    }
+    view = client.get("/v1/runs/r1").get_json()
+    assert {st["id"]: st["chosen"] for st in view["steps"]} == {
+        "triage": False,
+        "fast": True,
+        "slow": False,
+        "check": False,
+    }
+    assert claim(client, "n1")["name"] == "fast"
+
+
 # ---------------------------------------------------------------- validate_with
 
 
