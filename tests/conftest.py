@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -141,10 +142,11 @@ class LiveServer:
         return {"Authorization": f"Bearer {TOKEN}", **extra}
 
 
-@pytest.fixture
-def live_server(fresh_db_url: str, tmp_path: Any, request: Any) -> Iterator[LiveServer]:
-    """gunicorn -c gunicorn.conf.py wsgi:app on a fresh database; configuration by environment
-    alone (SPEC §15). A test may set ``live_server_env`` (a dict) on its module to add keys."""
+@contextmanager
+def gunicorn_on(db_url: str, tmp_path: Any, **env_extra: str) -> Iterator[LiveServer]:
+    """gunicorn -c gunicorn.conf.py wsgi:app on ``db_url``, configured by environment alone
+    (SPEC §15), 2 gthread workers unless ``MEDIATOR_WORKERS`` says otherwise; yields once
+    /readyz answers 200 (with one worker, its start-up, wake included, has then completed)."""
     import subprocess
     import sys
     import time
@@ -156,37 +158,38 @@ def live_server(fresh_db_url: str, tmp_path: Any, request: Any) -> Iterator[Live
     env = dict(os.environ)
     env.update(
         {
-            "MEDIATOR_DATABASE_URL": fresh_db_url,
+            "MEDIATOR_DATABASE_URL": db_url,
             "MEDIATOR_RECORDS_ROOT": str(tmp_path / "records"),
             "MEDIATOR_TOKEN": TOKEN,
             "MEDIATOR_LOG_LEVEL": "warning",
             "MEDIATOR_BIND": f"127.0.0.1:{port}",
             "MEDIATOR_WORKERS": "2",
             "MEDIATOR_THREADS": "32",
+            **env_extra,
         }
     )
-    env.update(getattr(request.module, "live_server_env", {}))
     root = Path(__file__).resolve().parent.parent
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "wsgi:app"],
-        cwd=root,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=open(tmp_path / "gunicorn.log", "wb"),  # noqa: SIM115
-    )
+    log = tmp_path / "gunicorn.log"
+    with open(log, "wb") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "wsgi:app"],
+            cwd=root,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            if requests.get(url + "/readyz", timeout=5).status_code == 200:
-                break
-        except (requests.ConnectionError, requests.Timeout):
-            pass  # not listening yet, or a worker still starting on a busy machine
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise RuntimeError((tmp_path / "gunicorn.log").read_text()[-3000:])
-        time.sleep(0.05)  # waiting for a process to bind its port: there is no event to await
     try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if requests.get(url + "/readyz", timeout=5).status_code == 200:
+                    break
+            except requests.RequestException:
+                pass  # not listening yet, or a worker still starting on a busy machine
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(log.read_text()[-3000:])
+            time.sleep(0.05)  # waiting for a process to bind its port: there is no event to await
         yield LiveServer(url, env, proc)
     finally:
         proc.terminate()
@@ -194,3 +197,13 @@ def live_server(fresh_db_url: str, tmp_path: Any, request: Any) -> Iterator[Live
             proc.wait(timeout=15)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+@pytest.fixture
+def live_server(fresh_db_url: str, tmp_path: Any, request: Any) -> Iterator[LiveServer]:
+    """A real gunicorn on a fresh database. A test module may set ``live_server_env`` (a dict of
+    environment variables) to add keys."""
+    with gunicorn_on(
+        fresh_db_url, tmp_path, **getattr(request.module, "live_server_env", {})
+    ) as server:
+        yield server

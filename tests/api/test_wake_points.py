@@ -9,7 +9,6 @@ holds an ACCESS EXCLUSIVE lock on ``nodes``, so the scan's read of the live adve
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -22,7 +21,7 @@ from sqlalchemy.exc import OperationalError
 from app import create_app, startup
 from app.devdb import libpq_url
 from app.services.reaper import reap_pass
-from tests.conftest import TOKEN, make_config
+from tests.conftest import TOKEN, gunicorn_on, make_config
 from tests.helpers import advertise, cap, contract, role, state_of, submit
 
 TIMEOUT = {"database.statement_timeout_seconds": 0.3}
@@ -262,61 +261,10 @@ def freed_without_wake(fresh_db_url: str, tmp_path: Any) -> None:
 def one_gunicorn_worker(
     freed_without_wake: None, fresh_db_url: str, tmp_path: Any
 ) -> Iterator[str]:
-    """gunicorn -c gunicorn.conf.py wsgi:app with one worker, started after the rows above; yields
-    its URL once /readyz answers. One worker: when it answers, its start-up (wake included) has
-    completed. (conftest's ``live_server`` gives up on a read time-out while a slow worker is
-    still starting; here any request error means "not yet".)"""
-    import subprocess
-    import sys
-    import time
-    from pathlib import Path
-
-    import requests
-
-    from tests.conftest import _free_port
-
-    port = _free_port()
-    env = dict(os.environ)
-    env.update(
-        {
-            "MEDIATOR_DATABASE_URL": fresh_db_url,
-            "MEDIATOR_RECORDS_ROOT": str(tmp_path / "records"),
-            "MEDIATOR_TOKEN": TOKEN,
-            "MEDIATOR_LOG_LEVEL": "warning",
-            "MEDIATOR_BIND": f"127.0.0.1:{port}",
-            "MEDIATOR_WORKERS": "1",
-            "MEDIATOR_THREADS": "4",
-        }
-    )
-    root = Path(__file__).resolve().parents[2]
-    log = tmp_path / "gunicorn.log"
-    with open(log, "wb") as err:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "wsgi:app"],
-            cwd=root,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if requests.get(url + "/readyz", timeout=5).status_code == 200:
-                    break
-            except requests.RequestException:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(log.read_text()[-3000:])
-            time.sleep(0.05)  # a process binding its port: there is no event to await
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+    """One gunicorn worker, started after the rows above: when /readyz answers, its start-up
+    (wake included) has completed."""
+    with gunicorn_on(fresh_db_url, tmp_path, MEDIATOR_WORKERS="1", MEDIATOR_THREADS="4") as server:
+        yield server.url
 
 
 def test_a_gunicorn_worker_wakes_the_queue_once_at_start_up(one_gunicorn_worker):
