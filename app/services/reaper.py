@@ -74,7 +74,7 @@ def _expire_ask(ctx: Context, run_id: str, seq: int, after: AfterCommit) -> bool
 def _fail_expired(ctx: Context, run_id: str, after: AfterCommit) -> bool:
     with ctx.db.begin() as s:
         run = lock_run(s, run_id)
-        if run is None or run.state != RUNNING or run_id not in q.runs_with_expired_leases(s):
+        if run is None or run.state != RUNNING or not q.runs_with_expired_leases(s, run_id):
             return False  # renewed, ended or an ask was raised meanwhile
         end_run_failed(
             s,
@@ -111,7 +111,7 @@ def _delete_finished_leases(ctx: Context, run_id: str) -> int:
 def _queue_timeout(ctx: Context, run_id: str) -> bool:
     with ctx.db.begin() as s:
         run = lock_run(s, run_id)
-        if run is None or run.state != QUEUED or run_id not in timed_out_queued(s):
+        if run is None or run.state != QUEUED or not timed_out_queued(s, run_id):
             return False
         # Locked and re-read as QUEUED: the guarded end cannot miss.
         end_run_failed(

@@ -49,9 +49,9 @@ def expired_asks(s: Session) -> list[tuple[str, int]]:
     return [(r.run_id, r.seq) for r in s.execute(q).all()]
 
 
-def runs_with_expired_leases(s: Session) -> list[str]:
+def runs_with_expired_leases(s: Session, run_id: str | None = None) -> list[str]:
     """RUNNING runs holding a lease past its not_after and no ASKED step (people are slow: such a
-    run keeps its lease)."""
+    run keeps its lease); with ``run_id``, whether that one run still is such a run."""
     asked = select(Step.seq).where(Step.run_id == Run.run_id, Step.state == ASKED).exists()
     q = (
         select(Run.run_id)
@@ -59,6 +59,8 @@ def runs_with_expired_leases(s: Session) -> list[str]:
         .where(Run.state == RUNNING, Lease.not_after <= func.now(), ~asked)
         .distinct()
     )
+    if run_id is not None:
+        q = q.where(Run.run_id == run_id)
     return list(s.execute(q).scalars())
 
 
