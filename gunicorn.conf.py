@@ -21,6 +21,21 @@ accesslog = None  # the app logs every request as JSON itself
 errorlog = "-"
 
 
+def on_starting(server):
+    # SPEC §15: an invalid configuration stops the process with one line naming the key, before
+    # any worker boots (a worker would die with a traceback, again and again).
+    import sys
+
+    from app.config import load_config
+    from app.errors import ConfigError
+
+    try:
+        load_config()
+    except ConfigError as exc:
+        print(f"mediator: invalid configuration: {exc}", file=sys.stderr)
+        sys.exit(2)
+
+
 def post_worker_init(worker):
     # SPEC §7 wake point 6: every serving process scans once at start-up, after its schema check.
     from app import startup

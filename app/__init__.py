@@ -12,7 +12,7 @@ from typing import Any
 import structlog
 from flask import Flask, Response, g, jsonify, request
 from flask_smorest import Api
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from werkzeug.exceptions import HTTPException
 
@@ -56,8 +56,11 @@ def register_error_handlers(app: Flask) -> None:
 
     @app.errorhandler(Exception)
     def _unexpected(exc: Exception) -> Response:
-        if isinstance(exc, DBAPIError) and exc.connection_invalidated:
-            log.warning("database connection lost", error=type(exc).__name__)
+        if isinstance(exc, OperationalError) or (
+            isinstance(exc, DBAPIError) and exc.connection_invalidated
+        ):
+            # Unreachable, restarting, or a statement timed out: try again later (SPEC §15).
+            log.warning("database unavailable", error=type(exc).__name__)
             return _error(503, "database unavailable")
         log.exception("unexpected error", route=request.url_rule.rule if request.url_rule else None)
         return _error(500, "internal error")
@@ -103,6 +106,7 @@ def create_app(config: Config | Mapping[str, Any] | None = None) -> Flask:
     configure_logging(cfg["log.format"], cfg["log.level"])
     app = Flask("mediator", static_folder=None)
     app.json.sort_keys = False  # type: ignore[attr-defined]
+    app.json.mimetype = "application/json; charset=utf-8"  # type: ignore[attr-defined]  # SPEC §2
     app.config.update(
         API_TITLE="Mediator",
         API_VERSION="1",

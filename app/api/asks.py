@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import request
-
-from app.api.common import caller, ctx, doc_json, make_blueprint, requires_role
+from app.api.common import bounded_body, caller, ctx, doc_json, make_blueprint, requires_role
 from app.api.results import _seq
 from app.api.schemas import AsksSchema, ErrorBodySchema, ResultReplySchema
 from app.services.asks import answer, list_asks
@@ -34,5 +32,4 @@ def get_asks() -> dict[str, Any]:
 )
 def post_answer(run_id: str, seq: str) -> dict[str, Any]:
     n = _seq(seq)
-    request.max_content_length = ctx().config["max_blob_bytes"]
-    return answer(ctx(), run_id, n, request.get_data(cache=False), caller())
+    return answer(ctx(), run_id, n, bounded_body(ctx().config["max_blob_bytes"]), caller())

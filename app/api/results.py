@@ -6,7 +6,15 @@ from typing import Any
 
 from flask import Response, request
 
-from app.api.common import caller, ctx, doc_json, make_blueprint, requires_node, requires_role
+from app.api.common import (
+    bounded_body,
+    caller,
+    ctx,
+    doc_json,
+    make_blueprint,
+    requires_node,
+    requires_role,
+)
 from app.api.schemas import ClaimSchema, ErrorBodySchema, ResultReplySchema, ResultSchema
 from app.contract import is_valid_id
 from app.errors import BadRequest
@@ -18,7 +26,7 @@ blp = make_blueprint("results", "Node agents claim steps and report what they di
 
 def _seq(text: str) -> int:
     """SPEC §13: a {seq} that is not a positive integer is a 400."""
-    if not text.isdigit() or int(text) <= 0 or len(text) > 9:
+    if not (text.isascii() and text.isdigit()) or len(text) > 9 or int(text) <= 0:
         raise BadRequest(f"seq must be a positive integer, got {text!r}")
     return int(text)
 
@@ -32,8 +40,7 @@ def _log_name() -> str:
 
 
 def _blob_body() -> bytes:
-    request.max_content_length = ctx().config["max_blob_bytes"]
-    return request.get_data(cache=False)
+    return bounded_body(ctx().config["max_blob_bytes"])
 
 
 @blp.route("/nodes/<node_id>/claim", methods=["POST"])
@@ -105,7 +112,7 @@ def put_log(run_id: str, seq: str) -> Response:
 def get_log(run_id: str, seq: str) -> Response:
     n = _seq(seq)
     text = request.args.get("from", "0")
-    if not text.isdigit():
+    if not (text.isascii() and text.isdigit()) or len(text) > 18:
         raise BadRequest(f"from must be a byte offset, got {text!r}")
     data = read_log(ctx(), run_id, n, _log_name(), int(text))
     return Response(data, status=200, mimetype="text/plain")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import math
 import re
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
@@ -198,6 +199,37 @@ def requires_key(roles: Iterable[Role]) -> str:
     shape = [[role.name, role.capability, role.count, sorted(role.attrs.items())] for role in roles]
     canonical = json.dumps(shape, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+class _NotJSON(ValueError):
+    pass
+
+
+def _no_constant(name: str) -> Any:
+    raise _NotJSON(f"{name} is not JSON")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise _NotJSON(f"the number {text[:40]} is too large")
+    return value
+
+
+def parse_json(raw: bytes | str, what: str = "body") -> Any:
+    """Strict JSON (RFC 8259): no ``NaN``/``Infinity``, no number too large for a double — none of
+    them can be stored or compared — and no nesting past the bound; else ``BadRequest`` naming
+    ``what`` (SPEC §2, §13: a 400, never a 500)."""
+    try:
+        doc = json.loads(raw, parse_constant=_no_constant, parse_float=_finite)
+    except RecursionError:
+        raise BadRequest(f"JSON nesting deeper than {MAX_DEPTH}") from None
+    except _NotJSON as exc:
+        raise BadRequest(f"{what}: {exc}") from None
+    except ValueError:
+        raise BadRequest(f"{what} is not valid JSON") from None
+    check_json_depth(doc)
+    return doc
 
 
 def check_json_depth(obj: object, max_depth: int = MAX_DEPTH) -> None:

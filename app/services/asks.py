@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from app.errors import BadRequest, Conflict, Forbidden, PayloadTooLarge, Unprocessable
+from app.contract import parse_json
+from app.errors import Conflict, Forbidden, PayloadTooLarge, Unprocessable
 from app.services.context import Caller, Context
 from app.services.execution import Picture
 from app.services.notify import AfterCommit
@@ -112,10 +112,7 @@ def _answer(
 def answer(ctx: Context, run_id: str, seq: int, raw: bytes, caller: Caller) -> dict[str, Any]:
     if len(raw) > ctx.config["max_blob_bytes"]:
         raise PayloadTooLarge()
-    try:
-        doc = json.loads(raw)
-    except ValueError:
-        raise BadRequest("body is not valid JSON") from None
+    doc = parse_json(raw)
     after = AfterCommit()
     reply = _answer(ctx, run_id, seq, doc, raw, caller, after)
     return finish_reply(ctx, after, reply)

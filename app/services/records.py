@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from typing import Any
 
 import jsonschema
 
-from app.errors import Gone, NotFound, NotSealed, Unprocessable
+from app.contract import parse_json
+from app.errors import BadRequest, Gone, NotFound, NotSealed, Unprocessable
 from app.logs import log
 from app.models import Run
 from app.services.context import Caller, Context
@@ -108,9 +108,9 @@ def put_blob(ctx: Context, run_id: str, seq: int, name: str, data: bytes, caller
     schema_ok = None
     if schema is not None:
         try:
-            doc = json.loads(data)
-        except ValueError:
-            raise Unprocessable(f"schema violation: $: {name} is not JSON") from None
+            doc = parse_json(data, name)
+        except BadRequest as exc:
+            raise Unprocessable(f"schema violation: $: {exc.reason}") from None
         problem = schema_violation(schema, doc)
         if problem:
             raise Unprocessable(problem)

@@ -8,7 +8,8 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from app.errors import NotClaimed
+from app.contract import parse_json
+from app.errors import BadRequest, NotClaimed
 from app.logs import log
 from app.models import Node, Step
 from app.services.context import Context
@@ -264,10 +265,10 @@ def _dispatch(ctx: Context, pic: Picture, st: Any, s: Any) -> None:
         name = outs[-1]
         raw = ctx.records.read_blob(st.run_id, st.seq, st.attempt, name)
         try:
-            value = json.loads(raw) if raw is not None else None
+            value = parse_json(raw) if raw is not None else None
             for field in path[len(name) + 1 :].split("."):
                 value = value.get(field) if isinstance(value, dict) else None
-        except ValueError:
+        except BadRequest:
             value = None
     if isinstance(value, str) and value in d["to"]:
         for target in d["to"]:

@@ -1,0 +1,209 @@
+"""The state machine of runs and steps (SPEC §8), walked pair by pair against ``app/states.py``,
+the database's CHECK constraints on the state columns, and the audit trail of real runs checked
+against the same machine."""
+
+from __future__ import annotations
+
+import itertools
+
+import psycopg
+import pytest
+
+from app.states import (
+    RUN_STATES,
+    RUN_TRANSITIONS,
+    STEP_STATES,
+    STEP_TRANSITIONS,
+    run_may_become,
+    step_may_become,
+)
+from tests.helpers import advertise, cap, contract, role, submit
+
+# SPEC §8, written out from the text rather than copied from the code:
+# "QUEUED -> RUNNING -> VERIFYING -> SUCCEEDED | FAILED; QUEUED -> FAILED (cancel);
+#  RUNNING -> FAILED (step failed, cancel, lease expired, node restarted); a rejected submit is born
+#  FAILED." A new run (None) is born QUEUED (§7), RUNNING (§6 placed) or FAILED (rejected).
+SPEC_RUN_STATES = {"QUEUED", "RUNNING", "VERIFYING", "SUCCEEDED", "FAILED"}
+SPEC_RUN_ALLOWED = {
+    (None, "QUEUED"),
+    (None, "RUNNING"),
+    (None, "FAILED"),
+    ("QUEUED", "RUNNING"),
+    ("QUEUED", "FAILED"),
+    ("RUNNING", "VERIFYING"),
+    ("RUNNING", "FAILED"),
+    ("VERIFYING", "SUCCEEDED"),
+    ("VERIFYING", "FAILED"),
+}
+
+# "PENDING -> CLAIMED -> DONE | FAILED, PENDING -> ASKED -> DONE | FAILED (ask steps),
+#  PENDING -> DONE (acquire steps), PENDING -> SKIPPED (branch not taken), and back to PENDING with
+#  attempt + 1 on a rollback." Open steps (PENDING, CLAIMED, ASKED) become FAILED on cancel and in the
+#  reaper (§9, §12). The rollback clause is unconditional: any state a step reaches from PENDING may
+#  be reset to PENDING.
+SPEC_STEP_STATES = {"PENDING", "CLAIMED", "ASKED", "DONE", "FAILED", "SKIPPED"}
+SPEC_STEP_ALLOWED = {
+    ("PENDING", "CLAIMED"),
+    ("PENDING", "ASKED"),
+    ("PENDING", "DONE"),
+    ("PENDING", "SKIPPED"),
+    ("PENDING", "FAILED"),
+    ("CLAIMED", "DONE"),
+    ("CLAIMED", "FAILED"),
+    ("ASKED", "DONE"),
+    ("ASKED", "FAILED"),
+    ("CLAIMED", "PENDING"),
+    ("ASKED", "PENDING"),
+    ("DONE", "PENDING"),
+    ("FAILED", "PENDING"),
+    ("SKIPPED", "PENDING"),
+}
+
+RUN_PAIRS = list(itertools.product([None, *sorted(SPEC_RUN_STATES)], sorted(SPEC_RUN_STATES)))
+STEP_PAIRS = list(itertools.product(sorted(SPEC_STEP_STATES), sorted(SPEC_STEP_STATES)))
+
+
+def _name(pair: tuple[str | None, str]) -> str:
+    return f"{pair[0] or 'new'}->{pair[1]}"
+
+
+def test_the_run_states_are_exactly_those_of_the_spec_with_no_cancelled_or_dry_run():
+    assert set(RUN_STATES) == SPEC_RUN_STATES
+    assert set(RUN_TRANSITIONS) == SPEC_RUN_STATES | {None}
+
+
+def test_the_step_states_are_exactly_those_of_the_spec_with_no_cancelled():
+    assert set(STEP_STATES) == SPEC_STEP_STATES
+    assert set(STEP_TRANSITIONS) == SPEC_STEP_STATES
+
+
+@pytest.mark.parametrize("pair", RUN_PAIRS, ids=_name)
+def test_a_run_transition_is_allowed_exactly_when_the_spec_allows_it(pair):
+    old, new = pair
+    assert run_may_become(old, new) is (pair in SPEC_RUN_ALLOWED)
+    assert (new in RUN_TRANSITIONS[old]) is (pair in SPEC_RUN_ALLOWED)
+
+
+@pytest.mark.parametrize("pair", STEP_PAIRS, ids=_name)
+def test_a_step_transition_is_allowed_exactly_when_the_spec_allows_it(pair):
+    old, new = pair
+    assert step_may_become(old, new) is (pair in SPEC_STEP_ALLOWED)
+    assert (new in STEP_TRANSITIONS[old]) is (pair in SPEC_STEP_ALLOWED)
+
+
+@pytest.mark.parametrize("old", ["SUCCEEDED", "FAILED"])
+def test_a_finished_run_never_changes_state_again(old):
+    assert RUN_TRANSITIONS[old] == frozenset()
+    assert not any(run_may_become(old, new) for new in [*SPEC_RUN_STATES, "DRY_RUN"])
+
+
+def test_dry_run_is_never_a_state_a_run_can_take():
+    assert not any(run_may_become(old, "DRY_RUN") for old in [None, *SPEC_RUN_STATES])
+
+
+def test_a_run_reaches_succeeded_only_through_verifying():
+    sources = {old for old, new in SPEC_RUN_ALLOWED if new == "SUCCEEDED"}
+    assert {old for old in [None, *SPEC_RUN_STATES] if run_may_become(old, "SUCCEEDED")} == sources
+    assert sources == {"VERIFYING"}
+
+
+# ------------------------------------------------------------------ CHECK constraints
+
+
+def _insert_run(sql, run_id: str, state: str) -> None:
+    sql.execute(
+        "INSERT INTO runs (run_id, state, contract, requires, requires_key)"
+        " VALUES (%s, %s, '{}'::jsonb, '[]'::jsonb, 'k')",
+        (run_id, state),
+    )
+
+
+def _insert_step(sql, run_id: str, seq: int, state: str) -> None:
+    sql.execute(
+        "INSERT INTO steps (run_id, seq, step_id, kind, spec, state)"
+        " VALUES (%s, %s, %s, 'run', '{}'::jsonb, %s)",
+        (run_id, seq, f"s{seq}", state),
+    )
+
+
+@pytest.mark.parametrize("state", ["CANCELLED", "DRY_RUN", "running", ""])
+def test_the_database_rejects_a_run_state_outside_the_machine(sql, state):
+    with pytest.raises(psycopg.errors.CheckViolation):
+        _insert_run(sql, "r1", state)
+    assert sql.execute("SELECT count(*) FROM runs").fetchone() == (0,)
+
+
+def test_the_database_rejects_updating_a_run_to_an_unknown_state(sql):
+    _insert_run(sql, "r1", "RUNNING")
+    with pytest.raises(psycopg.errors.CheckViolation):
+        sql.execute("UPDATE runs SET state = 'CANCELLED' WHERE run_id = 'r1'")
+    assert sql.execute("SELECT state FROM runs").fetchall() == [("RUNNING",)]
+
+
+def test_the_database_accepts_every_run_state_of_the_machine(sql):
+    for state in sorted(SPEC_RUN_STATES):
+        _insert_run(sql, f"r-{state}", state)
+    assert {r[0] for r in sql.execute("SELECT state FROM runs")} == SPEC_RUN_STATES
+
+
+@pytest.mark.parametrize("state", ["CANCELLED", "RUNNING", "pending", ""])
+def test_the_database_rejects_a_step_state_outside_the_machine(sql, state):
+    _insert_run(sql, "r1", "RUNNING")
+    with pytest.raises(psycopg.errors.CheckViolation):
+        _insert_step(sql, "r1", 1, state)
+    assert sql.execute("SELECT count(*) FROM steps").fetchone() == (0,)
+
+
+def test_the_database_rejects_updating_a_step_to_an_unknown_state(sql):
+    _insert_run(sql, "r1", "RUNNING")
+    _insert_step(sql, "r1", 1, "CLAIMED")
+    with pytest.raises(psycopg.errors.CheckViolation):
+        sql.execute("UPDATE steps SET state = 'CANCELLED' WHERE run_id = 'r1'")
+    assert sql.execute("SELECT state FROM steps").fetchall() == [("CLAIMED",)]
+
+
+def test_the_database_accepts_every_step_state_of_the_machine(sql):
+    _insert_run(sql, "r1", "RUNNING")
+    for seq, state in enumerate(sorted(SPEC_STEP_STATES), start=1):
+        _insert_step(sql, "r1", seq, state)
+    assert {r[0] for r in sql.execute("SELECT state FROM steps")} == SPEC_STEP_STATES
+
+
+# ------------------------------------------------------------------ the audit trail obeys the machine
+
+
+def _report(client, run_id: str, seq: int, node: str, **body):
+    resp = client.post(f"/v1/runs/{run_id}/steps/{seq}/result", json={"node": node, **body})
+    assert resp.status_code == 200, resp.get_json()
+    return resp.get_json()
+
+
+def test_every_state_change_recorded_for_real_runs_is_a_transition_the_spec_allows(client, sql):
+    advertise(client, "n1", cap("board"), instance="i1")
+    # placed, then succeeds: new -> RUNNING -> VERIFYING -> SUCCEEDED
+    submit(client, contract("ok"), 201)
+    # queued behind it, promoted when it ends, then fails by an error: QUEUED -> RUNNING -> FAILED
+    submit(client, contract("later"), 202)
+    # queued and cancelled while waiting: QUEUED -> FAILED
+    submit(client, contract("cancelled"), 202)
+    assert client.post("/v1/runs/cancelled/cancel").status_code == 200
+    # rejected at submit: born FAILED
+    assert submit(client, contract("rejected", role("dut", "no-such-thing"))).status_code == 422
+    claim = client.post("/v1/nodes/n1/claim?wait=0", headers={"X-Enode-Instance": "i1"})
+    assert claim.get_json()["run_id"] == "ok"
+    assert _report(client, "ok", 1, "n1", exit_code=0)["run_state"] == "SUCCEEDED"
+    claim = client.post("/v1/nodes/n1/claim?wait=0", headers={"X-Enode-Instance": "i1"})
+    assert claim.get_json()["run_id"] == "later"
+    assert _report(client, "later", 1, "n1", error="boom")["run_state"] == "FAILED"
+
+    rows = sql.execute("SELECT run_id, from_state, to_state FROM run_events ORDER BY id").fetchall()
+    trails: dict[str, list[tuple[str | None, str]]] = {}
+    for run_id, old, new in rows:
+        trails.setdefault(run_id, []).append((old, new))
+    assert trails == {
+        "ok": [(None, "RUNNING"), ("RUNNING", "VERIFYING"), ("VERIFYING", "SUCCEEDED")],
+        "later": [(None, "QUEUED"), ("QUEUED", "RUNNING"), ("RUNNING", "FAILED")],
+        "cancelled": [(None, "QUEUED"), ("QUEUED", "FAILED")],
+        "rejected": [(None, "FAILED")],
+    }
+    assert all((old, new) in SPEC_RUN_ALLOWED for old, new in itertools.chain(*trails.values()))
