@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from logging.config import fileConfig
 
+from alembic import context
 from sqlalchemy import create_engine, pool
 
-from alembic import context
 from app.config import load_config, to_sqlalchemy_url
 from app.models import Base
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from psycopg.rows import dict_row
+
 
 def role(name: str, capability: str = "board", count: int = 1, **attrs: str) -> dict[str, Any]:
     r: dict[str, Any] = {"as": name, "capability": capability, **attrs}
@@ -12,7 +14,9 @@ def role(name: str, capability: str = "board", count: int = 1, **attrs: str) -> 
     return r
 
 
-def contract(run_id: str, *roles: dict[str, Any], steps: list[dict[str, Any]] | None = None, **top: Any) -> dict[str, Any]:
+def contract(
+    run_id: str, *roles: dict[str, Any], steps: list[dict[str, Any]] | None = None, **top: Any
+) -> dict[str, Any]:
     roles = roles or (role("dut"),)
     if steps is None:
         steps = [{"id": f"use-{r['as']}", "uses": r["as"], "run": ["true"]} for r in roles]
@@ -41,3 +45,29 @@ def state_of(client: Any, run_id: str) -> str:
     resp = client.get(f"/v1/runs/{run_id}")
     assert resp.status_code == 200, resp.get_json()
     return resp.get_json()["state"]
+
+
+def chain_over_two_nodes(run_id: str = "run-1") -> dict[str, Any]:
+    """Step 1 on the host (node A), step 2 on the board (node B) needing step 1."""
+    return contract(
+        run_id,
+        role("host", "agent.reason"),
+        role("dut"),
+        steps=[
+            {"id": "build", "uses": "host", "run": ["build"]},
+            {"id": "boot", "uses": "dut", "run": ["boot"]},
+        ],
+    )
+
+
+# Rows, read the way an operator would, over a plain psycopg connection.
+
+
+def one(sql: Any, query: str, *args: Any) -> dict[str, Any]:
+    row = sql.cursor(row_factory=dict_row).execute(query, args).fetchone()
+    assert row is not None, (query, args)
+    return row
+
+
+def scalar(sql: Any, query: str, *args: Any) -> Any:
+    return sql.execute(query, args).fetchone()[0]

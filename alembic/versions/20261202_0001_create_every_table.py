@@ -33,9 +33,7 @@ def upgrade() -> None:
             server_default=sa.text("'[]'::jsonb"),
             nullable=False,
         ),
-        sa.Column(
-            "attr_count", sa.Integer(), server_default=sa.text("0"), nullable=False
-        ),
+        sa.Column("attr_count", sa.Integer(), server_default=sa.text("0"), nullable=False),
         sa.Column("drain", sa.Text(), server_default=sa.text("''"), nullable=False),
         sa.Column(
             "seen_at",
@@ -73,9 +71,7 @@ def upgrade() -> None:
             server_default=sa.text("'[]'::jsonb"),
             nullable=False,
         ),
-        sa.Column(
-            "ledger_scope", sa.Text(), server_default=sa.text("'run'"), nullable=False
-        ),
+        sa.Column("ledger_scope", sa.Text(), server_default=sa.text("'run'"), nullable=False),
         sa.Column("queue_timeout_seconds", sa.Integer(), nullable=True),
         sa.Column(
             "created_at",
@@ -123,9 +119,7 @@ def upgrade() -> None:
         "runs",
         ["ended_at"],
         unique=False,
-        postgresql_where=sa.text(
-            "sealed_at IS NULL AND state IN ('SUCCEEDED', 'FAILED')"
-        ),
+        postgresql_where=sa.text("sealed_at IS NULL AND state IN ('SUCCEEDED', 'FAILED')"),
     )
     op.create_index(
         "ix_runs_verifying",
@@ -134,9 +128,7 @@ def upgrade() -> None:
         unique=False,
         postgresql_where=sa.text("state = 'VERIFYING'"),
     )
-    op.create_index(
-        "ix_runs_work_created", "runs", ["work_id", "created_at"], unique=False
-    )
+    op.create_index("ix_runs_work_created", "runs", ["work_id", "created_at"], unique=False)
     op.create_table(
         "wake_debt",
         sa.Column("id", sa.Integer(), nullable=False),
@@ -173,9 +165,7 @@ def upgrade() -> None:
             name=op.f("fk_blobs_run_id_runs"),
             ondelete="CASCADE",
         ),
-        sa.PrimaryKeyConstraint(
-            "run_id", "seq", "attempt", "name", name=op.f("pk_blobs")
-        ),
+        sa.PrimaryKeyConstraint("run_id", "seq", "attempt", "name", name=op.f("pk_blobs")),
     )
     op.create_index("ix_blobs_work_id", "blobs", ["work_id", "at"], unique=False)
     op.create_table(
@@ -224,9 +214,7 @@ def upgrade() -> None:
         ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_run_events")),
     )
-    op.create_index(
-        "ix_run_events_run_id", "run_events", ["run_id", "id"], unique=False
-    )
+    op.create_index("ix_run_events_run_id", "run_events", ["run_id", "id"], unique=False)
     op.create_table(
         "steps",
         sa.Column("run_id", sa.Text(), nullable=False),
@@ -241,9 +229,7 @@ def upgrade() -> None:
             server_default=sa.text("'{}'"),
             nullable=False,
         ),
-        sa.Column(
-            "state", sa.Text(), server_default=sa.text("'PENDING'"), nullable=False
-        ),
+        sa.Column("state", sa.Text(), server_default=sa.text("'PENDING'"), nullable=False),
         sa.Column("attempt", sa.Integer(), server_default=sa.text("1"), nullable=False),
         sa.Column("spec", postgresql.JSONB(astext_type=sa.Text()), nullable=False),
         sa.Column("claimed_instance", sa.Text(), nullable=True),
@@ -252,9 +238,7 @@ def upgrade() -> None:
         sa.Column("produced", postgresql.JSONB(astext_type=sa.Text()), nullable=True),
         sa.Column("error", sa.Text(), nullable=True),
         sa.Column("result", postgresql.JSONB(astext_type=sa.Text()), nullable=True),
-        sa.Column(
-            "chosen", sa.Boolean(), server_default=sa.text("false"), nullable=False
-        ),
+        sa.Column("chosen", sa.Boolean(), server_default=sa.text("false"), nullable=False),
         sa.Column("answered_by", sa.Text(), nullable=True),
         sa.Column("asked_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("ask_deadline", sa.DateTime(timezone=True), nullable=True),
@@ -311,9 +295,7 @@ def downgrade() -> None:
     op.drop_index(
         "ix_runs_unsealed",
         table_name="runs",
-        postgresql_where=sa.text(
-            "sealed_at IS NULL AND state IN ('SUCCEEDED', 'FAILED')"
-        ),
+        postgresql_where=sa.text("sealed_at IS NULL AND state IN ('SUCCEEDED', 'FAILED')"),
     )
     op.drop_index("ix_runs_state_created", table_name="runs")
     op.drop_index(

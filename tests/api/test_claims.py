@@ -22,7 +22,7 @@ from tests.concurrency.common import (
     waiting_lock_held,
 )
 from tests.conftest import TOKEN
-from tests.helpers import advertise, cap, contract, role, submit
+from tests.helpers import advertise, cap, chain_over_two_nodes, contract, role, submit
 
 # The slow re-check is a safety net for a lost notification; set far above every bound asserted
 # below so that a waiting claim answered in time can only have been woken by a notification.
@@ -91,19 +91,6 @@ def two_free_steps_on(run_id: str, slot: str) -> dict[str, Any]:
     doc = two_free_steps(run_id)
     doc["requires"] = [role("dut", slot=slot)]
     return doc
-
-
-def chain_over_two_nodes(run_id: str = "run-1") -> dict[str, Any]:
-    """Step 1 on the host (node A), step 2 on the board (node B) needing step 1."""
-    return contract(
-        run_id,
-        role("host", "agent.reason"),
-        role("dut"),
-        steps=[
-            {"id": "build", "uses": "host", "run": ["build"]},
-            {"id": "boot", "uses": "dut", "run": ["boot"]},
-        ],
-    )
 
 
 def two_nodes(client: Any) -> None:

@@ -10,10 +10,9 @@ from datetime import datetime
 from typing import Any
 
 import pytest
-from psycopg.rows import dict_row
 
 from app.wire import parse_ts
-from tests.helpers import advertise, cap, contract, role, state_of, submit
+from tests.helpers import advertise, cap, contract, one, role, scalar, state_of, submit
 
 RENEW = 20
 FACTOR = 4
@@ -28,16 +27,6 @@ def config_overrides() -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------- rows, as an operator reads them
-
-
-def one(sql: Any, query: str, *args: Any) -> dict[str, Any]:
-    row = sql.cursor(row_factory=dict_row).execute(query, args).fetchone()
-    assert row is not None, (query, args)
-    return row
-
-
-def scalar(sql: Any, query: str, *args: Any) -> Any:
-    return sql.execute(query, args).fetchone()[0]
 
 
 def node_row(sql: Any, node_id: str) -> dict[str, Any]:

@@ -22,17 +22,13 @@ from app import create_app, startup
 from app.devdb import libpq_url
 from app.services.reaper import reap_pass
 from tests.conftest import TOKEN, gunicorn_on, make_config
-from tests.helpers import advertise, cap, contract, role, state_of, submit
+from tests.helpers import advertise, cap, contract, role, scalar, state_of, submit
 
 TIMEOUT = {"database.statement_timeout_seconds": 0.3}
 failing_scans = pytest.mark.parametrize("config_overrides", [TIMEOUT], ids=["statement-timeout"])
 
 
 # ---------------------------------------------------------------- rows and pieces
-
-
-def scalar(sql: Any, query: str, *args: Any) -> Any:
-    return sql.execute(query, args).fetchone()[0]
 
 
 def lease_rows(sql: Any) -> list[tuple[str, str]]:

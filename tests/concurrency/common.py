@@ -81,7 +81,7 @@ def race(*calls: Callable[[], Any], timeout: float = JOIN_TIMEOUT) -> list[Any]:
         try:
             barrier.wait(timeout)
             results[i] = fn()
-        except BaseException as exc:  # noqa: BLE001 - handed to the test thread below
+        except BaseException as exc:
             errors[i] = exc
 
     threads = [

@@ -38,9 +38,7 @@ def _assert_cancelled_and_holding_nothing(sql, run_id):
     ).fetchone() == (1,)
 
 
-def test_a_cancel_racing_a_promotion_of_the_same_run_leaves_no_lease_behind(
-    fresh_db_url, tmp_path
-):
+def test_a_cancel_racing_a_promotion_of_the_same_run_leaves_no_lease_behind(fresh_db_url, tmp_path):
     with apps_on(fresh_db_url, tmp_path / "records", 2) as apps, connect(fresh_db_url) as sql:
         c, other = apps.client(0), apps.client(1)
         advertise(c, "n1", cap("board"))

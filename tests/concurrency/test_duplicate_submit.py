@@ -30,9 +30,9 @@ def _send_together(apps, doc):
 
 
 def _assert_one_run(sql, records, run_id, state):
-    assert sql.execute(
-        "select state from runs where run_id = %s", (run_id,)
-    ).fetchall() == [(state,)]
+    assert sql.execute("select state from runs where run_id = %s", (run_id,)).fetchall() == [
+        (state,)
+    ]
     assert sql.execute(
         "select count(*) from run_events where run_id = %s and cause = 'submit'", (run_id,)
     ).fetchone() == (1,)

@@ -36,7 +36,10 @@ def test_two_submits_racing_for_one_node_place_one_and_queue_the_other_whole(
             clients = (apps.client(0), apps.client(1))
             before = sql.execute("select coalesce(max(id), 0) from run_events").fetchone()[0]
             resps = race(
-                *((lambda k=k: clients[k].post("/v1/runs", json=_doc(ids[k], slot))) for k in (0, 1))
+                *(
+                    (lambda k=k: clients[k].post("/v1/runs", json=_doc(ids[k], slot)))
+                    for k in (0, 1)
+                )
             )
             codes = sorted(r.status_code for r in resps)
             assert codes == [201, 202], [(r.status_code, r.get_json()) for r in resps]
@@ -88,7 +91,9 @@ def test_a_queued_loser_of_a_node_race_is_promoted_when_the_winner_is_cancelled(
         assert sorted(by_code) == [201, 202]
         assert admin.post(f"/v1/runs/{by_code[201]}/cancel").get_json()["state"] == "FAILED"
         assert submit(admin, _doc("probe", "s"), 202)  # the loser now holds n1
-        assert sql.execute("select node_id, run_id from leases").fetchall() == [("n1", by_code[202])]
+        assert sql.execute("select node_id, run_id from leases").fetchall() == [
+            ("n1", by_code[202])
+        ]
         assert sql.execute(
             "select seq, state, node_id from steps where run_id = %s order by seq", (by_code[202],)
         ).fetchall() == [(1, "PENDING", "n1"), (2, "PENDING", "n1")]

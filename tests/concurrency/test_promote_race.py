@@ -29,10 +29,13 @@ def test_two_concurrent_promotions_of_one_queued_run_promote_it_exactly_once(
                 # Every wake skips while we hold the gate's waiting lock: the cancel frees n1
                 # and leaves waiter-i QUEUED next to it, for the two promotions below.
                 assert submit(c, contract(holder), 201).get_json()["state"] == "RUNNING"
-                doc = contract(waiter, steps=[
-                    {"id": "one", "uses": "dut", "run": ["true"]},
-                    {"id": "two", "uses": "dut", "run": ["true"]},
-                ])
+                doc = contract(
+                    waiter,
+                    steps=[
+                        {"id": "one", "uses": "dut", "run": ["true"]},
+                        {"id": "two", "uses": "dut", "run": ["true"]},
+                    ],
+                )
                 assert submit(c, doc, 202).get_json()["state"] == "QUEUED"
                 assert c.post(f"/v1/runs/{holder}/cancel").status_code == 200
             run = queued_run(sql, waiter)
@@ -47,9 +50,9 @@ def test_two_concurrent_promotions_of_one_queued_run_promote_it_exactly_once(
             assert outcomes == sorted([Outcome.PROMOTED.value, Outcome.NOT_QUEUED.value]), results
             winner_nodes = [nodes for o, nodes in results if o is Outcome.PROMOTED][0]
             assert winner_nodes == ["n1"]
-            assert sql.execute("select state from runs where run_id = %s", (waiter,)).fetchone() == (
-                "RUNNING",
-            )
+            assert sql.execute(
+                "select state from runs where run_id = %s", (waiter,)
+            ).fetchone() == ("RUNNING",)
             assert sql.execute("select node_id, run_id from leases").fetchall() == [("n1", waiter)]
             assert sql.execute(
                 "select count(*) from run_events where run_id = %s and cause like 'promoted:%%'",

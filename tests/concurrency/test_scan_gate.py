@@ -63,7 +63,9 @@ def test_a_wake_waits_behind_a_running_scan_and_its_scan_sees_the_node_freed_bef
             )
             t.start()
             await_condition(
-                lambda: lock_waiters(sql, SCANNING_LOCK) == 1 and lock_holders(sql, WAITING_LOCK) == 1,
+                lambda: (
+                    lock_waiters(sql, SCANNING_LOCK) == 1 and lock_holders(sql, WAITING_LOCK) == 1
+                ),
                 "the cancel's wake waiting for the scanning lock",
             )
             assert states(sql, ["holder", "waiter"]) == {"holder": "FAILED", "waiter": "QUEUED"}
@@ -115,9 +117,9 @@ def test_concurrent_cancels_in_several_processes_leave_no_queued_run_next_to_a_f
                 "select l.node_id, r.state from leases l join runs r using (run_id) order by 1"
             ).fetchall()
             assert rows == [(f"n{i}", "RUNNING") for i in range(NODES)]
-            assert sql.execute(
-                "select count(*) from runs where state = 'RUNNING'"
-            ).fetchone() == (NODES,)
+            assert sql.execute("select count(*) from runs where state = 'RUNNING'").fetchone() == (
+                NODES,
+            )
             with waiting_lock_held(sql):
                 # Clean up for the next round without promoting anything.
                 alive = sql.execute(

@@ -29,7 +29,11 @@ def test_a_two_step_run_goes_from_submit_to_a_sealed_record(client, sql):
     resp = client.post("/v1/nodes/host-1/claim?wait=0", headers={"X-Enode-Instance": "h1"})
     assert resp.status_code == 200
     body = resp.get_json()
-    assert body["step_id"] == "kernel-1#01" and body["name"] == "flash" and body["run"] == ["flash-image"]
+    assert (
+        body["step_id"] == "kernel-1#01"
+        and body["name"] == "flash"
+        and body["run"] == ["flash-image"]
+    )
     assert body["lease"]["node"] == "host-1" and len(body["lease"]["nonce"]) == 32
     resp = client.put("/v1/runs/kernel-1/steps/1/log", data=b"flashing\n")
     assert resp.status_code == 200 and resp.headers["X-Enode-Log-Bytes"] == "9"
@@ -37,11 +41,17 @@ def test_a_two_step_run_goes_from_submit_to_a_sealed_record(client, sql):
         "/v1/runs/kernel-1/steps/1/result",
         json={"node": "host-1", "exit_code": 0, "produced": [], "nonce": body["lease"]["nonce"]},
     )
-    assert resp.status_code == 200 and resp.get_json() == {"run_id": "kernel-1", "seq": 1, "run_state": ""}
+    assert resp.status_code == 200 and resp.get_json() == {
+        "run_id": "kernel-1",
+        "seq": 1,
+        "run_state": "",
+    }
     resp = client.post("/v1/nodes/board-1/claim?wait=0", headers={"X-Enode-Instance": "i1"})
     assert resp.status_code == 200 and resp.get_json()["name"] == "boot"
     bad = client.put("/v1/runs/kernel-1/steps/2/blob/result.json", data=b'{"nope": 1}')
-    assert bad.status_code == 422 and bad.get_json()["error"]["reason"].startswith("schema violation")
+    assert bad.status_code == 422 and bad.get_json()["error"]["reason"].startswith(
+        "schema violation"
+    )
     ok = client.put("/v1/runs/kernel-1/steps/2/blob/result.json", data=b'{"ok": true}')
     assert ok.status_code == 204
     resp = client.post(
@@ -61,7 +71,11 @@ def test_a_two_step_run_goes_from_submit_to_a_sealed_record(client, sql):
     assert resp.status_code == 200 and resp.mimetype == "application/x-tar"
     with tarfile.open(fileobj=io.BytesIO(resp.data)) as tar:
         names = set(tar.getnames())
-        assert {"run-kernel-1/verdict.json", "run-kernel-1/SHA256SUMS", "run-kernel-1/manifest.json"} <= names
+        assert {
+            "run-kernel-1/verdict.json",
+            "run-kernel-1/SHA256SUMS",
+            "run-kernel-1/manifest.json",
+        } <= names
         assert tar.extractfile("run-kernel-1/blobs/02.1-result.json").read() == b'{"ok": true}'
         assert tar.extractfile("run-kernel-1/logs/01-step.log").read() == b"flashing\n"
     ledger = client.get("/v1/runs/kernel-1/ledger").get_json()["entries"]

@@ -21,7 +21,7 @@ import requests
 from app import create_app
 from tests.concurrency.common import await_condition, connect
 from tests.conftest import TOKEN, make_config
-from tests.helpers import cap, contract, role
+from tests.helpers import cap, chain_over_two_nodes, contract, role
 
 POOL_SIZE = 3
 WORKERS = 2
@@ -105,19 +105,6 @@ def report(server: Any, run_id: str, seq: int, node: str) -> requests.Response:
     )
 
 
-def chain(run_id: str) -> dict[str, Any]:
-    """Step 1 on node A (the host); step 2 on node B (the board) needs it."""
-    return contract(
-        run_id,
-        role("host", "agent.reason"),
-        role("dut"),
-        steps=[
-            {"id": "build", "uses": "host", "run": ["build"]},
-            {"id": "boot", "uses": "dut", "run": ["boot"]},
-        ],
-    )
-
-
 def connections(sql: Any) -> dict[str, int]:
     """The Mediator's connections to this database, by application_name."""
     rows = sql.execute(
@@ -151,7 +138,7 @@ def test_a_claim_waiting_in_one_worker_gets_its_step_soon_after_a_result_through
     with connect(fresh_db_url) as sql:
         for i in range(3):
             run_id = f"run-{i}"
-            assert post(live_server, "/v1/runs", chain(run_id)).status_code == 201
+            assert post(live_server, "/v1/runs", chain_over_two_nodes(run_id)).status_code == 201
             waiting = HttpClaim(live_server, "node-b", "b1", wait=10)
             await_listener(sql, waiting)
             resp = post(live_server, "/v1/nodes/node-a/claim?wait=0", instance="a1")
@@ -182,7 +169,7 @@ def test_a_claim_waiting_in_gunicorn_is_woken_by_a_result_committed_by_another_p
         client.environ_base["HTTP_AUTHORIZATION"] = f"Bearer {TOKEN}"
         advertise(live_server, "node-a", cap("agent.reason"))
         advertise(live_server, "node-b", cap("board"))
-        assert post(live_server, "/v1/runs", chain("run-1")).status_code == 201
+        assert post(live_server, "/v1/runs", chain_over_two_nodes("run-1")).status_code == 201
         with connect(fresh_db_url) as sql:
             waiting = HttpClaim(live_server, "node-b", "b1", wait=10)
             await_listener(sql, waiting)

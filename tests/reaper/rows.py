@@ -6,21 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from psycopg.rows import dict_row
-
-from tests.helpers import advertise, cap, contract, role, submit
+from tests.helpers import advertise, cap, contract, one, role, scalar, submit
 
 LEASE_EXPIRED = "lease expired: renewal stopped"
-
-
-def one(sql: Any, query: str, *args: Any) -> dict[str, Any]:
-    row = sql.cursor(row_factory=dict_row).execute(query, args).fetchone()
-    assert row is not None, (query, args)
-    return row
-
-
-def scalar(sql: Any, query: str, *args: Any) -> Any:
-    return sql.execute(query, args).fetchone()[0]
 
 
 def run_row(sql: Any, run_id: str) -> dict[str, Any]:
@@ -42,7 +30,9 @@ def leases(sql: Any) -> list[tuple[str, str]]:
 
 
 def events(sql: Any, run_id: str, cause: str) -> int:
-    return scalar(sql, "select count(*) from run_events where run_id = %s and cause = %s", run_id, cause)
+    return scalar(
+        sql, "select count(*) from run_events where run_id = %s and cause = %s", run_id, cause
+    )
 
 
 def expire_leases(sql: Any, run_id: str, ago: str = "1 s") -> None:

@@ -29,7 +29,9 @@ def sealed(ctx, sql, run_id: str) -> bool:
 # ---------------------------------------------------------------- 2. expired leases
 
 
-def test_an_expired_lease_fails_its_run_frees_the_node_and_promotes_the_queued_run(client, ctx, sql):
+def test_an_expired_lease_fails_its_run_frees_the_node_and_promotes_the_queued_run(
+    client, ctx, sql
+):
     running_on_n1_and_one_queued(client)
     expire_leases(sql, "run-a")
 
