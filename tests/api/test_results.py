@@ -87,6 +87,14 @@ def report(client: Any, run_id: str, seq: int, node: str, **body: Any) -> Any:
     return client.post(f"/v1/runs/{run_id}/steps/{seq}/result", json=payload)
 
 
+def assert_not_claimed(resp: Any, step_id: str) -> None:
+    """The 409 of SPEC §8 for a result not claimed by the reporting node, exact."""
+    assert resp.status_code == 409
+    assert resp.get_json() == {
+        "error": {"code": 409, "reason": f"reported a step that was not claimed ({step_id})"}
+    }
+
+
 def done(client: Any, run_id: str, seq: int, node: str, **body: Any) -> dict[str, Any]:
     """Claim-free report of a step already claimed, exit code 0 unless given; must be 200."""
     body.setdefault("exit_code", 0)
@@ -308,10 +316,7 @@ def test_a_result_by_another_node_is_409_and_changes_nothing(client, sql):
 
     resp = report(client, "r1", 1, "n2", exit_code=0)
 
-    assert resp.status_code == 409
-    assert resp.get_json() == {
-        "error": {"code": 409, "reason": "reported a step that was not claimed (r1#01)"}
-    }
+    assert_not_claimed(resp, "r1#01")
     assert snapshot(sql) == before
 
 
@@ -322,10 +327,7 @@ def test_a_result_for_a_step_never_claimed_is_409_and_changes_nothing(client, sq
 
     resp = report(client, "r1", 1, "n1", exit_code=0)
 
-    assert resp.status_code == 409
-    assert resp.get_json() == {
-        "error": {"code": 409, "reason": "reported a step that was not claimed (r1#01)"}
-    }
+    assert_not_claimed(resp, "r1#01")
     assert snapshot(sql) == before
 
 
@@ -338,10 +340,7 @@ def test_a_duplicate_of_an_accepted_result_is_409_and_changes_nothing(client, sq
 
     resp = report(client, "r1", 1, "n1", exit_code=7, error="late retry")
 
-    assert resp.status_code == 409
-    assert resp.get_json() == {
-        "error": {"code": 409, "reason": "reported a step that was not claimed (r1#01)"}
-    }
+    assert_not_claimed(resp, "r1#01")
     assert snapshot(sql) == before
 
 
@@ -353,10 +352,7 @@ def test_a_result_for_an_unknown_run_is_409_and_changes_nothing(client, sql):
 
     resp = report(client, "nope", 1, "n1", exit_code=0)
 
-    assert resp.status_code == 409
-    assert resp.get_json() == {
-        "error": {"code": 409, "reason": "reported a step that was not claimed (nope#01)"}
-    }
+    assert_not_claimed(resp, "nope#01")
     assert snapshot(sql) == before
 
 
@@ -368,10 +364,7 @@ def test_a_result_for_a_step_the_run_does_not_have_is_409(client, sql):
 
     resp = report(client, "r1", 12, "n1", exit_code=0)
 
-    assert resp.status_code == 409
-    assert resp.get_json() == {
-        "error": {"code": 409, "reason": "reported a step that was not claimed (r1#12)"}
-    }
+    assert_not_claimed(resp, "r1#12")
     assert snapshot(sql) == before
 
 
@@ -384,10 +377,7 @@ def test_a_result_for_a_claimed_step_of_a_cancelled_run_is_409_and_changes_nothi
 
     resp = report(client, "r1", 1, "n1", exit_code=0)
 
-    assert resp.status_code == 409
-    assert resp.get_json() == {
-        "error": {"code": 409, "reason": "reported a step that was not claimed (r1#01)"}
-    }
+    assert_not_claimed(resp, "r1#01")
     assert snapshot(sql) == before
 
 
