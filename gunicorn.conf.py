@@ -30,7 +30,7 @@ def on_starting(server):
     from app.errors import ConfigError
 
     try:
-        load_config()
+        load_config().sqlalchemy_url  # noqa: B018  (raises naming database.url when unset)
     except ConfigError as exc:
         print(f"mediator: invalid configuration: {exc}", file=sys.stderr)
         sys.exit(2)

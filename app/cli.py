@@ -11,9 +11,12 @@ from app.config import Config, load_config
 from app.errors import ConfigError
 
 
-def _load(ctx: click.Context) -> Config:
+def _load(ctx: click.Context, *, need_database: bool = True) -> Config:
     try:
-        return load_config(ctx.obj.get("config_path"))
+        cfg = load_config(ctx.obj.get("config_path"))
+        if need_database:
+            cfg.sqlalchemy_url  # noqa: B018  (raises ConfigError naming database.url when unset)
+        return cfg
     except ConfigError as exc:
         # SPEC §15: an invalid config stops the process with one line naming the key.
         click.echo(f"mediator: invalid configuration: {exc}", err=True)
@@ -275,7 +278,7 @@ def example(ctx: click.Context, port: int, keep_serving: bool) -> None:
     from app.devdb import EmbeddedPostgres, create_database
     from app.migrate import upgrade
 
-    cfg = _load(ctx)
+    cfg = _load(ctx, need_database=False)
     overrides = {k: cfg[k] for k in cfg}
     embedded = None
     if not cfg["database.url"]:

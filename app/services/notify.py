@@ -28,17 +28,21 @@ _webhooks: ThreadPoolExecutor | None = None
 _webhooks_lock = threading.Lock()
 
 
+def claim_payload(nodes: set[str]) -> str:
+    """The NOTIFY payload naming these nodes: far below PostgreSQL's 8000-byte limit, or ``"*"``
+    (every waiting claim looks again) when the list would not fit (SPEC §8)."""
+    payload = json.dumps(sorted(nodes))
+    return payload if len(payload.encode()) <= _MAX_PAYLOAD else '"*"'
+
+
 def notify_claimable(ctx: Context, nodes: set[str]) -> None:
     """One NOTIFY naming the nodes whose claims may now find a step (best effort: a lost one is
     caught by the claim's slow re-check)."""
     if not nodes:
         return
-    payload = json.dumps(sorted(nodes))
-    if len(payload) > _MAX_PAYLOAD:
-        payload = '"*"'
     try:
         with ctx.db.begin() as s:
-            s.execute(select(func.pg_notify(CLAIM_CHANNEL, payload)))
+            s.execute(select(func.pg_notify(CLAIM_CHANNEL, claim_payload(nodes))))
     except Exception:
         log.warning("claim notification failed", nodes=len(nodes))
 

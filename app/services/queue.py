@@ -13,6 +13,7 @@ from app.errors import ConfigError
 from app.logs import log
 from app.match import Advert, Reject, candidate_order, match, width_exceeded
 from app.services.context import Context
+from app.services.notify import notify_claimable
 from app.services.placement import assigned_json, grants, node_for_role
 from app.services.tx import retrying
 from app.states import QUEUED, RUNNING
@@ -22,6 +23,7 @@ from app.store.nodes import live_adverts, unavailable_node_ids
 from app.store.queue import (
     QueuedRun,
     next_queued_of_shape,
+    queue_depth,
     queued_shape_heads,
     set_statement_timeout,
 )
@@ -44,6 +46,8 @@ class ScanReport:
     shapes: int = 0
     looked: int = 0
     promoted: list[str] = field(default_factory=list)
+    claim_nodes: set[str] = field(default_factory=set)  # to notify once, after the scan
+    queued: int = 0  # QUEUED runs when the scan began
     errors: int = 0
     seconds: float = 0.0
 
@@ -51,8 +55,9 @@ class ScanReport:
 @retrying
 def promote(
     ctx: Context, run: QueuedRun, adverts: list[Advert], unavailable: set[str], cause: str
-) -> tuple[Outcome, list[str]]:
-    """One transaction for one run; returns the outcome and the nodes it took.
+) -> tuple[Outcome, list[str], set[str]]:
+    """One transaction for one run; returns the outcome, the nodes it took and the nodes whose
+    claims may now find a step (notified once by the scan).
 
     Safe under concurrency by the row condition and the lease key alone: the conditional UPDATE
     locks the run row first (a cancel, a result or another scan serialises behind it), and a node
@@ -60,12 +65,12 @@ def promote(
     roles = [role_from_wire(r) for r in run.requires]
     assignment = match(roles, adverts, unavailable, ordered=True)
     if isinstance(assignment, Reject):
-        return Outcome.NO_FIT, []
+        return Outcome.NO_FIT, [], set()
     over = width_exceeded(assignment, ctx.config["lease.max_per_run"])
     if over:
         # Not permanent at promotion: another choice of nodes may fold the count (SPEC §7).
         log.info("queued run over the width cap", run_id=run.run_id, reason=over)
-        return Outcome.WIDTH_CAP, []
+        return Outcome.WIDTH_CAP, [], set()
     from app.services.execution import start_steps
     from app.services.notify import AfterCommit
     from app.services.results import finish
@@ -81,14 +86,14 @@ def promote(
             add_event(s, run.run_id, QUEUED, RUNNING, f"promoted: {cause}", None)
             start_steps(s, ctx, run.run_id, after)
     except NotQueued:
-        return Outcome.NOT_QUEUED, []
+        return Outcome.NOT_QUEUED, [], set()
     except NodeTaken:
-        return Outcome.NODE_TAKEN, []
-    # Inside a scan: never wake from here (the gate is held by this very scan); everything else
-    # that the promotion left to do (ask webhooks, claim notification) happens now.
+        return Outcome.NODE_TAKEN, [], set()
+    # Inside a scan: never wake from here (the gate is held by this very scan), and leave the
+    # claim notification to the scan; the rest (ask webhooks, verdicts) happens now.
     after.claim_nodes |= {g.node_id for g in taken}
-    finish(ctx, after, wake=False)
-    return Outcome.PROMOTED, [g.node_id for g in taken]
+    finish(ctx, after, wake=False, notify=False)
+    return Outcome.PROMOTED, [g.node_id for g in taken], after.claim_nodes
 
 
 def _scan(ctx: Context, report: ScanReport) -> None:
@@ -98,6 +103,7 @@ def _scan(ctx: Context, report: ScanReport) -> None:
         heads = queued_shape_heads(s)
         if not heads:
             return
+        report.queued = queue_depth(s)
         # Once per scan, not per run: a scan costs O(shapes + promoted), not 2N queries.
         adverts = candidate_order(live_adverts(s))
         unavailable = unavailable_node_ids(s)
@@ -112,12 +118,12 @@ def _scan(ctx: Context, report: ScanReport) -> None:
         _, _, run = heapq.heappop(heap)
         report.looked += 1
         try:
-            outcome, nodes = promote(ctx, run, adverts, unavailable, report.cause)
+            outcome, nodes, claim_nodes = promote(ctx, run, adverts, unavailable, report.cause)
         except Exception:
             # Failure isolation: one bad run must not stop the scan.
             log.exception("promotion failed", run_id=run.run_id, cause=report.cause)
             report.errors += 1
-            outcome, nodes = Outcome.NOT_QUEUED, []
+            outcome, nodes, claim_nodes = Outcome.NOT_QUEUED, [], set()
         if outcome in (Outcome.NO_FIT, Outcome.WIDTH_CAP):
             continue
         if outcome is Outcome.NODE_TAKEN:
@@ -132,15 +138,17 @@ def _scan(ctx: Context, report: ScanReport) -> None:
         if outcome is Outcome.PROMOTED:
             unavailable.update(nodes)
             report.promoted.append(run.run_id)
+            report.claim_nodes |= claim_nodes
         with ctx.db.begin() as s:
             nxt = next_queued_of_shape(s, run.requires_key, run)
         if nxt is not None:
             heapq.heappush(heap, (nxt.created_at, nxt.run_id, nxt))
 
 
-def wake_queued(ctx: Context, cause: str) -> ScanReport:
+def wake_queued(ctx: Context, cause: str, *, notify: bool = True) -> ScanReport:
     """One wake scan through the scan gate. Raises on a database failure (see
-    :func:`wake_after_commit` for the wake points)."""
+    :func:`wake_after_commit` for the wake points). ``notify=False``: the caller sends the one
+    claim notification of its request, with ``report.claim_nodes`` in it."""
     if ctx.config["lease.ttl_seconds"] <= 0:
         raise ConfigError("lease.ttl_seconds: must be greater than 0 (no unbounded leases)")
     report = ScanReport(cause)
@@ -154,9 +162,12 @@ def wake_queued(ctx: Context, cause: str) -> ScanReport:
     finally:
         ctx.gate.leave()
         report.seconds = time.monotonic() - started
+    if notify:
+        notify_claimable(ctx, report.claim_nodes)
     log.info(
         "wake scan",
         cause=cause,
+        queued=report.queued,
         shapes=report.shapes,
         looked=report.looked,
         promoted=len(report.promoted),
@@ -166,11 +177,11 @@ def wake_queued(ctx: Context, cause: str) -> ScanReport:
     return report
 
 
-def wake_after_commit(ctx: Context, cause: str) -> ScanReport | None:
+def wake_after_commit(ctx: Context, cause: str, *, notify: bool = True) -> ScanReport | None:
     """A wake point: after the freeing transaction committed. Never raises and never changes the
     caller's answer; a failed wake leaves a wake-debt marker for the reaper (SPEC §7)."""
     try:
-        return wake_queued(ctx, cause)
+        return wake_queued(ctx, cause, notify=notify)
     except Exception as exc:
         log.exception("wake scan failed", cause=cause)
         try:

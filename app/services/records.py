@@ -11,6 +11,7 @@ from app.contract import parse_json
 from app.errors import BadRequest, Gone, NotFound, NotSealed, Unprocessable
 from app.logs import log
 from app.models import Run
+from app.records import RecordSealed
 from app.services.context import Caller, Context
 from app.services.tx import retrying
 from app.states import RUN_FINISHED
@@ -45,7 +46,10 @@ def append_log(ctx: Context, run_id: str, seq: int, name: str, data: bytes, call
     authorise_node(caller, step)
     if run.state in RUN_FINISHED:
         raise Gone()
-    return ctx.records.append_log(run_id, seq, name, data, ctx.config["max_blob_bytes"])
+    try:
+        return ctx.records.append_log(run_id, seq, name, data, ctx.config["max_blob_bytes"])
+    except RecordSealed:
+        raise Gone() from None  # the run ended and was sealed since we looked
 
 
 def read_log(ctx: Context, run_id: str, seq: int, name: str, offset: int) -> bytes:
@@ -115,8 +119,13 @@ def put_blob(ctx: Context, run_id: str, seq: int, name: str, data: bytes, caller
         if problem:
             raise Unprocessable(problem)
         schema_ok = True
-    with ctx.db.begin() as s:
-        store_blob(s, ctx, run, seq, step.attempt, name, data, by=step.node_id, schema_ok=schema_ok)
+    try:
+        with ctx.db.begin() as s:
+            store_blob(
+                s, ctx, run, seq, step.attempt, name, data, by=step.node_id, schema_ok=schema_ok
+            )
+    except RecordSealed:
+        raise Gone() from None  # the run ended and was sealed since we looked
 
 
 def get_blob(ctx: Context, run_id: str, name: str) -> bytes:

@@ -6,12 +6,12 @@ import json
 import time
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func
 
 from app.contract import parse_json
 from app.errors import BadRequest, NotClaimed
 from app.logs import log
-from app.models import Node, Step
+from app.models import Step
 from app.services.context import Context
 from app.services.execution import (
     Picture,
@@ -27,7 +27,7 @@ from app.services.tx import retrying
 from app.states import CLAIMED, DONE, FAILED, PENDING, RUN_FINISHED, RUNNING, SKIPPED, VERIFYING
 from app.store.blobs import accepted_blob_names, newest_blob
 from app.store.leases import delete_leases_of_run, lease_of_node
-from app.store.nodes import live_adverts
+from app.store.nodes import drain_of, live_adverts
 from app.store.runs import add_event, finish_run, get_run, lock_run
 from app.store.steps import claim_step, held_step, lock_steps, reset_steps
 from app.verdict import evaluate
@@ -58,10 +58,12 @@ def complete_verdict(ctx: Context, run_id: str, after: AfterCommit) -> None:
     after.released(run_id, freed)
 
 
-def finish(ctx: Context, after: AfterCommit, *, wake: bool = True) -> None:
+def finish(ctx: Context, after: AfterCommit, *, wake: bool = True, notify: bool = True) -> None:
     """Everything a committed change leaves to do, in order: verdicts of runs that reached
-    VERIFYING, claim notification, ask webhooks, one wake, then sealing and run webhooks.
-    ``wake=False`` inside a wake scan, which holds the scan gate itself."""
+    VERIFYING, one wake, one claim notification for the request and its wake's promotions
+    (SPEC §8: at most one NOTIFY a request), ask webhooks, then sealing and run webhooks.
+    ``wake=False`` and ``notify=False`` inside a wake scan, which holds the scan gate itself and
+    notifies once for the whole scan."""
     from app.services.records import seal_run
 
     for run_id in list(after.verifying):
@@ -70,12 +72,15 @@ def finish(ctx: Context, after: AfterCommit, *, wake: bool = True) -> None:
         except Exception:
             # The run stays VERIFYING; the reaper settles it again (SPEC §8).
             log.exception("verdict failed; the reaper settles it again", run_id=run_id)
-    notify_claimable(ctx, after.claim_nodes)
-    for event in after.asks:
-        post_webhook(ctx.config["notify.asks_url"], event)
     causes = after.causes()
     if wake and causes:
-        wake_after_commit(ctx, "; ".join(causes))
+        report = wake_after_commit(ctx, "; ".join(causes), notify=False)
+        if report is not None:
+            after.claim_nodes |= report.claim_nodes
+    if notify:
+        notify_claimable(ctx, after.claim_nodes)
+    for event in after.asks:
+        post_webhook(ctx.config["notify.asks_url"], event)
     for run_id in dict.fromkeys(after.ended):
         seal_run(ctx, run_id)
         announce_end(ctx, run_id)
@@ -305,11 +310,17 @@ def complete_step(
         n for n in reported if n not in schema
     }
     seqs, exhausted = _rollback(pic, st, exit_code, error, produced)
-    if seqs:
-        # A rollback frees nothing: no wake, only the claims of the reset steps (SPEC §8.1).
+    if seqs and not _drains_at_boundary(s, node):
+        # A rollback frees nothing: no wake (SPEC §8.1). The reset steps are claimable again,
+        # and an ask among them is raised again (SPEC §10), or the run would wait forever.
         reset_steps(s, run.run_id, seqs)
-        after.claim_nodes |= {pic.steps[k].node_id for k in seqs if pic.steps[k].node_id}
+        advance(s, ctx, Picture(run, lock_steps(s, run.run_id)), after)
         return {"run_id": run.run_id, "seq": st.seq, "rolled_back": True}
+    if seqs:
+        # The node drains at this step boundary (SPEC §4): the run is cancelled, not rolled back
+        # onto a node that is leaving.
+        _cancel_for_drain(s, run, node, after)
+        return {"run_id": run.run_id, "seq": st.seq, "run_state": FAILED}
     pic.set(
         s,
         st,
@@ -329,10 +340,8 @@ def complete_step(
         after.released(run.run_id, release_roles(s, pic, st.spec["release"]))
     advance(s, ctx, pic, after)
     settle(s, pic, after)
-    if node is not None and run.state == RUNNING and _drain_of(s, node) == "at-boundary":
-        after.released(run.run_id, cancel_run_failed(s, run, f"drain:{node}", f"drain:{node}"))
-        run.state = FAILED
-        after.ended.append(run.run_id)
+    if run.state == RUNNING and _drains_at_boundary(s, node):
+        _cancel_for_drain(s, run, node, after)
     # Wake even while the run goes on (SPEC §7 wake point 1), also when nothing above named a
     # freed node.
     after.wake_anyway = f"result of {run.run_id}#{st.seq:02d}"
@@ -379,8 +388,15 @@ def _report(
         )
 
 
-def _drain_of(s: Any, node_id: str) -> str:
-    return s.execute(select(Node.drain).where(Node.node_id == node_id)).scalar_one_or_none() or ""
+def _drains_at_boundary(s: Any, node_id: str | None) -> bool:
+    return node_id is not None and drain_of(s, node_id) == "at-boundary"
+
+
+def _cancel_for_drain(s: Any, run: Any, node: str, after: AfterCommit) -> None:
+    """SPEC §4 at-boundary: the run is cancelled by ``drain:<node>`` in the result's transaction."""
+    after.released(run.run_id, cancel_run_failed(s, run, f"drain:{node}", f"drain:{node}"))
+    run.state = FAILED
+    after.ended.append(run.run_id)
 
 
 def report_result(ctx: Context, run_id: str, seq: int, body: dict[str, Any]) -> dict[str, Any]:

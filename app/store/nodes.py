@@ -120,3 +120,8 @@ def live_nodes(s: Session) -> tuple[datetime, list[Node]]:
     now = s.execute(select(func.now())).scalar_one()
     q = select(Node).where(Node.expires_at > func.now()).order_by(Node.node_id)
     return now, list(s.execute(q).scalars())
+
+
+def drain_of(s: Session, node_id: str) -> str:
+    """The node's stored drain ("" when none, or no such node)."""
+    return s.execute(select(Node.drain).where(Node.node_id == node_id)).scalar_one_or_none() or ""
