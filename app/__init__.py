@@ -146,7 +146,7 @@ def create_app(config: Config | Mapping[str, Any] | None = None) -> Flask:
             method=request.method,
             route=request.url_rule.rule if request.url_rule else None,
             status=resp.status_code,
-            run_id=args.get("run_id"),
+            run_id=args.get("run_id") or g.get("run_id"),
             node_id=args.get("node_id"),
             ms=round((time.monotonic() - g.get("started", time.monotonic())) * 1000, 1),
         )

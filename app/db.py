@@ -67,9 +67,13 @@ class Database:
         return self.sessions.begin()
 
     @contextmanager
-    def read(self) -> Iterator[Session]:
-        """A read-only unit of work; the transaction is rolled back at the end."""
+    def read(self, *, snapshot: bool = False) -> Iterator[Session]:
+        """A read-only unit of work; the transaction is rolled back at the end. ``snapshot``:
+        every statement sees one snapshot (REPEATABLE READ), for views that count across tables
+        (SPEC §7 "one snapshot"); the pool restores the level when the connection returns."""
         with self.sessions() as s:
+            if snapshot:
+                s.connection(execution_options={"isolation_level": "REPEATABLE READ"})
             yield s
 
     def dedicated_connection(self) -> Connection:

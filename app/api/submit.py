@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from flask import g
+
 from app.api.common import caller, ctx, doc_json, json_body, make_blueprint, requires_role
 from app.api.schemas import ContractSchema, DryRunSchema, ErrorBodySchema, RunViewSchema
 from app.services.submit import dry_run, submit_run
@@ -26,7 +28,10 @@ _CONTRACT_BODY = {"content": {"application/json": {"schema": ContractSchema}}, "
     },
 )
 def post_run() -> tuple[dict[str, Any], int]:
-    result = submit_run(ctx(), json_body(contract=True), caller())
+    body = json_body(contract=True)
+    if isinstance(body.get("run_id"), str):
+        g.run_id = body["run_id"][:200]  # the request's log line names the run, even on a 4xx
+    result = submit_run(ctx(), body, caller())
     return result.view, result.status
 
 

@@ -97,7 +97,7 @@ def render_run(s: Session, run: Run) -> dict[str, Any]:
 
 
 def run_view(ctx: Context, run_id: str) -> dict[str, Any]:
-    with ctx.db.read() as s:
+    with ctx.db.read(snapshot=True) as s:
         run = get_run(s, run_id)
         if run is None:
             raise NotFound(f"no such run: {run_id}")
