@@ -29,7 +29,7 @@ _CONTRACT_BODY = {"content": {"application/json": {"schema": ContractSchema}}, "
 )
 def post_run() -> tuple[dict[str, Any], int]:
     body = json_body(contract=True)
-    if isinstance(body.get("run_id"), str):
+    if isinstance(body, dict) and isinstance(body.get("run_id"), str):
         g.run_id = body["run_id"][:200]  # the request's log line names the run, even on a 4xx
     result = submit_run(ctx(), body, caller())
     return result.view, result.status
