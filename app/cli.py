@@ -257,6 +257,17 @@ def run_example(base_url: str, token: str, echo: Any = click.echo) -> None:
     show("runs", 200, *call("GET", "/v1/runs"))
 
 
+def _remove_tree(path: str) -> None:
+    """Remove a directory that holds sealed Records (read-only files and directories)."""
+    import os
+    import shutil
+
+    for here, dirs, _ in os.walk(path):
+        for d in dirs:
+            os.chmod(os.path.join(here, d), 0o755)
+    shutil.rmtree(path, ignore_errors=True)
+
+
 @main.command()
 @click.option("--port", default=8080, show_default=True, type=int)
 @click.option("--keep-serving", is_flag=True, help="Keep the server up after the example.")
@@ -312,6 +323,7 @@ def example(ctx: click.Context, port: int, keep_serving: bool) -> None:
     finally:
         if embedded is not None:
             embedded.stop()
+        _remove_tree(records)  # a throwaway, like the database: nothing is left behind
 
 
 if __name__ == "__main__":
