@@ -47,6 +47,19 @@ def state_of(client: Any, run_id: str) -> str:
     return resp.get_json()["state"]
 
 
+def two_steps(run_id: str, uses: str = "dut", **top: Any) -> dict[str, Any]:
+    """flash then boot on one node of role ``uses``; boot needs flash (the default)."""
+    return contract(
+        run_id,
+        role(uses),
+        steps=[
+            {"id": "flash", "uses": uses, "run": ["flash"]},
+            {"id": "boot", "uses": uses, "run": ["boot"]},
+        ],
+        **top,
+    )
+
+
 def chain_over_two_nodes(run_id: str = "run-1") -> dict[str, Any]:
     """Step 1 on the host (node A), step 2 on the board (node B) needing step 1."""
     return contract(

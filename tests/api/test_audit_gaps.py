@@ -34,7 +34,7 @@ from app.store.nodes import live_adverts
 from app.store.queue import queued_shape_heads
 from tests.concurrency.common import await_condition
 from tests.conftest import TOKEN, make_config
-from tests.helpers import advertise, cap, contract, one, role, scalar, submit
+from tests.helpers import advertise, cap, contract, one, role, scalar, submit, two_steps
 
 ROOT = Path(__file__).resolve().parents[2]
 # Far above every bound asserted below: a claim answered in time was not woken by the re-check.
@@ -74,18 +74,6 @@ def step_states(sql: Any, run_id: str) -> dict[str, tuple[str, int]]:
 
 def leases(sql: Any) -> list[tuple[str, str]]:
     return sql.execute("select node_id, run_id from leases order by node_id").fetchall()
-
-
-def two_steps(run_id: str) -> dict[str, Any]:
-    """flash then boot on one board; boot needs flash (the default)."""
-    return contract(
-        run_id,
-        role("dut"),
-        steps=[
-            {"id": "flash", "uses": "dut", "run": ["flash"]},
-            {"id": "boot", "uses": "dut", "run": ["boot"]},
-        ],
-    )
 
 
 def loop_run(run_id: str) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from app.wire import parse_ts
-from tests.helpers import advertise, cap, contract, one, role, scalar, state_of, submit
+from tests.helpers import advertise, cap, contract, one, role, scalar, state_of, submit, two_steps
 
 RENEW = 20
 FACTOR = 4
@@ -58,17 +58,6 @@ def post_advert(client: Any, body: Any, **headers: str) -> Any:
 def claim(client: Any, node_id: str, instance: str | None = None) -> Any:
     headers = {"X-Enode-Instance": instance} if instance else {}
     return client.post(f"/v1/nodes/{node_id}/claim?wait=0", headers=headers)
-
-
-def two_step_run(run_id: str) -> dict[str, Any]:
-    return contract(
-        run_id,
-        role("dut"),
-        steps=[
-            {"id": "flash", "uses": "dut", "run": ["flash"]},
-            {"id": "boot", "uses": "dut", "run": ["boot"]},
-        ],
-    )
 
 
 # ---------------------------------------------------------------- the reply
@@ -307,7 +296,7 @@ def test_renewal_skips_the_lease_of_a_finished_run(client, sql):
 def claimed_on_n1(client: Any, sql: Any, instance: str = "i1") -> None:
     """r1 RUNNING on n1 with its first step CLAIMED by ``instance``."""
     advertise(client, "n1", cap("board"), instance=instance)
-    submit(client, two_step_run("r1"), 201)
+    submit(client, two_steps("r1"), 201)
     resp = claim(client, "n1", instance)
     assert resp.status_code == 200 and resp.get_json()["step_id"] == "r1#01"
     assert scalar(sql, "select state from steps where run_id = 'r1' and seq = 1") == "CLAIMED"
@@ -456,7 +445,7 @@ def test_a_draining_node_still_shows_in_dry_run_capabilities_and_the_node_list(c
 
 def test_at_boundary_drain_cancels_the_run_when_the_node_reports_a_step(client, sql):
     advertise(client, "n1", cap("board"), instance="i1")
-    submit(client, two_step_run("r1"), 201)
+    submit(client, two_steps("r1"), 201)
     assert claim(client, "n1", "i1").status_code == 200
     advertise(client, "n1", cap("board"), instance="i1", policy={"drain": "at-boundary"})
 
@@ -476,7 +465,7 @@ def test_at_boundary_drain_cancels_the_run_when_the_node_reports_a_step(client, 
 
 def test_graceful_drain_lets_the_run_go_on_after_a_step_result(client, sql):
     advertise(client, "n1", cap("board"), instance="i1")
-    submit(client, two_step_run("r1"), 201)
+    submit(client, two_steps("r1"), 201)
     assert claim(client, "n1", "i1").status_code == 200
     advertise(client, "n1", cap("board"), instance="i1", policy={"drain": "graceful"})
 

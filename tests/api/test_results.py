@@ -17,7 +17,7 @@ from psycopg.rows import dict_row
 
 from app import create_app
 from tests.conftest import make_config
-from tests.helpers import advertise, cap, contract, role, submit
+from tests.helpers import advertise, cap, contract, role, submit, two_steps
 
 DID_NOT_COMPLETE = "a step did not complete"
 
@@ -149,18 +149,6 @@ def snapshot(sql: Any) -> tuple[Any, ...]:
         rows(sql, "select * from leases order by node_id"),
         rows(sql, "select * from run_events order by id"),
         rows(sql, "select * from blobs order by run_id, seq, attempt, name"),
-    )
-
-
-def two_steps(run_id: str, uses: str = "dut", **top: Any) -> dict[str, Any]:
-    return contract(
-        run_id,
-        role(uses),
-        steps=[
-            {"id": "flash", "uses": uses, "run": ["flash-image"]},
-            {"id": "boot", "uses": uses, "run": ["boot-test"]},
-        ],
-        **top,
     )
 
 
