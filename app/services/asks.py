@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from app.contract import parse_json
-from app.errors import Conflict, Forbidden, PayloadTooLarge, Unprocessable
+from app.errors import Conflict, Forbidden, Unprocessable
 from app.services.context import Caller, Context
 from app.services.execution import Picture
 from app.services.notify import AfterCommit
@@ -110,9 +110,7 @@ def _answer(
 
 
 def answer(ctx: Context, run_id: str, seq: int, raw: bytes, caller: Caller) -> dict[str, Any]:
-    if len(raw) > ctx.config["max_blob_bytes"]:
-        raise PayloadTooLarge()
-    doc = parse_json(raw)
+    doc = parse_json(raw)  # raw is bounded by max_blob_bytes already (413, SPEC §10)
     after = AfterCommit()
     reply = _answer(ctx, run_id, seq, doc, raw, caller, after)
     return finish_reply(ctx, after, reply)
