@@ -20,7 +20,7 @@ from app.config import Config, load_config
 from app.errors import MediatorError, Unavailable, error_body
 from app.logs import configure_logging, log
 from app.migrate import schema_problem
-from app.services.context import Context
+from app.context import Context
 
 
 def _error(status: int, reason: str, headers: Mapping[str, str] | None = None) -> Response:

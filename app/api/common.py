@@ -15,7 +15,7 @@ from webargs.flaskparser import FlaskParser
 
 from app.contract import check_no_nul, parse_json
 from app.errors import BadRequest, Forbidden, PayloadTooLarge, Unauthorized
-from app.services.context import Caller, Context
+from app.context import Caller, Context
 
 ALL_ROLES = frozenset({"submitter", "node", "answerer", "reader", "operator"})
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from app.context import Caller, Context
 from app.contract import parse_json
 from app.errors import Conflict, Forbidden, Unprocessable
-from app.services.context import Caller, Context
 from app.services.execution import Picture
+from app.services.finish import finish_reply
 from app.services.notify import AfterCommit
 from app.services.records import schema_violation, store_blob
-from app.services.results import complete_step, finish_reply
+from app.services.results import complete_step
 from app.services.tx import retrying
 from app.states import ASKED, RUNNING
 from app.store.blobs import newest_blob

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from app.context import Caller, Context
 from app.errors import Forbidden, NotFound
-from app.services.context import Caller, Context
+from app.services.ending import cancel_run_failed
+from app.services.finish import finish
 from app.services.notify import AfterCommit
-from app.services.settle import cancel_run_failed
 from app.services.tx import retrying
 from app.states import RUN_FINISHED
 from app.store.runs import lock_run
@@ -32,8 +33,6 @@ def _cancel(ctx: Context, run_id: str, caller: Caller, after: AfterCommit) -> st
 def cancel_run(ctx: Context, run_id: str, caller: Caller) -> dict[str, str]:
     """Cancel a QUEUED or RUNNING run; idempotent: a finished run answers with its state. After
     commit: wake the queue, seal the Record (SPEC §9)."""
-    from app.services.results import finish
-
     after = AfterCommit()
     state = _cancel(ctx, run_id, caller, after)
     finish(ctx, after)

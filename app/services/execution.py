@@ -14,12 +14,13 @@ from typing import Any
 from sqlalchemy import func
 from sqlalchemy.orm import Session
 
+from app.context import Context
 from app.contract import parse_duration, parse_requirement
 from app.match import Assignment, match
 from app.models import Run, Step
-from app.services.context import Context
+from app.services.ending import end_run_failed, step_did_not_complete
 from app.services.notify import AfterCommit
-from app.services.settle import end_run_failed, step_did_not_complete
+from app.services.records import store_blob
 from app.states import (
     ASKED,
     DONE,
@@ -34,9 +35,10 @@ from app.states import (
 from app.store.blobs import accepted_blob_names
 from app.store.leases import Grant, delete_leases, insert_lease_if_free, run_not_after
 from app.store.nodes import live_adverts, unavailable_node_ids
-from app.store.runs import add_event, set_run_fields, set_run_state
-from app.store.steps import bind_steps, update_step
+from app.store.runs import add_event, lock_run, set_run_fields, set_run_state
+from app.store.steps import bind_steps, lock_steps, update_step
 from app.verdict import StepFacts
+from app.wire import ts
 
 
 class Picture:
@@ -69,8 +71,6 @@ def put_mediator_blob(
     s: Session, ctx: Context, run: Run, st: Step, name: str, doc: dict[str, Any]
 ) -> None:
     """A blob the Mediator writes itself (an acquire step's outcome)."""
-    from app.services.records import store_blob
-
     data = json.dumps(doc, sort_keys=True).encode()
     store_blob(s, ctx, run, st.seq, st.attempt, name, data, by="mediator", schema_ok=None)
 
@@ -148,8 +148,6 @@ def raise_ask(s: Session, pic: Picture, st: Step, after: AfterCommit) -> None:
 
 
 def _rfc3339(dt: datetime) -> str:
-    from app.wire import ts
-
     return ts(dt) or ""
 
 
@@ -243,9 +241,6 @@ def release_roles(s: Session, pic: Picture, roles: list[str]) -> list[str]:
 def start_steps(s: Session, ctx: Context, run_id: str, after: AfterCommit) -> None:
     """At creation RUNNING and at promotion: run acquire steps and raise asks whose needs are
     met, the same order as after a result (SPEC §6.7, §7 promote)."""
-    from app.store.runs import lock_run
-    from app.store.steps import lock_steps
-
     run = lock_run(s, run_id)
     assert run is not None
     pic = Picture(run, lock_steps(s, run_id))

@@ -6,9 +6,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from app.services.context import Context
+from app.context import Context
+from app.services.ending import end_run_failed, step_did_not_complete
+from app.services.finish import finish
 from app.services.notify import AfterCommit
-from app.services.settle import end_run_failed, step_did_not_complete
 from app.services.tx import retrying
 from app.states import CLAIMED, RUNNING
 from app.store.leases import leases_of_node, renew_leases
@@ -113,8 +114,6 @@ def advertise(ctx: Context, body: dict[str, Any], principal: str | None) -> dict
         # An unknown drain value is folded to "": a 400 would drop the node from the fleet.
         drain=drain if drain in DRAINS else "",
     )
-    from app.services.results import finish
-
     after = AfterCommit()
     for cause in _store_advert(ctx, advert, principal, after):
         after.wake(cause)

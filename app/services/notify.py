@@ -1,4 +1,5 @@
-"""After-commit side effects: claim notifications (LISTEN/NOTIFY), webhooks, wake, seal.
+"""After-commit side effects: what a transaction leaves to do (:class:`AfterCommit`), claim
+notifications (NOTIFY) and webhooks.
 
 Nothing here runs inside a business transaction: a NOTIFY serialises commits in PostgreSQL, a
 webhook may be slow, and a wake inside the freeing transaction would wait on its own rows.
@@ -12,27 +13,15 @@ import threading
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from sqlalchemy import func, select
-
+from app.context import Context
+from app.listener import CLAIM_CHANNEL, claim_payload
 from app.logs import log
-
-if TYPE_CHECKING:
-    from app.services.context import Context
-
-CLAIM_CHANNEL = "mediator_claims"
-_MAX_PAYLOAD = 7000  # PostgreSQL's limit is 8000 bytes; "*" wakes every waiting claim
+from app.store.server import notify
 
 _webhooks: ThreadPoolExecutor | None = None
 _webhooks_lock = threading.Lock()
-
-
-def claim_payload(nodes: set[str]) -> str:
-    """The NOTIFY payload naming these nodes: far below PostgreSQL's 8000-byte limit, or ``"*"``
-    (every waiting claim looks again) when the list would not fit (SPEC §8)."""
-    payload = json.dumps(sorted(nodes))
-    return payload if len(payload.encode()) <= _MAX_PAYLOAD else '"*"'
 
 
 def notify_claimable(ctx: Context, nodes: set[str]) -> None:
@@ -42,7 +31,7 @@ def notify_claimable(ctx: Context, nodes: set[str]) -> None:
         return
     try:
         with ctx.db.begin() as s:
-            s.execute(select(func.pg_notify(CLAIM_CHANNEL, claim_payload(nodes))))
+            notify(s, CLAIM_CHANNEL, claim_payload(nodes))
     except Exception:
         log.warning("claim notification failed", nodes=len(nodes))
 

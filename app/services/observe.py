@@ -6,18 +6,18 @@ from collections import defaultdict
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from app.context import Context
 from app.contract.types import role_from_wire
 from app.errors import NotFound
 from app.match import satisfies
 from app.models import Run, Step
-from app.services.context import Context
 from app.states import QUEUED
 from app.store.leases import holders_of
 from app.store.nodes import draining_node_ids, listed_nodes, live_adverts, live_nodes, node_labels
 from app.store.runs import count_queued_before, get_run, list_runs, run_events
+from app.store.server import database_now
 from app.store.steps import steps_of
 from app.wire import ts
 
@@ -50,7 +50,7 @@ def _step_view(st: Step, ids: dict[int, str]) -> dict[str, Any]:
 def _queue_explanation(s: Session, run: Run, view: dict[str, Any]) -> None:
     """Per role: candidates {live, busy, draining} and the runs holding the busy ones, from one
     snapshot at read time (SPEC §7 "Explaining the wait")."""
-    now = s.execute(select(func.now())).scalar_one()
+    now = database_now(s)
     adverts = live_adverts(s)
     draining = draining_node_ids(s)
     lines = []
@@ -129,7 +129,7 @@ def runs_list(
     limit: int,
 ) -> dict[str, Any]:
     with ctx.db.read() as s:
-        now = s.execute(select(func.now())).scalar_one()
+        now = database_now(s)
         rows = list_runs(s, state=state, since=since, work=work, before=before, limit=limit)
     out: dict[str, Any] = {"observed_at": ts(now), "runs": [run_summary(r) for r in rows]}
     if len(rows) == limit:

@@ -7,14 +7,17 @@ import heapq
 import time
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import NamedTuple
 
+from app.context import Context
 from app.contract.types import role_from_wire
 from app.errors import ConfigError
 from app.logs import log
 from app.match import Advert, Reject, candidate_order, match, width_exceeded
-from app.services.context import Context
-from app.services.notify import notify_claimable
+from app.services.execution import start_steps
+from app.services.notify import AfterCommit, notify_claimable
 from app.services.placement import assigned_json, grants, node_for_role
+from app.services.settle import settle_committed
 from app.services.tx import retrying
 from app.states import QUEUED, RUNNING
 from app.store import NodeTaken, NotQueued
@@ -39,6 +42,17 @@ class Outcome(Enum):
     NODE_TAKEN = "node taken"
 
 
+class Promotion(NamedTuple):
+    """What one promotion did: its outcome, the nodes it took, the nodes whose claims may now find
+    a step (notified once by the scan) and the nodes its own settle freed again (a run that ended
+    inside its promotion)."""
+
+    outcome: Outcome
+    nodes: list[str]
+    claim_nodes: set[str]
+    freed: set[str]
+
+
 @dataclass
 class ScanReport:
     cause: str
@@ -55,9 +69,8 @@ class ScanReport:
 @retrying
 def promote(
     ctx: Context, run: QueuedRun, adverts: list[Advert], unavailable: set[str], cause: str
-) -> tuple[Outcome, list[str], set[str]]:
-    """One transaction for one run; returns the outcome, the nodes it took and the nodes whose
-    claims may now find a step (notified once by the scan).
+) -> Promotion:
+    """One transaction for one run, then what its commit left settled (:class:`Promotion`).
 
     Safe under concurrency by the row condition and the lease key alone: the conditional UPDATE
     locks the run row first (a cancel, a result or another scan serialises behind it), and a node
@@ -65,16 +78,12 @@ def promote(
     roles = [role_from_wire(r) for r in run.requires]
     assignment = match(roles, adverts, unavailable, ordered=True)
     if isinstance(assignment, Reject):
-        return Outcome.NO_FIT, [], set()
+        return Promotion(Outcome.NO_FIT, [], set(), set())
     over = width_exceeded(assignment, ctx.config["lease.max_per_run"])
     if over:
         # Not permanent at promotion: another choice of nodes may fold the count (SPEC §7).
         log.info("queued run over the width cap", run_id=run.run_id, reason=over)
-        return Outcome.WIDTH_CAP, [], set()
-    from app.services.execution import start_steps
-    from app.services.notify import AfterCommit
-    from app.services.results import finish
-
+        return Promotion(Outcome.WIDTH_CAP, [], set(), set())
     taken = grants(assignment, roles)
     after = AfterCommit()
     try:
@@ -86,14 +95,14 @@ def promote(
             add_event(s, run.run_id, QUEUED, RUNNING, f"promoted: {cause}", None)
             start_steps(s, ctx, run.run_id, after)
     except NotQueued:
-        return Outcome.NOT_QUEUED, [], set()
+        return Promotion(Outcome.NOT_QUEUED, [], set(), set())
     except NodeTaken:
-        return Outcome.NODE_TAKEN, [], set()
+        return Promotion(Outcome.NODE_TAKEN, [], set(), set())
     # Inside a scan: never wake from here (the gate is held by this very scan), and leave the
-    # claim notification to the scan; the rest (ask webhooks, verdicts) happens now.
+    # claim notification to the scan; the rest (verdicts, ask webhooks, seals) happens now.
     after.claim_nodes |= {g.node_id for g in taken}
-    finish(ctx, after, wake=False, notify=False)
-    return Outcome.PROMOTED, [g.node_id for g in taken], after.claim_nodes
+    freed = settle_committed(ctx, after)
+    return Promotion(Outcome.PROMOTED, [g.node_id for g in taken], after.claim_nodes, freed)
 
 
 def _scan(ctx: Context, report: ScanReport) -> None:
@@ -118,7 +127,7 @@ def _scan(ctx: Context, report: ScanReport) -> None:
         _, _, run = heapq.heappop(heap)
         report.looked += 1
         try:
-            outcome, nodes, claim_nodes = promote(ctx, run, adverts, unavailable, report.cause)
+            outcome, nodes, claim_nodes, _ = promote(ctx, run, adverts, unavailable, report.cause)
         except Exception:
             # Failure isolation: one bad run must not stop the scan.
             log.exception("promotion failed", run_id=run.run_id, cause=report.cause)

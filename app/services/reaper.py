@@ -12,21 +12,23 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func
 
+from app.context import Context
 from app.logs import log
-from app.services.context import Context
+from app.services.ending import end_run_failed
 from app.services.execution import Picture, settle
+from app.services.finish import finish
 from app.services.notify import AfterCommit
 from app.services.queue import wake_queued
 from app.services.records import seal_run
-from app.services.results import complete_verdict, finish
-from app.services.settle import end_run_failed
+from app.services.settle import complete_verdict
 from app.services.tx import retrying
 from app.states import ASKED, FAILED, QUEUED, RUN_FINISHED, RUNNING
 from app.store import reaper as q
 from app.store.queue import timed_out_queued
 from app.store.runs import clear_wake_debt, lock_run, wake_debt_set
+from app.store.server import database_now, has_passed
 from app.store.steps import fail_open_steps, lock_steps, update_step
 
 LEASE_EXPIRED = "lease expired: renewal stopped"
@@ -60,8 +62,7 @@ def _expire_ask(ctx: Context, run_id: str, seq: int, after: AfterCommit) -> bool
         st = pic.steps.get(seq)
         if st is None or st.state != ASKED:
             return False
-        now_expired = s.execute(select(st.ask_deadline <= func.now())).scalar_one()
-        if not now_expired:
+        if st.ask_deadline is None or not has_passed(s, st.ask_deadline):
             return False
         update_step(
             s, run_id, seq, [ASKED], state=FAILED, error="ask deadline passed", ended_at=func.now()
@@ -142,13 +143,13 @@ def reap_pass(ctx: Context, *, previous_failed: bool = False) -> PassReport:
     report = PassReport()
     gate = ctx.db.dedicated_connection()
     try:
-        if not gate.execute(select(func.pg_try_advisory_lock(q.REAPER_LOCK))).scalar():
+        if not q.try_reaper_lock(gate):
             report.skipped = True
             return report
         try:
             _pass(ctx, report, previous_failed)
         finally:
-            gate.execute(select(func.pg_advisory_unlock(q.REAPER_LOCK)))
+            q.release_reaper_lock(gate)
     finally:
         gate.close()
     return report
@@ -189,7 +190,7 @@ def _pass(ctx: Context, report: PassReport, previous_failed: bool) -> None:
         verifying = q.verifying_runs(s)
         timed_out = timed_out_queued(s)
     report.verdicts = _row_by_row(
-        verifying, lambda r: complete_verdict(ctx, r, after) or 1, "verdict"
+        verifying, lambda r: complete_verdict(ctx, r, after) is not None, "verdict"
     )
     report.queue_timeouts = [
         r for r in timed_out if _row_by_row([r], lambda r: _queue_timeout(ctx, r), "queue timeout")
@@ -203,7 +204,7 @@ def _pass(ctx: Context, report: PassReport, previous_failed: bool) -> None:
     report.sealed = sum(1 for run_id in unsealed if seal_run(ctx, run_id))
     with ctx.db.read() as s:
         debt = wake_debt_set(s)
-        started = s.execute(select(func.now())).scalar_one()
+        started = database_now(s)
     if report.freed or causes or debt or previous_failed:
         why = "reaper: " + ("freed nodes" if report.freed or causes else "wake debt")
         wake_queued(ctx, why)  # raises on failure: the debt stays for the next pass

@@ -7,12 +7,12 @@ from typing import Any
 
 import jsonschema
 
+from app.context import Caller, Context
 from app.contract import parse_json
-from app.errors import BadRequest, Gone, NotFound, NotSealed, Unprocessable
+from app.errors import BadRequest, Forbidden, Gone, NotFound, NotSealed, Unprocessable
 from app.logs import log
 from app.models import Run
 from app.records import RecordSealed
-from app.services.context import Caller, Context
 from app.services.tx import retrying
 from app.states import RUN_FINISHED
 from app.store.blobs import blobs_of_runs, earlier_runs_of_work, newest_blob, record_blob
@@ -34,8 +34,6 @@ def _run_and_step(s: Any, run_id: str, seq: int) -> tuple[Run, Any]:
 
 def authorise_node(caller: Caller, step: Any) -> None:
     """Node tokens bound to node ids may touch only steps bound to their nodes (SPEC §13)."""
-    from app.errors import Forbidden
-
     if caller.nodes is not None and step.node_id not in caller.nodes:
         raise Forbidden(f"token may not act for node {step.node_id}")
 

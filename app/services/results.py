@@ -1,4 +1,4 @@
-"""Claims and results (SPEC §8), and what every run-changing request does after its commit."""
+"""Claims and results (SPEC §8)."""
 
 from __future__ import annotations
 
@@ -8,95 +8,27 @@ from typing import Any
 
 from sqlalchemy import func
 
+from app.context import Context
 from app.contract import parse_json
 from app.errors import BadRequest, NotClaimed
-from app.logs import log
 from app.models import Step
-from app.services.context import Context
+from app.services.ending import cancel_run_failed
 from app.services.execution import (
     Picture,
     advance,
     release_roles,
     settle,
-    step_facts,
 )
-from app.services.notify import AfterCommit, notify_claimable, post_webhook
-from app.services.queue import wake_after_commit
-from app.services.settle import cancel_run_failed
+from app.services.finish import finish_reply
+from app.services.notify import AfterCommit
 from app.services.tx import retrying
-from app.states import CLAIMED, DONE, FAILED, PENDING, RUN_FINISHED, RUNNING, SKIPPED, VERIFYING
+from app.states import CLAIMED, DONE, FAILED, PENDING, RUN_FINISHED, RUNNING, SKIPPED
 from app.store.blobs import accepted_blob_names, newest_blob
-from app.store.leases import delete_leases_of_run, lease_of_node
-from app.store.nodes import drain_of, live_adverts
-from app.store.runs import add_event, finish_run, get_run, lock_run
+from app.store.leases import lease_of_node
+from app.store.nodes import drain_of
+from app.store.runs import get_run, lock_run
 from app.store.steps import claim_step, held_step, lock_steps, reset_steps
-from app.verdict import evaluate
 from app.wire import ts
-
-# ---------------------------------------------------------------- after commit
-
-
-@retrying
-def complete_verdict(ctx: Context, run_id: str, after: AfterCommit) -> None:
-    """The verdict of a run whose VERIFYING has committed (SPEC §8 settle); also the reaper's
-    re-settle after a crash in between. Its leases are deleted and the queue woken after."""
-    with ctx.db.begin() as s:
-        run = lock_run(s, run_id)
-        if run is None or run.state != VERIFYING:
-            return
-        steps = lock_steps(s, run_id)
-        verdict = evaluate(
-            run.contract.get("success_when") or [], step_facts(s, run, steps), live_adverts(s)
-        )
-        if not finish_run(
-            s, run_id, from_states=[VERIFYING], state=verdict["state"], verdict=verdict
-        ):
-            return
-        freed = delete_leases_of_run(s, run_id)
-        add_event(s, run_id, VERIFYING, verdict["state"], "verdict", None)
-    after.ended.append(run_id)
-    after.released(run_id, freed)
-
-
-def finish(ctx: Context, after: AfterCommit, *, wake: bool = True, notify: bool = True) -> None:
-    """Everything a committed change leaves to do, in order: verdicts of runs that reached
-    VERIFYING, one wake, one claim notification for the request and its wake's promotions
-    (SPEC §8: at most one NOTIFY a request), ask webhooks, then sealing and run webhooks.
-    ``wake=False`` and ``notify=False`` inside a wake scan, which holds the scan gate itself and
-    notifies once for the whole scan."""
-    from app.services.records import seal_run
-
-    for run_id in list(after.verifying):
-        try:
-            complete_verdict(ctx, run_id, after)
-        except Exception:
-            # The run stays VERIFYING; the reaper settles it again (SPEC §8).
-            log.exception("verdict failed; the reaper settles it again", run_id=run_id)
-    causes = after.causes()
-    if wake and causes:
-        report = wake_after_commit(ctx, "; ".join(causes), notify=False)
-        if report is not None:
-            after.claim_nodes |= report.claim_nodes
-    if notify:
-        notify_claimable(ctx, after.claim_nodes)
-    for event in after.asks:
-        post_webhook(ctx.config["notify.asks_url"], event)
-    for run_id in dict.fromkeys(after.ended):
-        seal_run(ctx, run_id)
-        announce_end(ctx, run_id)
-
-
-def announce_end(ctx: Context, run_id: str) -> None:
-    url = ctx.config["notify.runs_url"]
-    if not url:
-        return
-    with ctx.db.read() as s:
-        run = get_run(s, run_id)
-    if run is not None:
-        post_webhook(
-            url, {"event": "run", "run_id": run_id, "state": run.state, "verdict": run.verdict}
-        )
-
 
 # ---------------------------------------------------------------- claim
 
@@ -403,15 +335,3 @@ def report_result(ctx: Context, run_id: str, seq: int, body: dict[str, Any]) -> 
     after = AfterCommit()
     reply = _report(ctx, run_id, seq, body, after)
     return finish_reply(ctx, after, reply)
-
-
-def finish_reply(ctx: Context, after: AfterCommit, reply: dict[str, Any]) -> dict[str, Any]:
-    """Run the after-commit work; a run that reached VERIFYING in this request has its verdict
-    by now, so the reply names the final state."""
-    finish(ctx, after)
-    if after.verifying and "run_state" in reply:
-        with ctx.db.read() as s:
-            run = get_run(s, reply["run_id"])
-            if run is not None and run.state in RUN_FINISHED:
-                reply["run_state"] = run.state
-    return reply

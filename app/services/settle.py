@@ -1,64 +1,75 @@
-"""Ending a run (SPEC §8 settle, §9 cancel): the run row is locked by the caller's transaction."""
+"""What a commit leaves settled (SPEC §8 settle, §10, §11): verdicts of runs whose VERIFYING has
+committed, ask webhooks, sealing and run webhooks. Never wakes the queue and never notifies claims:
+that is :func:`app.services.finish.finish`, one layer up, and a wake scan's own promotions, which
+hold the scan gate themselves."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from sqlalchemy.orm import Session
-
-from app.models import Run
-from app.states import FAILED, RUN_ALIVE
+from app.context import Context
+from app.logs import log
+from app.services.execution import step_facts
+from app.services.notify import AfterCommit, post_webhook
+from app.services.records import seal_run
+from app.services.tx import retrying
+from app.states import VERIFYING
 from app.store.leases import delete_leases_of_run
-from app.store.runs import add_event, finish_run
-from app.store.steps import fail_open_steps
+from app.store.nodes import live_adverts
+from app.store.runs import add_event, finish_run, get_run, lock_run
+from app.store.steps import lock_steps
+from app.verdict import evaluate
 
 
-def end_run_failed(
-    s: Session,
-    run: Run,
-    *,
-    checks: list[dict[str, Any]],
-    step_error: str,
-    cause: str,
-    by: str | None,
-    reject: dict[str, Any] | None = None,
-) -> list[str]:
-    """Run -> FAILED with ``ended_at`` and the verdict; its open steps FAILED; its leases deleted.
-    Returns the freed nodes: the caller wakes the queue after commit. Guarded by the run state, so
-    a run that ended meanwhile is left as it is (returns [])."""
-    verdict = {"state": FAILED, "checks": checks}
-    previous = run.state  # the guarded UPDATE refreshes the ORM object
-    if not finish_run(
-        s, run.run_id, from_states=RUN_ALIVE, state=FAILED, verdict=verdict, reject=reject
-    ):
-        return []
-    fail_open_steps(s, run.run_id, step_error)
-    freed = delete_leases_of_run(s, run.run_id)
-    add_event(s, run.run_id, previous, FAILED, cause, by)
+@retrying
+def complete_verdict(ctx: Context, run_id: str, after: AfterCommit) -> list[str]:
+    """The verdict of a run whose VERIFYING has committed (SPEC §8 settle); also the reaper's
+    re-settle after a crash in between. Its leases are deleted; returns the freed nodes (also
+    recorded in ``after`` as the cause of the wake that follows)."""
+    with ctx.db.begin() as s:
+        run = lock_run(s, run_id)
+        if run is None or run.state != VERIFYING:
+            return []
+        steps = lock_steps(s, run_id)
+        verdict = evaluate(
+            run.contract.get("success_when") or [], step_facts(s, run, steps), live_adverts(s)
+        )
+        if not finish_run(
+            s, run_id, from_states=[VERIFYING], state=verdict["state"], verdict=verdict
+        ):
+            return []
+        freed = delete_leases_of_run(s, run_id)
+        add_event(s, run_id, VERIFYING, verdict["state"], "verdict", None)
+    after.ended.append(run_id)
+    after.released(run_id, freed)
     return freed
 
 
-def step_did_not_complete(step_id: str) -> dict[str, Any]:
-    """The check of a run that failed because a step failed (SPEC §8: check ``ran``)."""
-    return {
-        "step": step_id,
-        "what": "ran",
-        "want": "DONE",
-        "got": FAILED,
-        "ok": False,
-        "note": "a step did not complete",
-    }
+def settle_committed(ctx: Context, after: AfterCommit) -> set[str]:
+    """Everything a committed change leaves settled, in order: verdicts of runs that reached
+    VERIFYING, ask webhooks, then sealing and run webhooks of the runs that ended. Returns the
+    nodes the verdicts freed; the caller decides whether and how the queue learns of them."""
+    freed: set[str] = set()
+    for run_id in list(after.verifying):
+        try:
+            freed.update(complete_verdict(ctx, run_id, after))
+        except Exception:
+            # The run stays VERIFYING; the reaper settles it again (SPEC §8).
+            log.exception("verdict failed; the reaper settles it again", run_id=run_id)
+    for event in after.asks:
+        post_webhook(ctx.config["notify.asks_url"], event)
+    for run_id in dict.fromkeys(after.ended):
+        seal_run(ctx, run_id)
+        announce_end(ctx, run_id)
+    return freed
 
 
-def cancel_run_failed(s: Session, run: Run, by: str, cause: str) -> list[str]:
-    """A cancelled run is FAILED with the verdict note ``cancelled by: <by>`` (SPEC §9, and the
-    at-boundary drain of SPEC §8 with ``drain:<node>``)."""
-    note = f"cancelled by: {by}"
-    return end_run_failed(
-        s,
-        run,
-        checks=[{"what": "cancelled", "ok": False, "note": note}],
-        step_error=note,
-        cause=cause,
-        by=by,
-    )
+def announce_end(ctx: Context, run_id: str) -> None:
+    """``notify.runs_url``: a best-effort POST of the run's end (SPEC §15)."""
+    url = ctx.config["notify.runs_url"]
+    if not url:
+        return
+    with ctx.db.read() as s:
+        run = get_run(s, run_id)
+    if run is not None:
+        post_webhook(
+            url, {"event": "run", "run_id": run_id, "state": run.state, "verdict": run.verdict}
+        )

@@ -5,16 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from app.context import Caller, Context
 from app.contract import Contract, validate_contract
 from app.errors import NoCandidate
 from app.match import Assignment, Reject, match, width_exceeded
-from app.services.context import Caller, Context
 from app.services.execution import start_steps
+from app.services.finish import finish
 from app.services.notify import AfterCommit
 from app.services.observe import render_run
 from app.services.placement import assigned_json, grants, node_for_role
 from app.services.queue import wake_after_commit
-from app.services.results import finish
 from app.services.tx import retrying
 from app.states import FAILED, QUEUED, RUNNING
 from app.store import DuplicateRun, NodeTaken

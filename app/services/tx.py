@@ -10,6 +10,7 @@ from typing import ParamSpec, TypeVar
 from sqlalchemy.exc import DBAPIError
 
 from app.logs import log
+from app.services.notify import AfterCommit
 
 RETRYABLE = frozenset({"40P01", "40001"})
 RETRIES = 3
@@ -28,8 +29,6 @@ def retrying(fn: Callable[P, T]) -> Callable[P, T]:
 
     @functools.wraps(fn)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
-        from app.services.notify import AfterCommit
-
         # What a rolled-back attempt left for after commit must not survive into the retry.
         pending = [a for a in (*args, *kwargs.values()) if isinstance(a, AfterCommit)]
         snapshots = [a.snapshot() for a in pending]

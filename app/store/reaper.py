@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from sqlalchemy import delete, func, literal_column, or_, select, update
+from sqlalchemy import Connection, delete, func, literal_column, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
@@ -13,6 +13,15 @@ from app.models import Lease, ReaperState, Run, Step
 from app.states import ASKED, RUN_ALIVE, RUN_FINISHED, RUNNING, STEP_OPEN, VERIFYING
 
 REAPER_LOCK = 0x4D6564696174_0003  # one pass at a time across reapers (pg_try_advisory_lock)
+
+
+def try_reaper_lock(conn: Connection) -> bool:
+    """Take the session advisory lock of a pass on this (autocommit) connection, if it is free."""
+    return bool(conn.execute(select(func.pg_try_advisory_lock(REAPER_LOCK))).scalar())
+
+
+def release_reaper_lock(conn: Connection) -> None:
+    conn.execute(select(func.pg_advisory_unlock(REAPER_LOCK)))
 
 
 def begin_pass(s: Session) -> tuple[datetime, datetime | None]:

@@ -46,9 +46,9 @@ def test_two_concurrent_promotions_of_one_queued_run_promote_it_exactly_once(
                     for k in (0, 1)
                 )
             )
-            outcomes = sorted(o.value for o, _, _ in results)
+            outcomes = sorted(o.value for o, *_ in results)
             assert outcomes == sorted([Outcome.PROMOTED.value, Outcome.NOT_QUEUED.value]), results
-            winner_nodes = [nodes for o, nodes, _ in results if o is Outcome.PROMOTED][0]
+            winner_nodes = [nodes for o, nodes, *_ in results if o is Outcome.PROMOTED][0]
             assert winner_nodes == ["n1"]
             assert sql.execute(
                 "select state from runs where run_id = %s", (waiter,)

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
+import app.listener
 from app.config import load_config
-from app.services import notify
-from app.services.claims import ClaimListener
-from app.services.notify import CLAIM_CHANNEL, notify_claimable
+from app.listener import CLAIM_CHANNEL, ClaimListener
+from app.services.notify import notify_claimable
 
 PG_LIMIT = 8000
 
@@ -26,7 +26,7 @@ def ids(n: int, width: int = 30, prefix: str = "node") -> set[str]:
 
 def claim_payload(nodes: set[str]) -> str:
     # Looked up at call time: a module without it fails these tests, not the whole file.
-    return notify.claim_payload(nodes)
+    return app.listener.claim_payload(nodes)
 
 
 def size(payload: str) -> int:

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 from app.config import Config
 from app.db import Database
-from app.records import FilesystemRecords
-from app.services.claims import ClaimListener
+from app.listener import ClaimListener
+from app.records import FilesystemRecords, RecordStore
 from app.store.gate import ScanGate
 
 
@@ -17,7 +17,7 @@ class Context:
         self.config = config
         self.db = Database(config)
         self.gate = ScanGate(self.db.dedicated_connection)
-        self.records = FilesystemRecords(config["records.root"])
+        self.records: RecordStore = FilesystemRecords(config["records.root"])
         self.claims = ClaimListener(config)
 
     @property

@@ -1,4 +1,5 @@
-"""Waiting claims of one process, woken by PostgreSQL LISTEN/NOTIFY (SPEC §8).
+"""Waiting claims of one process, woken by PostgreSQL LISTEN/NOTIFY (SPEC §8): the channel, its
+payload and the listening side.
 
 One listener thread per process, started on the first claim, on a connection of its own. A
 waiting claim registers an Event under its node before it looks in the database (so a notification
@@ -17,9 +18,28 @@ import psycopg
 
 from app.config import Config, to_libpq_url
 from app.logs import log
-from app.services.notify import CLAIM_CHANNEL
 
+CLAIM_CHANNEL = "mediator_claims"
 STOP_CHECK_SECONDS = 0.2
+_MAX_PAYLOAD = 7000  # PostgreSQL's limit is 8000 bytes; "*" wakes every waiting claim
+
+
+def claim_payload(nodes: set[str]) -> str:
+    """The NOTIFY payload naming these nodes: far below PostgreSQL's 8000-byte limit, or ``"*"``
+    (every waiting claim looks again) when the list would not fit (SPEC §8)."""
+    payload = json.dumps(sorted(nodes))
+    return payload if len(payload.encode()) <= _MAX_PAYLOAD else '"*"'
+
+
+def claim_nodes(payload: str) -> list[str] | None:
+    """The nodes a payload names; None: every waiting claim (``"*"`` or anything unreadable)."""
+    try:
+        nodes = json.loads(payload)
+    except ValueError:
+        return None
+    if nodes == "*" or not isinstance(nodes, list):
+        return None
+    return [str(n) for n in nodes]
 
 
 class ClaimListener:
@@ -102,11 +122,7 @@ class ClaimListener:
         self.connected.clear()
 
     def _handle(self, payload: str) -> None:
-        try:
-            nodes = json.loads(payload)
-        except ValueError:
-            nodes = "*"
-        self.wake(None if nodes == "*" or not isinstance(nodes, list) else [str(n) for n in nodes])
+        self.wake(claim_nodes(payload))
 
     def close(self) -> None:
         self._stop.set()

@@ -1,0 +1,64 @@
+"""Ending a run (SPEC §8 settle, §9 cancel): the run row is locked by the caller's transaction."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from app.models import Run
+from app.states import FAILED, RUN_ALIVE
+from app.store.leases import delete_leases_of_run
+from app.store.runs import add_event, finish_run
+from app.store.steps import fail_open_steps
+
+
+def end_run_failed(
+    s: Session,
+    run: Run,
+    *,
+    checks: list[dict[str, Any]],
+    step_error: str,
+    cause: str,
+    by: str | None,
+    reject: dict[str, Any] | None = None,
+) -> list[str]:
+    """Run -> FAILED with ``ended_at`` and the verdict; its open steps FAILED; its leases deleted.
+    Returns the freed nodes: the caller wakes the queue after commit. Guarded by the run state, so
+    a run that ended meanwhile is left as it is (returns [])."""
+    verdict = {"state": FAILED, "checks": checks}
+    previous = run.state  # the guarded UPDATE refreshes the ORM object
+    if not finish_run(
+        s, run.run_id, from_states=RUN_ALIVE, state=FAILED, verdict=verdict, reject=reject
+    ):
+        return []
+    fail_open_steps(s, run.run_id, step_error)
+    freed = delete_leases_of_run(s, run.run_id)
+    add_event(s, run.run_id, previous, FAILED, cause, by)
+    return freed
+
+
+def step_did_not_complete(step_id: str) -> dict[str, Any]:
+    """The check of a run that failed because a step failed (SPEC §8: check ``ran``)."""
+    return {
+        "step": step_id,
+        "what": "ran",
+        "want": "DONE",
+        "got": FAILED,
+        "ok": False,
+        "note": "a step did not complete",
+    }
+
+
+def cancel_run_failed(s: Session, run: Run, by: str, cause: str) -> list[str]:
+    """A cancelled run is FAILED with the verdict note ``cancelled by: <by>`` (SPEC §9, and the
+    at-boundary drain of SPEC §8 with ``drain:<node>``)."""
+    note = f"cancelled by: {by}"
+    return end_run_failed(
+        s,
+        run,
+        checks=[{"what": "cancelled", "ok": False, "note": note}],
+        step_error=note,
+        cause=cause,
+        by=by,
+    )

@@ -1,0 +1,39 @@
+"""The after-commit work of a request (SPEC §8 step 5): what the commit left settled, then one wake
+of the queue and one claim notification for the request and its wake's promotions (SPEC §8: at most
+one NOTIFY a request)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.context import Context
+from app.services.notify import AfterCommit, notify_claimable
+from app.services.queue import wake_after_commit
+from app.services.settle import settle_committed
+from app.states import RUN_FINISHED
+from app.store.runs import get_run
+
+
+def finish(ctx: Context, after: AfterCommit, *, wake: bool = True) -> None:
+    """Settle what the commit left, wake the queue once for its causes, then notify the claims of
+    the request's nodes and of the wake's promotions. ``wake=False``: the caller wakes itself (the
+    reaper's pass wakes once, at its end)."""
+    settle_committed(ctx, after)
+    causes = after.causes()
+    if wake and causes:
+        report = wake_after_commit(ctx, "; ".join(causes), notify=False)
+        if report is not None:
+            after.claim_nodes |= report.claim_nodes
+    notify_claimable(ctx, after.claim_nodes)
+
+
+def finish_reply(ctx: Context, after: AfterCommit, reply: dict[str, Any]) -> dict[str, Any]:
+    """Run the after-commit work; a run that reached VERIFYING in this request has its verdict
+    by now, so the reply names the final state."""
+    finish(ctx, after)
+    if after.verifying and "run_state" in reply:
+        with ctx.db.read() as s:
+            run = get_run(s, reply["run_id"])
+            if run is not None and run.state in RUN_FINISHED:
+                reply["run_state"] = run.state
+    return reply

@@ -1,0 +1,24 @@
+"""What the database server itself provides: its clock and NOTIFY (SPEC §1: the database clock is
+the one that matters; SPEC §8: claim notifications)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import func, literal, select
+from sqlalchemy.orm import Session
+
+
+def database_now(s: Session) -> datetime:
+    """``now()``: the transaction's time on the database clock."""
+    return s.execute(select(func.now())).scalar_one()
+
+
+def has_passed(s: Session, when: datetime) -> bool:
+    """Whether ``when`` is at or before ``now()`` on the database clock."""
+    return bool(s.execute(select(literal(when) <= func.now())).scalar_one())
+
+
+def notify(s: Session, channel: str, payload: str) -> None:
+    """``pg_notify``: delivered to the channel's listeners when the transaction commits."""
+    s.execute(select(func.pg_notify(channel, payload)))
