@@ -1,0 +1,96 @@
+"""What the services ask of a Record store (SPEC §11), whatever backend holds the Records, and the
+rules every backend applies alike: the names a caller may choose and the name a run's Record takes."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterator
+from typing import Any, Protocol, runtime_checkable
+
+_SAFE = re.compile(r"^[A-Za-z0-9._:@-]{1,120}$")
+
+
+class RecordSealed(Exception):
+    """A write (log, blob, step) into a Record that is already sealed."""
+
+
+@runtime_checkable
+class RecordStore(Protocol):
+    """The Record store as the services use it (``ctx.records``). Names (log, blob, step id) pass
+    ``check_name`` and seq/attempt are non-negative ints, else ValueError; a write into a sealed
+    Record raises RecordSealed."""
+
+    def open(self, run_id: str, manifest: dict[str, Any]) -> None:
+        """Open the run's Record with its manifest; idempotent (the manifest is written again)."""
+        ...
+
+    def exists(self, run_id: str) -> bool:
+        """Whether the run has a Record (a rejected submit has none)."""
+        ...
+
+    def append_log(self, run_id: str, seq: int, name: str, data: bytes, cap: int) -> int:
+        """Append to the step's log up to ``cap`` bytes, then one truncation note; returns the
+        log's total length after this append."""
+        ...
+
+    def read_log(
+        self, run_id: str, seq: int, name: str, offset: int, limit: int = 1 << 20
+    ) -> bytes:
+        """At most ``limit`` bytes from ``offset``, cut after a newline when more remain;
+        ``b""`` for a missing log or an offset past its end."""
+        ...
+
+    def put_blob(self, run_id: str, seq: int, attempt: int, name: str, data: bytes) -> str:
+        """Store a blob whole (readers see the old bytes or the new); returns its sha256 hex."""
+        ...
+
+    def read_blob(self, run_id: str, seq: int, attempt: int, name: str) -> bytes | None:
+        """The blob's bytes, or None when there is none."""
+        ...
+
+    def seal(
+        self,
+        run_id: str,
+        *,
+        verdict: dict[str, Any],
+        steps: list[tuple[int, str, dict[str, Any]]],
+        events: list[dict[str, Any]],
+        manifest_update: dict[str, Any],
+    ) -> None:
+        """Write the verdict, step documents, events and final manifest, then SHA256SUMS, then
+        make the Record read-only. Idempotent: a sealed Record is left as it is."""
+        ...
+
+    def is_sealed(self, run_id: str) -> bool:
+        """Whether the seal is complete."""
+        ...
+
+    def tar_stream(self, run_id: str) -> Iterator[bytes]:
+        """The Record as an uncompressed tar under ``run-<record_dir_name>/``, chunk by chunk;
+        FileNotFoundError at once when there is no Record."""
+        ...
+
+
+def record_dir_name(run_id: str) -> str:
+    """A directory name that cannot escape the root: the run id itself when it is plainly safe,
+    else a hash of it (no ``/``, ``..``, NUL)."""
+    if _SAFE.match(run_id) and run_id not in {".", ".."} and not run_id.startswith("."):
+        return run_id
+    return "run-" + hashlib.sha256(run_id.encode("utf-8", "surrogatepass")).hexdigest()[:40]
+
+
+def check_name(name: str) -> str:
+    """A file-name component chosen by a caller (log/blob name, step id): one path segment, never
+    ``.``/``..``, no separators or NUL. Raises ValueError."""
+    if not isinstance(name, str) or not name or name in {".", ".."}:
+        raise ValueError(f"bad name {name!r}")
+    if "/" in name or "\\" in name or "\x00" in name:
+        raise ValueError(f"bad name {name!r}")
+    try:
+        encoded = name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"bad name {name!r}") from None
+    if len(encoded) > 200:
+        raise ValueError("name too long")
+    return name

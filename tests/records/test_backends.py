@@ -1,0 +1,478 @@
+"""Every Record store backend behaves alike through ``RecordStore`` (SPEC §11): logs with a cap and a
+truncation note, whole blobs, name checks, the seal and what it refuses, the tar of a sealed Record.
+
+A backend joins by adding a factory to ``BACKENDS``: a context manager that is given a fresh
+``tmp_path`` and yields an empty store, cleaning up after it."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import os
+import tarfile
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.records import (
+    FilesystemRecords,
+    RecordSealed,
+    RecordStore,
+    check_name,
+    record_dir_name,
+)
+
+RUN = "run-0001"
+NOTE = b"\n[mediator: log truncated at %d bytes]\n"
+WHOLE = 1 << 30  # a read_log limit past any log here: the whole log, never cut
+
+Backend = Callable[[Path], AbstractContextManager[RecordStore]]
+
+
+@contextlib.contextmanager
+def filesystem(tmp_path: Path) -> Iterator[RecordStore]:
+    yield FilesystemRecords(tmp_path / "records")
+    for dirpath, _dirs, _files in os.walk(
+        tmp_path
+    ):  # sealed dirs are 0555: let cleanup remove them
+        os.chmod(dirpath, 0o755)
+
+
+BACKENDS: list[Any] = [pytest.param(filesystem, id="filesystem")]
+
+
+@pytest.fixture(params=BACKENDS)
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RecordStore]:
+    backend: Backend = request.param
+    with backend(tmp_path) as s:
+        yield s
+
+
+@pytest.fixture
+def rec(store: RecordStore) -> RecordStore:
+    store.open(RUN, {"run_id": RUN, "state": "RUNNING"})
+    return store
+
+
+def _seal(rec: RecordStore, run_id: str = RUN) -> None:
+    rec.seal(
+        run_id,
+        verdict={"state": "SUCCEEDED"},
+        steps=[
+            (1, "build", {"state": "SUCCEEDED", "node": "n1"}),
+            (2, "test", {"state": "SUCCEEDED"}),
+        ],
+        events=[{"kind": "created"}, {"kind": "finished"}],
+        manifest_update={"state": "SUCCEEDED", "ended_at": "2024-01-01T00:00:00Z"},
+    )
+
+
+def _log(rec: RecordStore, seq: int, name: str, run_id: str = RUN) -> bytes:
+    return rec.read_log(run_id, seq, name, 0, limit=WHOLE)
+
+
+def _members(rec: RecordStore, run_id: str = RUN) -> dict[str, tarfile.TarInfo]:
+    data = b"".join(rec.tar_stream(run_id))
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
+        return {m.name: m for m in tar.getmembers()}
+
+
+def _files(rec: RecordStore, run_id: str = RUN) -> dict[str, bytes]:
+    """The files of the run's Record as its tar holds them, by path inside the Record."""
+    top = "run-" + record_dir_name(run_id)
+    out: dict[str, bytes] = {}
+    data = b"".join(rec.tar_stream(run_id))
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
+        for m in tar.getmembers():
+            assert m.name == top or m.name.startswith(top + "/"), m.name
+            if m.isfile():
+                f = tar.extractfile(m)
+                assert f is not None
+                out[m.name[len(top) + 1 :]] = f.read()
+    return out
+
+
+def _verify_sums(files: dict[str, bytes]) -> list[str]:
+    lines = files["SHA256SUMS"].decode().splitlines()
+    paths = [line.split("  ", 1)[1] for line in lines]
+    assert paths == sorted(paths)
+    for line in lines:
+        digest, rel = line.split("  ", 1)
+        assert hashlib.sha256(files[rel]).hexdigest() == digest
+    assert paths == sorted(p for p in files if p != "SHA256SUMS")
+    return paths
+
+
+# -- the interface ---------------------------------------------------------------------------------
+
+
+def _as_store(records: FilesystemRecords) -> RecordStore:
+    return records  # the filesystem backend is a RecordStore to the type checker too
+
+
+def test_every_backend_is_a_record_store(store: RecordStore) -> None:
+    assert isinstance(store, RecordStore)
+
+
+def test_filesystem_records_satisfies_the_protocol(tmp_path: Path) -> None:
+    assert isinstance(_as_store(FilesystemRecords(tmp_path)), RecordStore)
+    assert not isinstance(object(), RecordStore)
+
+
+# -- names -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["step", "report.json", "a-b_c.d", "ünïcødé", "x" * 200])
+def test_check_name_passes_one_path_segment(name: str) -> None:
+    assert check_name(name) == name
+
+
+@pytest.mark.parametrize(
+    "bad", ["", ".", "..", "a/b", "../x", "/abs", "a\\b", "..\\x", "a\x00b", "\udcff", "x" * 201]
+)
+def test_check_name_refuses_anything_else(bad: str) -> None:
+    with pytest.raises(ValueError):
+        check_name(bad)
+
+
+def test_record_dir_name_plain_and_distinct() -> None:
+    assert record_dir_name("run-abc_1.2:x@y") == "run-abc_1.2:x@y"
+    assert record_dir_name("a/b") != record_dir_name("a\\b")
+    assert record_dir_name("a/b") == record_dir_name("a/b")
+
+
+BAD_NAMES = ["", ".", "..", "a/b", "../x", "/abs", "a\\b", "..\\x", "a\x00b"]
+
+
+@pytest.mark.parametrize("bad", BAD_NAMES)
+def test_a_bad_log_blob_or_step_name_is_a_value_error(rec: RecordStore, bad: str) -> None:
+    with pytest.raises(ValueError):
+        rec.append_log(RUN, 1, bad, b"x", 100)
+    with pytest.raises(ValueError):
+        rec.read_log(RUN, 1, bad, 0)
+    with pytest.raises(ValueError):
+        rec.put_blob(RUN, 1, 1, bad, b"x")
+    with pytest.raises(ValueError):
+        rec.read_blob(RUN, 1, 1, bad)
+    with pytest.raises(ValueError):
+        rec.seal(RUN, verdict={}, steps=[(1, bad, {})], events=[], manifest_update={})
+    assert not rec.is_sealed(RUN)
+
+
+@pytest.mark.parametrize("seq", [-1, True, 1.5, "1"])
+def test_a_bad_seq_or_attempt_is_a_value_error(rec: RecordStore, seq: Any) -> None:
+    with pytest.raises(ValueError):
+        rec.append_log(RUN, seq, "s", b"x", 100)
+    with pytest.raises(ValueError):
+        rec.put_blob(RUN, 1, seq, "b", b"x")
+
+
+def test_odd_run_ids_each_get_their_own_record(store: RecordStore) -> None:
+    run_ids = ["../escape", "a/../../b", "..", "z" * 300]
+    for i, run_id in enumerate(run_ids):
+        store.open(run_id, {"run_id": run_id})
+        store.append_log(run_id, 1, "s", b"%d" % i, 10)
+        store.put_blob(run_id, 1, 1, "b", b"%d" % i)
+    for i, run_id in enumerate(run_ids):
+        assert store.exists(run_id)
+        assert store.read_blob(run_id, 1, 1, "b") == b"%d" % i
+        assert _log(store, 1, "s", run_id) == b"%d" % i
+
+
+# -- open / exists -------------------------------------------------------------------------------
+
+
+def test_open_is_idempotent_and_the_record_then_exists(store: RecordStore) -> None:
+    assert not store.exists("r1")
+    store.open("r1", {"run_id": "r1"})
+    store.open("r1", {"run_id": "r1", "again": True})
+    assert store.exists("r1")
+    _seal(store, "r1")
+    assert json.loads(_files(store, "r1")["manifest.json"]) == {
+        "run_id": "r1",
+        "again": True,
+        "state": "SUCCEEDED",
+        "ended_at": "2024-01-01T00:00:00Z",
+    }
+
+
+# -- logs ----------------------------------------------------------------------------------------
+
+
+def test_append_and_read_log(rec: RecordStore) -> None:
+    assert rec.append_log(RUN, 1, "step", b"hello\n", 1000) == 6
+    assert rec.append_log(RUN, 1, "step", b"world\n", 1000) == 12
+    assert rec.read_log(RUN, 1, "step", 0) == b"hello\nworld\n"
+    assert rec.read_log(RUN, 1, "step", 6) == b"world\n"
+    assert rec.read_log(RUN, 1, "step", 12) == b""
+    assert rec.read_log(RUN, 1, "step", 999) == b""
+    assert rec.append_log(RUN, 1, "step", b"", 1000) == 12
+
+
+def test_logs_of_different_steps_and_names_are_apart(rec: RecordStore) -> None:
+    rec.append_log(RUN, 1, "a", b"1a", 10)
+    rec.append_log(RUN, 2, "a", b"2a", 10)
+    rec.append_log(RUN, 1, "b", b"1b", 10)
+    assert [_log(rec, 1, "a"), _log(rec, 2, "a"), _log(rec, 1, "b")] == [b"1a", b"2a", b"1b"]
+
+
+def test_read_missing_log(rec: RecordStore) -> None:
+    assert rec.read_log(RUN, 3, "nope", 0) == b""
+    assert rec.read_log("nobody", 1, "x", 0) == b""
+
+
+def test_log_cap_and_note_exact_bytes(rec: RecordStore) -> None:
+    cap = 10
+    assert rec.append_log(RUN, 1, "s", b"01234", cap) == 5
+    total = rec.append_log(RUN, 1, "s", b"56789abcdef", cap)
+    expected = b"0123456789" + NOTE % cap
+    assert total == len(expected)
+    assert _log(rec, 1, "s") == expected
+    assert rec.append_log(RUN, 1, "s", b"more\n", cap) == len(expected)
+    assert rec.append_log(RUN, 1, "s", b"x" * 100, cap) == len(expected)
+    assert _log(rec, 1, "s") == expected
+    assert expected == b"0123456789\n[mediator: log truncated at 10 bytes]\n"
+
+
+def test_log_exactly_at_cap_then_note(rec: RecordStore) -> None:
+    assert rec.append_log(RUN, 1, "s", b"0123456789", 10) == 10  # fits exactly, no note
+    assert rec.append_log(RUN, 1, "s", b"", 10) == 10
+    total = rec.append_log(RUN, 1, "s", b"x", 10)
+    assert _log(rec, 1, "s") == b"0123456789" + NOTE % 10
+    assert total == 10 + len(NOTE % 10)
+
+
+def test_log_first_append_over_cap(rec: RecordStore) -> None:
+    total = rec.append_log(RUN, 2, "s", b"a" * 50, 20)
+    assert _log(rec, 2, "s") == b"a" * 20 + NOTE % 20
+    assert total == 20 + len(NOTE % 20)
+
+
+def test_concurrent_appends_threads(rec: RecordStore) -> None:
+    line = b"0123456789abcdef\n"
+    n_threads, per = 8, 50
+    barrier = threading.Barrier(n_threads)
+
+    def worker(i: int) -> None:
+        barrier.wait()
+        for _ in range(per):
+            rec.append_log(RUN, 1, "c", b"%d:" % i + line, 1 << 30)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(n_threads)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    data = _log(rec, 1, "c")
+    assert len(data) == n_threads * per * (len(line) + 2)
+    lines = data.splitlines(keepends=True)
+    assert len(lines) == n_threads * per
+    for i in range(n_threads):
+        assert lines.count(b"%d:" % i + line) == per
+
+
+def test_concurrent_appends_threads_with_cap(rec: RecordStore) -> None:
+    cap = 1000
+    barrier = threading.Barrier(6)
+
+    def worker() -> None:
+        barrier.wait()
+        for _ in range(100):
+            rec.append_log(RUN, 1, "cc", b"abcdefg\n", cap)
+
+    threads = [threading.Thread(target=worker) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    data = _log(rec, 1, "cc")
+    assert len(data) == cap + len(NOTE % cap)
+    assert data.endswith(NOTE % cap) and data.count(b"[mediator:") == 1
+
+
+def test_read_log_limit_cuts_at_newline(rec: RecordStore) -> None:
+    rec.append_log(RUN, 1, "s", b"aaa\nbbb\nccc", 1000)
+    assert rec.read_log(RUN, 1, "s", 0, limit=6) == b"aaa\n"  # more remain: cut after newline
+    assert rec.read_log(RUN, 1, "s", 0, limit=8) == b"aaa\nbbb\n"
+    assert rec.read_log(RUN, 1, "s", 0, limit=9) == b"aaa\nbbb\n"
+    assert rec.read_log(RUN, 1, "s", 0, limit=11) == b"aaa\nbbb\nccc"  # nothing beyond: no cut
+    assert rec.read_log(RUN, 1, "s", 0, limit=100) == b"aaa\nbbb\nccc"
+    assert rec.read_log(RUN, 1, "s", 4, limit=5) == b"bbb\n"
+    assert rec.read_log(RUN, 1, "s", 8, limit=2) == b"cc"  # no newline within the limit: raw
+    assert rec.read_log(RUN, 1, "s", 0, limit=0) == b""
+
+
+def test_read_log_follow(rec: RecordStore) -> None:
+    body = b"x" * 10 + b"\n" + b"y" * 10 + b"\n" + b"z" * 5
+    rec.append_log(RUN, 1, "f", body, 1 << 20)
+    got, off = b"", 0
+    while True:
+        chunk = rec.read_log(RUN, 1, "f", off, limit=15)
+        if not chunk:
+            break
+        got += chunk
+        off += len(chunk)
+    assert got == body == _log(rec, 1, "f")
+
+
+def test_read_log_default_limit(rec: RecordStore) -> None:
+    body = (b"l" * 99 + b"\n") * 20000  # 2,000,000 bytes
+    rec.append_log(RUN, 1, "big", body, 1 << 30)
+    first = rec.read_log(RUN, 1, "big", 0)
+    assert len(first) <= 1 << 20 and first.endswith(b"\n") and len(first) % 100 == 0
+    assert len(first) == (1 << 20) // 100 * 100
+
+
+def test_read_log_bad_offset(rec: RecordStore) -> None:
+    with pytest.raises(ValueError):
+        rec.read_log(RUN, 1, "s", -1)
+
+
+# -- blobs ---------------------------------------------------------------------------------------
+
+
+def test_put_and_read_blob(rec: RecordStore) -> None:
+    digest = rec.put_blob(RUN, 1, 2, "report.json", b'{"ok": true}')
+    assert digest == hashlib.sha256(b'{"ok": true}').hexdigest()
+    assert rec.read_blob(RUN, 1, 2, "report.json") == b'{"ok": true}'
+    assert rec.read_blob(RUN, 1, 1, "report.json") is None
+    assert rec.read_blob(RUN, 1, 2, "other") is None
+    assert rec.read_blob("no-such-run", 1, 2, "report.json") is None
+    rec.put_blob(RUN, 1, 2, "report.json", b"second")
+    assert rec.read_blob(RUN, 1, 2, "report.json") == b"second"
+    assert rec.put_blob(RUN, 1, 2, "empty", b"") == hashlib.sha256(b"").hexdigest()
+    assert rec.read_blob(RUN, 1, 2, "empty") == b""
+
+
+# -- seal ----------------------------------------------------------------------------------------
+
+
+def test_seal_writes_files_and_sums(rec: RecordStore) -> None:
+    rec.append_log(RUN, 1, "build", b"compiling\n", 1000)
+    rec.put_blob(RUN, 1, 1, "out.json", b"{}")
+    assert not rec.is_sealed(RUN)
+    _seal(rec)
+    assert rec.is_sealed(RUN)
+    files = _files(rec)
+    assert json.loads(files["verdict.json"]) == {"state": "SUCCEEDED"}
+    assert json.loads(files["events.json"]) == [{"kind": "created"}, {"kind": "finished"}]
+    assert json.loads(files["steps/01-build.json"]) == {"node": "n1", "state": "SUCCEEDED"}
+    assert json.loads(files["steps/02-test.json"]) == {"state": "SUCCEEDED"}
+    manifest = json.loads(files["manifest.json"])
+    assert manifest == {"run_id": RUN, "state": "SUCCEEDED", "ended_at": "2024-01-01T00:00:00Z"}
+    assert files["logs/01-build.log"] == b"compiling\n"
+    assert files["blobs/01.1-out.json"] == b"{}"
+    assert _verify_sums(files) == [
+        "blobs/01.1-out.json",
+        "events.json",
+        "logs/01-build.log",
+        "manifest.json",
+        "steps/01-build.json",
+        "steps/02-test.json",
+        "verdict.json",
+    ]
+
+
+def test_record_documents_are_sorted_json_indented_by_two(rec: RecordStore) -> None:
+    rec.seal(RUN, verdict={"b": 1, "a": [1, 2]}, steps=[], events=[], manifest_update={})
+    text = _files(rec)["verdict.json"].decode()
+    assert json.loads(text) == {"a": [1, 2], "b": 1}
+    assert text.index('"a"') < text.index('"b"')
+    assert '\n  "a": [\n' in text and text.endswith("}\n")
+
+
+def test_sealed_record_refuses_writes(rec: RecordStore) -> None:
+    rec.append_log(RUN, 1, "build", b"x\n", 1000)
+    _seal(rec)
+    before = _files(rec)
+    with pytest.raises(RecordSealed):
+        rec.append_log(RUN, 1, "build", b"more\n", 1000)
+    with pytest.raises(RecordSealed):
+        rec.put_blob(RUN, 1, 1, "late", b"x")
+    assert rec.read_blob(RUN, 1, 1, "late") is None
+    assert rec.read_log(RUN, 1, "build", 0) == b"x\n"
+    assert _files(rec) == before
+    _verify_sums(before)
+
+
+def test_seal_is_idempotent(rec: RecordStore) -> None:
+    _seal(rec)
+    before = _files(rec)
+    rec.seal(RUN, verdict={"state": "DIFFERENT"}, steps=[], events=[], manifest_update={"x": 1})
+    assert _files(rec) == before
+    assert rec.is_sealed(RUN)
+
+
+def test_seal_without_open(store: RecordStore) -> None:
+    _seal(store, "never-opened")
+    assert store.is_sealed("never-opened")
+    files = _files(store, "never-opened")
+    assert json.loads(files["manifest.json"])["state"] == "SUCCEEDED"
+    _verify_sums(files)
+
+
+def test_is_sealed_missing(store: RecordStore) -> None:
+    assert not store.is_sealed("nothing")
+    assert not store.exists("nothing")
+
+
+# -- tar -----------------------------------------------------------------------------------------
+
+
+def test_tar_stream(rec: RecordStore) -> None:
+    rec.append_log(RUN, 1, "build", b"line\n" * 1000, 1 << 20)
+    big = os.urandom(300_000)
+    rec.put_blob(RUN, 1, 1, "big.bin", big)
+    _seal(rec)
+    chunks = list(rec.tar_stream(RUN))
+    assert len(chunks) > 1
+    assert all(isinstance(c, bytes) for c in chunks)
+    assert max(len(c) for c in chunks) < len(big)  # really streamed, never the whole archive
+    data = b"".join(chunks)
+    assert len(data) % tarfile.RECORDSIZE == 0
+    top = "run-" + record_dir_name(RUN)
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
+        members = {m.name: m for m in tar.getmembers()}
+        dirs = {n for n, m in members.items() if m.isdir()}
+        assert dirs == {top, f"{top}/steps", f"{top}/logs", f"{top}/blobs"}
+        assert all(members[n].mode == 0o555 for n in dirs)  # sealed: read-only
+        files = {n for n, m in members.items() if m.isfile()}
+        assert files == set(members) - dirs
+        assert all(members[n].mode == 0o444 for n in files)
+        f = tar.extractfile(f"{top}/blobs/01.1-big.bin")
+        assert f is not None and f.read() == big
+        f = tar.extractfile(f"{top}/logs/01-build.log")
+        assert f is not None and f.read() == b"line\n" * 1000
+    _verify_sums(_files(rec))
+
+
+def test_tar_stream_hashed_dir_name(store: RecordStore) -> None:
+    rid = "weird/../id"
+    store.open(rid, {"run_id": rid})
+    _seal(store, rid)
+    names = list(_members(store, rid))
+    top = "run-" + record_dir_name(rid)
+    assert top in names
+    assert all(n == top or n.startswith(top + "/") for n in names)
+    assert all(".." not in n.split("/") for n in names)
+
+
+def test_tar_stream_missing(store: RecordStore) -> None:
+    with pytest.raises(FileNotFoundError):
+        store.tar_stream("nope")  # at once, before any chunk is asked for
+
+
+def test_tar_stream_abandoned_early(rec: RecordStore) -> None:
+    rec.put_blob(RUN, 1, 1, "big.bin", os.urandom(500_000))
+    _seal(rec)
+    gen = rec.tar_stream(RUN)
+    next(gen)
+    close = getattr(gen, "close", None)
+    if close is not None:
+        close()  # a client that went away: no error
