@@ -176,11 +176,15 @@ def to_sqlalchemy_url(url: str) -> str:
 
 
 def to_libpq_url(url: str) -> str:
-    """The plain libpq form of a configured URL (for psycopg connections outside SQLAlchemy)."""
-    scheme, rest = url.split("://", 1)
-    return (
-        "postgresql://" + rest if scheme.startswith("postgresql") or scheme == "postgres" else url
-    )
+    """The plain libpq form of a URL, for psycopg connections outside SQLAlchemy:
+    ``postgresql+psycopg://…`` (SQLAlchemy's form) and ``postgres://…`` become ``postgresql://…``;
+    any other URL is returned as it is."""
+    scheme, sep, rest = url.partition("://")
+    if sep and (
+        scheme in {"postgresql", "postgres"} or scheme.startswith(("postgresql+", "postgres+"))
+    ):
+        return "postgresql://" + rest
+    return url
 
 
 def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -10,14 +10,22 @@ from alembic import command
 from alembic.config import Config as AlembicConfig
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine
+from sqlalchemy import Engine, create_engine, pool
 
-ROOT = Path(__file__).resolve().parent.parent
-ALEMBIC_INI = ROOT / "alembic.ini"
+# An installed package carries the scripts of the source tree's alembic/ as app/migrations/
+# (setup.cfg); a source tree (an editable install included) has them beside alembic.ini.
+PACKAGED_SCRIPTS = Path(__file__).resolve().parent / "migrations"
+SOURCE_ROOT = Path(__file__).resolve().parent.parent
+ALEMBIC_INI = SOURCE_ROOT / "alembic.ini"
 
 
 def alembic_config(url: str | None = None) -> AlembicConfig:
-    cfg = AlembicConfig(str(ALEMBIC_INI))
+    if (PACKAGED_SCRIPTS / "env.py").is_file():
+        cfg = AlembicConfig()
+        cfg.set_main_option("script_location", str(PACKAGED_SCRIPTS).replace("%", "%%"))
+        cfg.set_main_option("path_separator", "os")
+    else:
+        cfg = AlembicConfig(str(ALEMBIC_INI))
     cfg.attributes["skip_logging"] = True
     if url:
         cfg.attributes["url"] = url
@@ -31,13 +39,22 @@ def upgrade(url: str, revision: str = "head") -> None:
 @functools.cache
 def head_revision() -> str:
     head = ScriptDirectory.from_config(alembic_config()).get_current_head()
-    assert head is not None, "alembic/versions has no migration"
+    assert head is not None, "the migration scripts have no revision"
     return head
 
 
 def database_revision(engine: Engine) -> str | None:
     with engine.connect() as conn:
         return MigrationContext.configure(conn).get_current_revision()
+
+
+def database_problem(url: str) -> str | None:
+    """:func:`schema_problem` of the database at ``url``, on a connection of its own."""
+    engine = create_engine(url, poolclass=pool.NullPool)
+    try:
+        return schema_problem(engine)
+    finally:
+        engine.dispose()
 
 
 def schema_problem(engine: Engine) -> str | None:

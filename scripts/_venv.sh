@@ -1,5 +1,6 @@
-# Sourced by scripts/test and scripts/example: make .venv and install the project into it.
-# Reinstalls only when setup.cfg or pyproject.toml is newer than the stamp.
+# Sourced by scripts/test and scripts/example: make .venv and install the project into it with
+# the extras both need (test; embedded: the throwaway PostgreSQL of the example and the tests).
+# Reinstalls only when setup.cfg, pyproject.toml or this file is newer than the stamp.
 PYTHON="${PYTHON:-python3}"
 VENV=.venv
 STAMP="$VENV/.installed"
@@ -14,7 +15,7 @@ needs_install=0
 if [ ! -f "$STAMP" ]; then
     needs_install=1
 else
-    for f in setup.cfg pyproject.toml; do
+    for f in setup.cfg pyproject.toml scripts/_venv.sh; do
         if [ -f "$f" ] && [ "$f" -nt "$STAMP" ]; then
             needs_install=1
         fi
@@ -23,6 +24,6 @@ fi
 
 if [ "$needs_install" = 1 ]; then
     echo "scripts: installing the project into $VENV" >&2
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e '.[test]'
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e '.[test,embedded]'
     touch "$STAMP"
 fi

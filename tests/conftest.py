@@ -17,7 +17,8 @@ import psycopg
 import pytest
 
 from app import create_app
-from app.devdb import create_database, drop_database, libpq_url, resolve_admin_url
+from app.config import to_libpq_url
+from app.dev.embedded import create_database, drop_database, resolve_admin_url
 from app.migrate import upgrade
 
 TOKEN = "test-token-of-the-mediator"
@@ -60,7 +61,7 @@ def session_db(pg_admin_url: str, template_db: tuple[str, str]) -> Iterator[str]
 @pytest.fixture
 def db_url(session_db: str) -> str:
     """The session database, emptied: each test starts from no rows."""
-    with psycopg.connect(libpq_url(session_db), autocommit=True) as conn:
+    with psycopg.connect(to_libpq_url(session_db), autocommit=True) as conn:
         conn.execute(f"TRUNCATE {TABLES} RESTART IDENTITY CASCADE")
     return session_db
 
@@ -118,7 +119,7 @@ def ctx(app: Any) -> Any:
 @pytest.fixture
 def sql(db_url: str) -> Iterator[Any]:
     """A plain psycopg connection (autocommit) to look at rows the way an operator would."""
-    with psycopg.connect(libpq_url(db_url), autocommit=True) as conn:
+    with psycopg.connect(to_libpq_url(db_url), autocommit=True) as conn:
         yield conn
 
 

@@ -27,7 +27,7 @@ import pytest
 import structlog
 
 from app import create_app
-from app.devdb import libpq_url
+from app.config import to_libpq_url
 from app.match import candidate_order
 from app.services.queue import Outcome, promote
 from app.store.nodes import live_adverts
@@ -335,7 +335,7 @@ def test_an_acquire_whose_lease_insert_meets_a_concurrent_lease_means_unavailabl
     submit(client, doc, 201)
     assert claimed(client, "n1")["name"] == "prep"
 
-    with psycopg.connect(libpq_url(db_url)) as other:
+    with psycopg.connect(to_libpq_url(db_url)) as other:
         # Another transaction takes s1 for r0 and has not committed yet.
         other.execute(
             "insert into leases (node_id, run_id, role, capability, not_after, nonce)"

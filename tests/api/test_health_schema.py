@@ -19,7 +19,8 @@ import pytest
 from alembic import command
 
 from app import create_app
-from app.devdb import create_database, drop_database, libpq_url
+from app.config import to_libpq_url
+from app.dev.embedded import create_database, drop_database
 from app.migrate import alembic_config, head_revision, upgrade
 from tests.conftest import TOKEN, make_config
 
@@ -84,7 +85,7 @@ def _call(client: Any, method: str, path: str, body: Any) -> Any:
 
 
 def _tables(url: str) -> set[str]:
-    with psycopg.connect(libpq_url(url), autocommit=True) as conn:
+    with psycopg.connect(to_libpq_url(url), autocommit=True) as conn:
         rows = conn.execute(
             "SELECT tablename FROM pg_tables WHERE schemaname = 'public'"
         ).fetchall()
@@ -94,7 +95,7 @@ def _tables(url: str) -> set[str]:
 def _revision(url: str) -> str | None:
     if "alembic_version" not in _tables(url):
         return None
-    with psycopg.connect(libpq_url(url), autocommit=True) as conn:
+    with psycopg.connect(to_libpq_url(url), autocommit=True) as conn:
         row = conn.execute("SELECT version_num FROM alembic_version").fetchone()
     return row[0] if row else None
 
@@ -168,7 +169,7 @@ def test_a_database_downgraded_to_base_is_not_ready_and_v1_routes_are_503(fresh_
 
 
 def test_a_schema_at_another_revision_than_the_code_is_refused(fresh_db_url, tmp_path):
-    with psycopg.connect(libpq_url(fresh_db_url), autocommit=True) as conn:
+    with psycopg.connect(to_libpq_url(fresh_db_url), autocommit=True) as conn:
         conn.execute("UPDATE alembic_version SET version_num = '0000_older'")
     with serving(fresh_db_url, tmp_path) as app:
         client = app.test_client()
@@ -177,7 +178,7 @@ def test_a_schema_at_another_revision_than_the_code_is_refused(fresh_db_url, tmp
     assert ready.status_code == 503
     assert resp.status_code == 503
     assert resp.get_json()["error"]["code"] == 503
-    with psycopg.connect(libpq_url(fresh_db_url), autocommit=True) as conn:
+    with psycopg.connect(to_libpq_url(fresh_db_url), autocommit=True) as conn:
         assert conn.execute("SELECT count(*) FROM nodes").fetchone() == (0,)
 
 

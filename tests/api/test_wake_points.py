@@ -19,7 +19,7 @@ from psycopg.rows import dict_row
 from sqlalchemy.exc import OperationalError
 
 from app import create_app, startup
-from app.devdb import libpq_url
+from app.config import to_libpq_url
 from app.services.reaper import reap_pass
 from tests.conftest import TOKEN, gunicorn_on, make_config
 from tests.helpers import advertise, cap, contract, role, scalar, state_of, submit
@@ -62,7 +62,7 @@ def free_n1_without_a_wake(sql: Any) -> None:
 def nodes_locked(db_url: str) -> Iterator[None]:
     """Another session holds ACCESS EXCLUSIVE on ``nodes`` until the block ends: every read of
     the fleet waits, and a scan under its statement timeout fails."""
-    with psycopg.connect(libpq_url(db_url), autocommit=True) as conn:
+    with psycopg.connect(to_libpq_url(db_url), autocommit=True) as conn:
         # A code path that waits on the lock without a timeout must fail the test, not hang it:
         # the server ends this session (and its lock) after 10 idle seconds.
         conn.execute("set idle_in_transaction_session_timeout = '10s'")
@@ -248,7 +248,7 @@ def freed_without_wake(fresh_db_url: str, tmp_path: Any) -> None:
         r1_running_on_n1_and_r2_queued(c)
     finally:
         application.extensions["mediator"].close()
-    with psycopg.connect(libpq_url(fresh_db_url), autocommit=True) as conn:
+    with psycopg.connect(to_libpq_url(fresh_db_url), autocommit=True) as conn:
         free_n1_without_a_wake(conn)
         assert scalar(conn, "select state from runs where run_id = 'r2'") == "QUEUED"
 

@@ -18,8 +18,8 @@ import psycopg
 from sqlalchemy import text
 
 from app import create_app
+from app.config import to_libpq_url
 from app.contract.types import role_from_wire
-from app.devdb import libpq_url
 from app.match import Reject, match
 from app.store.gate import SCANNING_LOCK, WAITING_LOCK
 from app.store.nodes import live_adverts, unavailable_node_ids
@@ -65,7 +65,7 @@ def apps_on(url: str, records: Any, n: int = 2, **keys: Any) -> Iterator[Apps]:
 @contextmanager
 def connect(url: str) -> Iterator[Any]:
     """An operator's autocommit psycopg connection to the same database."""
-    with psycopg.connect(libpq_url(url), autocommit=True) as conn:
+    with psycopg.connect(to_libpq_url(url), autocommit=True) as conn:
         yield conn
 
 

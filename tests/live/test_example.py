@@ -3,7 +3,7 @@ promoted by the cancel, and its steps carried through to a SUCCEEDED verdict and
 
 import requests
 
-from app.cli import run_example
+from app.dev.example import run_example
 from tests.conftest import TOKEN
 
 

