@@ -6,6 +6,7 @@ Every function here runs inside a transaction that has locked the run row and th
 
 from __future__ import annotations
 
+import builtins
 import json
 from collections.abc import Iterable
 from datetime import datetime
@@ -58,7 +59,7 @@ class Picture:
     def set(self, s: Session, st: Step, expect: Iterable[str], **values: Any) -> bool:
         return update_step(s, st.run_id, st.seq, list(expect), **values) is not None
 
-    def nodes_of_pending(self) -> set[str]:
+    def nodes_of_pending(self) -> builtins.set[str]:  # ``set`` is the method above
         return {st.node_id for st in self.steps.values() if st.state == PENDING and st.node_id}
 
 

@@ -170,7 +170,9 @@ def _pass(ctx: Context, report: PassReport, previous_failed: bool) -> None:
     after = AfterCommit()
     with ctx.db.read() as s:
         asks = q.expired_asks(s)
-    report.asks_expired = _row_by_row(asks, lambda a: _expire_ask(ctx, *a, after), "ask expiry")
+    report.asks_expired = _row_by_row(
+        asks, lambda a: _expire_ask(ctx, a[0], a[1], after), "ask expiry"
+    )
     with ctx.db.read() as s:
         expired = q.runs_with_expired_leases(s)
     report.lease_expired = [

@@ -6,12 +6,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import jsonschema
+from sqlalchemy.orm import Session
 
 from app.context import Caller, Context
 from app.contract import parse_json
 from app.errors import BadRequest, Forbidden, Gone, NotFound, NotSealed, Unprocessable
 from app.logs import log
-from app.models import Run
+from app.models import Run, Step
 from app.records import RecordSealed
 from app.services.tx import retrying
 from app.states import RUN_FINISHED
@@ -22,7 +23,7 @@ from app.store.steps import get_step, steps_of
 from app.wire import ts
 
 
-def _run_and_step(s: Any, run_id: str, seq: int) -> tuple[Run, Any]:
+def _run_and_step(s: Session, run_id: str, seq: int) -> tuple[Run, Step]:
     run = get_run(s, run_id)
     if run is None:
         raise NotFound(f"no such run: {run_id}")
@@ -32,7 +33,7 @@ def _run_and_step(s: Any, run_id: str, seq: int) -> tuple[Run, Any]:
     return run, step
 
 
-def authorise_node(caller: Caller, step: Any) -> None:
+def authorise_node(caller: Caller, step: Step) -> None:
     """Node tokens bound to node ids may touch only steps bound to their nodes (SPEC §13)."""
     if caller.nodes is not None and step.node_id not in caller.nodes:
         raise Forbidden(f"token may not act for node {step.node_id}")
@@ -68,7 +69,7 @@ def schema_violation(schema: dict[str, Any], doc: Any) -> str | None:
 
 
 def store_blob(
-    s: Any,
+    s: Session,
     ctx: Context,
     run: Run,
     seq: int,

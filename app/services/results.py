@@ -7,11 +7,12 @@ import time
 from typing import Any
 
 from sqlalchemy import func
+from sqlalchemy.orm import Session
 
 from app.context import Context
 from app.contract import parse_json
 from app.errors import BadRequest, NotClaimed
-from app.models import Step
+from app.models import Run, Step
 from app.services.ending import cancel_run_failed
 from app.services.execution import (
     Picture,
@@ -33,13 +34,13 @@ from app.wire import ts
 # ---------------------------------------------------------------- claim
 
 
-def claim_body(ctx: Context, step: Any, node_id: str) -> dict[str, Any]:
+def claim_body(ctx: Context, step: Step, node_id: str) -> dict[str, Any]:
     spec = step.spec
     with ctx.db.read() as s:
         run = get_run(s, step.run_id)
+        assert run is not None  # a claimed step's run is never deleted while it runs
         lease = lease_of_node(s, node_id)
         ledger = _ledger_for(s, ctx, run, spec) if (spec.get("in") or {}).get("from") else None
-    assert run is not None
     body: dict[str, Any] = {
         "step_id": f"{step.run_id}#{step.seq:02d}",
         "run_id": step.run_id,
@@ -70,7 +71,7 @@ def claim_body(ctx: Context, step: Any, node_id: str) -> dict[str, Any]:
     return body
 
 
-def _ledger_for(s: Any, ctx: Context, run: Any, spec: dict[str, Any]) -> list[dict[str, Any]]:
+def _ledger_for(s: Session, ctx: Context, run: Run, spec: dict[str, Any]) -> list[dict[str, Any]]:
     """The artifacts a step asks for in ``in.from``: where to fetch the newest of each name."""
     out = []
     for name in spec["in"]["from"]:
@@ -133,8 +134,8 @@ def _until_met(until: dict[str, Any], exit_code: int | None, produced: set[str])
 
 
 def _rollback(
-    pic: Picture, st: Any, exit_code: int | None, error: str | None, produced: set[str]
-) -> tuple[list[int], list[Any]]:
+    pic: Picture, st: Step, exit_code: int | None, error: str | None, produced: set[str]
+) -> tuple[list[int], list[Step]]:
     """The rollback check, before any effect (SPEC §8.1). Returns the seqs to reset (empty: no
     rollback) and the steps whose attempts ran out (marked ``exhausted`` for the verdict)."""
     exhausted = []
@@ -171,17 +172,17 @@ def _range(pic: Picture, first: int, last: int) -> list[int]:
     reset: list[int] = []
     kept_skipped: set[int] = set()
     for k in range(first, last + 1):
-        st = pic.steps.get(k)
-        if st is None or st.kind == "acquire":
+        step = pic.steps.get(k)
+        if step is None or step.kind == "acquire":
             continue
-        if st.state == SKIPPED:
+        if step.state == SKIPPED:
             decided_outside = any(
                 d.kind == "acquire" or not first <= d.seq <= last
-                for d in deciders.get(st.step_id, [])
+                for d in deciders.get(step.step_id, [])
             )
-            needs_stay = bool(st.needs) and all(
+            needs_stay = bool(step.needs) and all(
                 pic.steps[n].state == SKIPPED and (n < first or n in kept_skipped)
-                for n in st.needs
+                for n in step.needs
                 if n in pic.steps
             )
             if decided_outside or needs_stay:
@@ -191,7 +192,7 @@ def _range(pic: Picture, first: int, last: int) -> list[int]:
     return reset
 
 
-def _dispatch(ctx: Context, pic: Picture, st: Any, s: Any) -> None:
+def _dispatch(ctx: Context, pic: Picture, st: Step, s: Session) -> None:
     """``dispatch``: the string at the JSON path of the produced blob picks one target; the others
     are SKIPPED (and skips propagate in :func:`advance`). Anything else fails the step."""
     d = st.spec["dispatch"]
@@ -220,10 +221,10 @@ def _dispatch(ctx: Context, pic: Picture, st: Any, s: Any) -> None:
 
 
 def complete_step(
-    s: Any,
+    s: Session,
     ctx: Context,
     pic: Picture,
-    st: Any,
+    st: Step,
     after: AfterCommit,
     *,
     expect: str,
@@ -320,11 +321,11 @@ def _report(
         )
 
 
-def _drains_at_boundary(s: Any, node_id: str | None) -> bool:
+def _drains_at_boundary(s: Session, node_id: str | None) -> bool:
     return node_id is not None and drain_of(s, node_id) == "at-boundary"
 
 
-def _cancel_for_drain(s: Any, run: Any, node: str, after: AfterCommit) -> None:
+def _cancel_for_drain(s: Session, run: Run, node: str | None, after: AfterCommit) -> None:
     """SPEC §4 at-boundary: the run is cancelled by ``drain:<node>`` in the result's transaction."""
     after.released(run.run_id, cancel_run_failed(s, run, f"drain:{node}", f"drain:{node}"))
     run.state = FAILED
