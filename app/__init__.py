@@ -17,10 +17,10 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from werkzeug.exceptions import HTTPException
 
 from app.config import Config, load_config
+from app.context import Context
 from app.errors import MediatorError, Unavailable, error_body
 from app.logs import configure_logging, log
 from app.migrate import schema_problem
-from app.context import Context
 
 
 def _error(status: int, reason: str, headers: Mapping[str, str] | None = None) -> Response:
@@ -105,8 +105,8 @@ def create_app(config: Config | Mapping[str, Any] | None = None) -> Flask:
         cfg = load_config(env={}, overrides=config)
     configure_logging(cfg["log.format"], cfg["log.level"])
     app = Flask("mediator", static_folder=None)
-    app.json.sort_keys = False  # type: ignore[attr-defined]
-    app.json.mimetype = "application/json; charset=utf-8"  # type: ignore[attr-defined]  # SPEC §2
+    app.json.sort_keys = False
+    app.json.mimetype = "application/json; charset=utf-8"  # SPEC §2
     app.config.update(
         API_TITLE="Mediator",
         API_VERSION="1",

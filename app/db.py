@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 
 from sqlalchemy import Connection, Engine, create_engine, pool
 from sqlalchemy.orm import Session, sessionmaker
@@ -62,7 +62,7 @@ class Database:
         assert self._sessions is not None
         return self._sessions
 
-    def begin(self) -> Session:
+    def begin(self) -> AbstractContextManager[Session]:
         """``with db.begin() as s:`` one transaction, committed on success, rolled back on error."""
         return self.sessions.begin()
 

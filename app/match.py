@@ -122,7 +122,7 @@ def adverts_from_rows(rows: Iterable[tuple[str, object, str | None]]) -> list[Ad
         entries = []
         for c in caps if isinstance(caps, list) else []:
             if isinstance(c, dict) and isinstance(c.get("capability"), str):
-                attrs = c.get("attrs") if isinstance(c.get("attrs"), dict) else {}
+                attrs = c["attrs"] if isinstance(c.get("attrs"), dict) else {}
                 entries.append(Capability(c["capability"], {str(k): v for k, v in attrs.items()}))
         out.append(Advert(node_id, tuple(entries), label))
     return out

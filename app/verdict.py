@@ -28,7 +28,7 @@ def evaluate(
     failed = [st for st in steps if st.state == "FAILED"]
     if failed:
         # Any step FAILED -> the run FAILED: a step did not complete.
-        checks = [
+        failures = [
             {
                 "step": st.id,
                 "what": "ran",
@@ -39,7 +39,7 @@ def evaluate(
             }
             for st in failed
         ]
-        return {"state": "FAILED", "checks": checks}
+        return {"state": "FAILED", "checks": failures}
     by_id = {st.id: st for st in steps}
     checks: list[dict[str, Any]] = []
     fleet_info: dict[str, Any] | None = None

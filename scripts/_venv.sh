@@ -24,6 +24,6 @@ fi
 
 if [ "$needs_install" = 1 ]; then
     echo "scripts: installing the project into $VENV" >&2
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e '.[test,embedded]'
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e '.[test,demo,dev]'
     touch "$STAMP"
 fi

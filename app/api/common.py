@@ -6,16 +6,16 @@ import functools
 import hashlib
 import hmac
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from flask import current_app, g, request
 from flask_smorest import Blueprint
 from marshmallow import ValidationError
 from webargs.flaskparser import FlaskParser
 
+from app.context import Caller, Context
 from app.contract import check_no_nul, parse_json
 from app.errors import BadRequest, Forbidden, PayloadTooLarge, Unauthorized
-from app.context import Caller, Context
 
 ALL_ROLES = frozenset({"submitter", "node", "answerer", "reader", "operator"})
 
@@ -54,7 +54,9 @@ class MediatorParser(FlaskParser):
     def handle_error(self, error: ValidationError, req: Any, schema: Any, **kwargs: Any) -> None:  # type: ignore[override]
         raise BadRequest(first_error(error.messages))
 
-    def _handle_invalid_json_error(self, error: Any, req: Any, *args: Any, **kwargs: Any) -> None:
+    def _handle_invalid_json_error(
+        self, error: Any, req: Any, *args: Any, **kwargs: Any
+    ) -> NoReturn:
         raise BadRequest("body is not valid JSON")
 
     def load_json(self, req: Any, schema: Any) -> Any:

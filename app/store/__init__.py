@@ -7,6 +7,9 @@ Store functions never commit: the service that owns the transaction does.
 
 from __future__ import annotations
 
+from typing import Any, cast
+
+from sqlalchemy import CursorResult, Result
 from sqlalchemy.exc import IntegrityError
 
 
@@ -30,3 +33,8 @@ def constraint_name(exc: IntegrityError) -> str | None:
     """The violated constraint, from PostgreSQL's error fields (psycopg's ``diag``)."""
     diag = getattr(exc.orig, "diag", None)
     return getattr(diag, "constraint_name", None)
+
+
+def rowcount(result: Result[Any]) -> int:
+    """The rows an UPDATE or DELETE touched (its result is a cursor result)."""
+    return cast(CursorResult[Any], result).rowcount or 0

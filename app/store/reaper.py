@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from app.models import Lease, ReaperState, Run, Step
 from app.states import ASKED, RUN_ALIVE, RUN_FINISHED, RUNNING, STEP_OPEN, VERIFYING
+from app.store import rowcount
 
 REAPER_LOCK = 0x4D6564696174_0003  # one pass at a time across reapers (pg_try_advisory_lock)
 
@@ -48,7 +49,7 @@ def extend_leases(s: Session, gap: timedelta) -> int:
         )
         .values(not_after=Lease.not_after + gap)
     )
-    return result.rowcount or 0
+    return rowcount(result)
 
 
 def expired_asks(s: Session) -> list[tuple[str, int]]:
@@ -109,4 +110,4 @@ def unsealed_finished_runs(s: Session) -> list[str]:
 
 def delete_run_leases(s: Session, run_id: str) -> int:
     result = s.execute(delete(Lease).where(Lease.run_id == run_id))
-    return result.rowcount or 0
+    return rowcount(result)

@@ -12,6 +12,7 @@ from app.contract import is_valid_id
 from app.contract.types import StepDef
 from app.models import Lease, Run, Step
 from app.states import ASKED, CLAIMED, DONE, FAILED, PENDING, RUNNING, SKIPPED, STEP_OPEN
+from app.store import rowcount
 
 
 def insert_steps(
@@ -94,7 +95,7 @@ def fail_open_steps(s: Session, run_id: str, error: str) -> int:
         .where(Step.run_id == run_id, Step.state.in_(STEP_OPEN))
         .values(state=FAILED, error=error, ended_at=func.now())
     )
-    return result.rowcount or 0
+    return rowcount(result)
 
 
 def lock_steps(s: Session, run_id: str) -> list[Step]:

