@@ -10,18 +10,17 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 
-from app import create_app
 from app.config import to_libpq_url
 from app.dev.embedded import create_database, drop_database, resolve_admin_url
 from app.migrate import upgrade
+from tests.apps import LiveServer, app_on, client_of, empty_records, gunicorn_on
 
-TOKEN = "test-token-of-the-mediator"
 TABLES = "nodes, runs, steps, leases, run_events, blobs, wake_debt, reaper_state"
 
 
@@ -77,38 +76,46 @@ def fresh_db_url(pg_admin_url: str, template_db: tuple[str, str]) -> Iterator[st
         drop_database(pg_admin_url, name)
 
 
-def make_config(url: str, records: Any, **extra: Any) -> dict[str, Any]:
-    cfg: dict[str, Any] = {
-        "database.url": url,
-        "records.root": str(records),
-        "token": TOKEN,
-        "log.format": "console",
-        "log.level": "error",
-    }
-    cfg.update(extra)
-    return cfg
-
-
 @pytest.fixture
 def config_overrides() -> dict[str, Any]:
     """Override in a test module to change configuration keys."""
     return {}
 
 
-@pytest.fixture
-def app(db_url: str, tmp_path: Any, config_overrides: dict[str, Any]) -> Iterator[Any]:
-    application = create_app(make_config(db_url, tmp_path / "records", **config_overrides))
-    try:
+@pytest.fixture(scope="module")
+def module_config() -> dict[str, Any]:
+    """Configuration keys for the app of a module with ``one_app_per_module`` (override there)."""
+    return {}
+
+
+@pytest.fixture(scope="module")
+def module_app(
+    module_config: dict[str, Any], session_db: str, tmp_path_factory: Any
+) -> Iterator[Any]:
+    with app_on(session_db, tmp_path_factory.mktemp("records"), **module_config) as application:
         yield application
-    finally:
-        application.extensions["mediator"].close()
+
+
+@pytest.fixture
+def app(
+    request: Any, db_url: str, tmp_path: Any, config_overrides: dict[str, Any]
+) -> Iterator[Any]:
+    """The test's own app. A module that sets ``one_app_per_module = True`` shares one app among
+    its tests instead (``module_app``, configured by ``module_config``): closing an app that has
+    served a claim waits up to a second for its LISTEN thread, and nearly every test there claims.
+    Each test still starts from empty tables (``db_url``) and an empty Record store."""
+    if getattr(request.module, "one_app_per_module", False):
+        shared = request.getfixturevalue("module_app")
+        empty_records(Path(shared.extensions["mediator"].config["records.root"]))
+        yield shared
+        return
+    with app_on(db_url, tmp_path / "records", **config_overrides) as application:
+        yield application
 
 
 @pytest.fixture
 def client(app: Any) -> Any:
-    c = app.test_client()
-    c.environ_base["HTTP_AUTHORIZATION"] = f"Bearer {TOKEN}"
-    return c
+    return client_of(app)
 
 
 @pytest.fixture
@@ -121,83 +128,6 @@ def sql(db_url: str) -> Iterator[Any]:
     """A plain psycopg connection (autocommit) to look at rows the way an operator would."""
     with psycopg.connect(to_libpq_url(db_url), autocommit=True) as conn:
         yield conn
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class LiveServer:
-    """A real gunicorn (gthread workers) serving the Mediator on 127.0.0.1."""
-
-    def __init__(self, url: str, env: dict[str, str], proc: Any) -> None:
-        self.url = url
-        self.env = env
-        self.proc = proc
-
-    def headers(self, **extra: str) -> dict[str, str]:
-        return {"Authorization": f"Bearer {TOKEN}", **extra}
-
-
-@contextmanager
-def gunicorn_on(db_url: str, tmp_path: Any, **env_extra: str) -> Iterator[LiveServer]:
-    """gunicorn -c gunicorn.conf.py wsgi:app on ``db_url``, configured by environment alone
-    (SPEC §15), 2 gthread workers unless ``MEDIATOR_WORKERS`` says otherwise; yields once
-    /readyz answers 200 (with one worker, its start-up, wake included, has then completed)."""
-    import subprocess
-    import sys
-    import time
-    from pathlib import Path
-
-    import requests
-
-    port = _free_port()
-    env = dict(os.environ)
-    env.update(
-        {
-            "MEDIATOR_DATABASE_URL": db_url,
-            "MEDIATOR_RECORDS_ROOT": str(tmp_path / "records"),
-            "MEDIATOR_TOKEN": TOKEN,
-            "MEDIATOR_LOG_LEVEL": "warning",
-            "MEDIATOR_BIND": f"127.0.0.1:{port}",
-            "MEDIATOR_WORKERS": "2",
-            "MEDIATOR_THREADS": "32",
-            **env_extra,
-        }
-    )
-    root = Path(__file__).resolve().parent.parent
-    log = tmp_path / "gunicorn.log"
-    with open(log, "wb") as err:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "wsgi:app"],
-            cwd=root,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if requests.get(url + "/readyz", timeout=5).status_code == 200:
-                    break
-            except requests.RequestException:
-                pass  # not listening yet, or a worker still starting on a busy machine
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(log.read_text()[-3000:])
-            time.sleep(0.05)  # waiting for a process to bind its port: there is no event to await
-        yield LiveServer(url, env, proc)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 @pytest.fixture

@@ -1,10 +1,14 @@
-"""Builders for contracts and adverts, and small HTTP helpers used across tests."""
+"""Builders for contracts and adverts, small HTTP helpers used across tests, and a real receiver
+of the runs webhook."""
 
 from __future__ import annotations
 
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from psycopg.rows import dict_row
+from tests.rows import run_row
 
 
 def role(name: str, capability: str = "board", count: int = 1, **attrs: str) -> dict[str, Any]:
@@ -60,6 +64,29 @@ def two_steps(run_id: str, uses: str = "dut", **top: Any) -> dict[str, Any]:
     )
 
 
+def one_step(run_id: str, uses: str = "dut", capability: str = "board") -> dict[str, Any]:
+    return contract(
+        run_id, role(uses, capability), steps=[{"id": "work", "uses": uses, "run": ["x"]}]
+    )
+
+
+def build_then_test(run_id: str) -> dict[str, Any]:
+    """build -> test, which loops back to build until its exit code is 0 (at most 3 times)."""
+    return contract(
+        run_id,
+        role("dut"),
+        steps=[
+            {"id": "build", "uses": "dut", "run": ["make"]},
+            {
+                "id": "test",
+                "uses": "dut",
+                "run": ["make", "check"],
+                "loop": {"back_to": "build", "max": 3, "until": {"exit_code": 0}},
+            },
+        ],
+    )
+
+
 def chain_over_two_nodes(run_id: str = "run-1") -> dict[str, Any]:
     """Step 1 on the host (node A), step 2 on the board (node B) needing step 1."""
     return contract(
@@ -73,14 +100,55 @@ def chain_over_two_nodes(run_id: str = "run-1") -> dict[str, Any]:
     )
 
 
-# Rows, read the way an operator would, over a plain psycopg connection.
+def queued_behind_a_freed_scope(client: Any, sql: Any) -> None:
+    """Node x1 (a scope) held by run ``holder``; run ``waiter`` QUEUED for a scope; then the
+    holder's lease is deleted by raw SQL, so x1 is free but no wake has looked yet."""
+    advertise(client, "x1", cap("scope"))
+    submit(client, one_step("holder", "probe", "scope"), 201)
+    submit(client, one_step("waiter", "probe", "scope"), 202)
+    sql.execute("delete from leases where run_id = 'holder'")
+    assert run_row(sql, "waiter")["state"] == "QUEUED"
 
 
-def one(sql: Any, query: str, *args: Any) -> dict[str, Any]:
-    row = sql.cursor(row_factory=dict_row).execute(query, args).fetchone()
-    assert row is not None, (query, args)
-    return row
+class RunsHook:
+    """A real local HTTP server receiving the ``notify.runs_url`` POSTs; keeps each JSON body by
+    its ``run_id``."""
 
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._arrived: dict[str, threading.Event] = {}
+        self.bodies: dict[str, list[dict[str, Any]]] = {}
+        hook = self
 
-def scalar(sql: Any, query: str, *args: Any) -> Any:
-    return sql.execute(query, args).fetchone()[0]
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                self.send_response(204)
+                self.end_headers()
+                hook.received(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/runs"
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+        self.thread.start()
+
+    def arrival(self, run_id: str) -> threading.Event:
+        """Set once a body for ``run_id`` has been received."""
+        with self._lock:
+            return self._arrived.setdefault(run_id, threading.Event())
+
+    def received(self, body: dict[str, Any]) -> None:
+        run_id = str(body.get("run_id"))
+        with self._lock:
+            self.bodies.setdefault(run_id, []).append(body)
+        self.arrival(run_id).set()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

@@ -16,10 +16,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
-from psycopg.rows import dict_row
 
 from app.services.reaper import reap_pass
+from tests.agent import claim, claimed, report, run_step
 from tests.helpers import advertise, cap, contract, role, state_of, submit
+from tests.rows import step_row
 
 MAX_BLOB = 64 * 1024
 QA = {"X-Enode-Principal": "qa@example.com"}
@@ -148,16 +149,6 @@ def ask_after_build(run_id: str, **ask: Any) -> dict[str, Any]:
     )
 
 
-def step_row(sql: Any, run_id: str, seq: int) -> dict[str, Any]:
-    row = (
-        sql.cursor(row_factory=dict_row)
-        .execute("select * from steps where run_id = %s and seq = %s", (run_id, seq))
-        .fetchone()
-    )
-    assert row is not None
-    return row
-
-
 def blob_rows(sql: Any, run_id: str) -> list[tuple[Any, ...]]:
     return [
         tuple(r)
@@ -175,18 +166,6 @@ def blob_files(ctx: Any, run_id: str) -> list[str]:
 
 def when(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
-
-
-def run_step(client: Any, node: str, run_id: str, seq: int) -> dict[str, Any]:
-    resp = client.post(f"/v1/nodes/{node}/claim?wait=0", headers={"X-Enode-Instance": f"{node}-i"})
-    assert resp.status_code == 200, resp.status_code
-    assert (resp.get_json()["run_id"], resp.get_json()["seq"]) == (run_id, seq)
-    resp = client.post(
-        f"/v1/runs/{run_id}/steps/{seq}/result",
-        json={"node": node, "exit_code": 0, "produced": []},
-    )
-    assert resp.status_code == 200, resp.get_json()
-    return resp.get_json()
 
 
 def answer(client: Any, run_id: str, seq: int, body: bytes = APPROVE, headers: Any = None) -> Any:
@@ -272,7 +251,7 @@ def test_an_ask_waits_for_its_needs_and_is_raised_by_the_result_that_meets_them(
     assert row["state"] == "PENDING" and row["asked_at"] is None
     assert open_asks(client) == []
 
-    assert run_step(client, "n1", "r1", 1) == {"run_id": "r1", "seq": 1, "run_state": ""}
+    assert run_step(client, "n1", "r1", 1, "n1-i") == {"run_id": "r1", "seq": 1, "run_state": ""}
 
     row = step_row(sql, "r1", 2)
     assert row["state"] == "ASKED" and row["asked_at"] is not None
@@ -414,15 +393,11 @@ def test_shown_inlines_the_listed_artifacts_of_earlier_steps_cut_at_32_kib(clien
         ask_step(show=["boot.log", "summary.txt"]),
     ]
     submit(client, contract("r1", role("dut"), steps=steps), 201)
-    resp = client.post("/v1/nodes/n1/claim?wait=0", headers={"X-Enode-Instance": "i1"})
-    assert resp.status_code == 200
+    claimed(client, "n1", "i1")
     big = b"".join(b"boot line %05d\n" % i for i in range(3000))  # 45,000 bytes
     assert client.put("/v1/runs/r1/steps/1/blob/boot.log", data=big).status_code == 204
     assert client.put("/v1/runs/r1/steps/1/blob/summary.txt", data=b"all good\n").status_code == 204
-    resp = client.post(
-        "/v1/runs/r1/steps/1/result",
-        json={"node": "n1", "exit_code": 0, "produced": ["boot.log", "summary.txt"]},
-    )
+    resp = report(client, "r1", 1, "n1", produced=["boot.log", "summary.txt"])
     assert resp.status_code == 200
 
     [ask] = open_asks(client)
@@ -598,11 +573,11 @@ def test_an_answer_is_stored_as_the_out_blob_and_the_step_is_done_by_the_princip
 def test_an_answer_lets_the_steps_that_need_it_run(client, hook):
     advertise(client, "n1", cap("board"))
     submit(client, ask_first("r1"), 201)
-    assert client.post("/v1/nodes/n1/claim?wait=0").status_code == 204
+    assert claim(client, "n1").status_code == 204
 
     assert answer(client, "r1", 1).status_code == 200
 
-    resp = client.post("/v1/nodes/n1/claim?wait=0")
+    resp = claim(client, "n1")
     assert resp.status_code == 200 and resp.get_json()["name"] == "flash"
 
 
@@ -623,7 +598,7 @@ def test_an_answer_raises_the_asks_it_unblocks_and_announces_them(client, sql, h
 def test_an_answer_that_finishes_the_run_settles_it_by_success_when(client, sql, hook):
     advertise(client, "n1", cap("board"))
     submit(client, ask_after_build("r1"), 201)
-    run_step(client, "n1", "r1", 1)
+    run_step(client, "n1", "r1", 1, "n1-i")
 
     resp = answer(client, "r1", 2)
 
@@ -641,12 +616,8 @@ def test_an_answer_to_a_run_whose_condition_is_unmet_settles_it_failed(client, h
     steps = [ask_step(), {"id": "flash", "uses": "dut", "run": ["flash"], "needs": []}]
     doc = contract("r1", role("dut"), steps=steps, success_when=[{"step": "flash", "exit_code": 0}])
     submit(client, doc, 201)
-    resp = client.post("/v1/nodes/n1/claim?wait=0", headers={"X-Enode-Instance": "i1"})
-    assert resp.status_code == 200 and resp.get_json()["name"] == "flash"
-    resp = client.post(
-        "/v1/runs/r1/steps/2/result", json={"node": "n1", "exit_code": 3, "produced": []}
-    )
-    assert resp.get_json()["run_state"] == ""
+    assert claimed(client, "n1", "i1")["name"] == "flash"
+    assert report(client, "r1", 2, "n1", exit_code=3).get_json()["run_state"] == ""
 
     resp = answer(client, "r1", 1)
 

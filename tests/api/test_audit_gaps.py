@@ -32,9 +32,10 @@ from app.match import candidate_order
 from app.services.queue import Outcome, promote
 from app.store.nodes import live_adverts
 from app.store.queue import queued_shape_heads
+from tests.apps import TOKEN, make_config
 from tests.concurrency.common import await_condition
-from tests.conftest import TOKEN, make_config
-from tests.helpers import advertise, cap, contract, one, role, scalar, submit, two_steps
+from tests.helpers import advertise, cap, contract, role, submit, two_steps
+from tests.rows import one, scalar
 
 ROOT = Path(__file__).resolve().parents[2]
 # Far above every bound asserted below: a claim answered in time was not woken by the re-check.

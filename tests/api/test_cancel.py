@@ -6,13 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from psycopg.rows import dict_row
-
+from tests.agent import claim, claimed, report
 from tests.helpers import advertise, cap, contract, role, submit
+from tests.rows import leases, run_row
 
 ALICE = {"X-Enode-Principal": "alice@example.com"}
-INSTANCE = {"X-Enode-Instance": "i1"}
-REPORT = {"node": "n1", "exit_code": 0, "produced": []}
 
 FOUR_STEPS = [
     {"id": "flash", "uses": "dut", "run": ["flash"]},
@@ -30,16 +28,6 @@ FOUR_STEPS = [
 ]
 
 
-def run_row(sql: Any, run_id: str) -> dict[str, Any]:
-    row = (
-        sql.cursor(row_factory=dict_row)
-        .execute("select * from runs where run_id = %s", (run_id,))
-        .fetchone()
-    )
-    assert row is not None, run_id
-    return row
-
-
 def step_states(sql: Any, run_id: str) -> list[tuple[str, str]]:
     return [
         tuple(r)
@@ -47,10 +35,6 @@ def step_states(sql: Any, run_id: str) -> list[tuple[str, str]]:
             "select step_id, state from steps where run_id = %s order by seq", (run_id,)
         )
     ]
-
-
-def leases(sql: Any) -> list[tuple[str, str]]:
-    return [tuple(r) for r in sql.execute("select node_id, run_id from leases order by node_id")]
 
 
 def events(sql: Any, run_id: str) -> list[tuple[Any, ...]]:
@@ -71,12 +55,9 @@ def running_with_every_step_state(client: Any, sql: Any) -> None:
     """r1 on n1: flash DONE, boot CLAIMED, check PENDING, approve ASKED."""
     advertise(client, "n1", cap("board"), instance="i1")
     submit(client, contract("r1", role("dut"), steps=FOUR_STEPS), 201)
-    claim = client.post("/v1/nodes/n1/claim?wait=0", headers=INSTANCE)
-    assert claim.status_code == 200 and claim.get_json()["name"] == "flash"
-    done = client.post("/v1/runs/r1/steps/1/result", json=REPORT)
-    assert done.get_json() == {"run_id": "r1", "seq": 1, "run_state": ""}
-    claim = client.post("/v1/nodes/n1/claim?wait=0", headers=INSTANCE)
-    assert claim.status_code == 200 and claim.get_json()["name"] == "boot"
+    assert claimed(client, "n1", "i1")["name"] == "flash"
+    assert report(client, "r1", 1, "n1").get_json() == {"run_id": "r1", "seq": 1, "run_state": ""}
+    assert claimed(client, "n1", "i1")["name"] == "boot"
     assert step_states(sql, "r1") == [
         ("flash", "DONE"),
         ("boot", "CLAIMED"),
@@ -144,8 +125,8 @@ def test_a_claim_after_cancel_hands_out_nothing_and_the_claimed_step_cannot_repo
 
     cancel(client, "r1")
 
-    assert client.post("/v1/nodes/n1/claim?wait=0", headers=INSTANCE).status_code == 204
-    late = client.post("/v1/runs/r1/steps/2/result", json={"node": "n1", "exit_code": 0})
+    assert claim(client, "n1", "i1").status_code == 204
+    late = report(client, "r1", 2, "n1")
     assert late.status_code == 409
     assert late.get_json() == {
         "error": {"code": 409, "reason": "reported a step that was not claimed (r1#02)"}
@@ -235,9 +216,8 @@ def test_cancel_twice_gives_the_same_answer_and_changes_nothing(client, sql):
 def test_cancel_of_a_succeeded_run_is_200_with_its_state_unchanged(client, sql):
     advertise(client, "n1", cap("board"), instance="i1")
     submit(client, contract("r1"), 201)
-    assert client.post("/v1/nodes/n1/claim?wait=0", headers=INSTANCE).status_code == 200
-    done = client.post("/v1/runs/r1/steps/1/result", json=REPORT)
-    assert done.get_json()["run_state"] == "SUCCEEDED"
+    assert claim(client, "n1", "i1").status_code == 200
+    assert report(client, "r1", 1, "n1").get_json()["run_state"] == "SUCCEEDED"
     before = (run_row(sql, "r1"), step_states(sql, "r1"), events(sql, "r1"))
 
     resp = cancel(client, "r1")

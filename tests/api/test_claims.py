@@ -7,22 +7,16 @@ database; a waiting claim is awaited with threads and Events, never with a sleep
 
 from __future__ import annotations
 
-import threading
 import time
 from datetime import datetime
 from typing import Any
 
 import pytest
 
-from tests.concurrency.common import (
-    apps_on,
-    await_condition,
-    connect,
-    race,
-    waiting_lock_held,
-)
-from tests.conftest import TOKEN
+from tests.agent import WaitingClaim, claim, report
+from tests.concurrency.common import apps_on, connect, race, waiting_lock_held
 from tests.helpers import advertise, cap, chain_over_two_nodes, contract, role, submit
+from tests.rows import leases_of, step_row
 
 # The slow re-check is a safety net for a lost notification; set far above every bound asserted
 # below so that a waiting claim answered in time can only have been woken by a notification.
@@ -37,41 +31,14 @@ def config_overrides() -> dict[str, Any]:
 # ---------------------------------------------------------------- helpers
 
 
-def claim(client: Any, node: str, instance: str | None = None, wait: float | None = 0) -> Any:
-    headers = {"X-Enode-Instance": instance} if instance else {}
-    query = "" if wait is None else f"?wait={wait}"
-    return client.post(f"/v1/nodes/{node}/claim{query}", headers=headers)
-
-
-def report(client: Any, run_id: str, seq: int, node: str, **body: Any) -> Any:
-    payload = {"node": node, "exit_code": 0, "produced": [], **body}
-    return client.post(f"/v1/runs/{run_id}/steps/{seq}/result", json=payload)
-
-
-def step_row(sql: Any, run_id: str, seq: int) -> dict[str, Any]:
-    cur = sql.execute(
-        "select state, node_id, attempt, started_at, claimed_instance, envelope_key"
-        " from steps where run_id = %s and seq = %s",
-        (run_id, seq),
-    )
-    row = cur.fetchone()
-    assert row is not None, (run_id, seq)
-    return dict(zip([c.name for c in cur.description], row, strict=True))
+# What a claim changes on its step row.
+CLAIM_COLUMNS = "state, node_id, attempt, started_at, claimed_instance, envelope_key"
 
 
 def step_states(sql: Any, run_id: str) -> list[tuple[int, str]]:
     return sql.execute(
         "select seq, state from steps where run_id = %s order by seq", (run_id,)
     ).fetchall()
-
-
-def leases_of(sql: Any, run_id: str) -> list[str]:
-    return [
-        r[0]
-        for r in sql.execute(
-            "select node_id from leases where run_id = %s order by node_id", (run_id,)
-        )
-    ]
 
 
 def two_free_steps(run_id: str = "run-1") -> dict[str, Any]:
@@ -362,7 +329,7 @@ def test_an_instance_holding_a_claimed_step_gets_the_same_step_again_unchanged(c
     submit(client, two_free_steps(), 201)
     first = claim(client, "n1", "i1")
     assert first.status_code == 200
-    before = step_row(sql, "run-1", 1)
+    before = step_row(sql, "run-1", 1, CLAIM_COLUMNS)
 
     again = claim(client, "n1", "i1")
 
@@ -370,7 +337,7 @@ def test_an_instance_holding_a_claimed_step_gets_the_same_step_again_unchanged(c
     assert again.get_json() == first.get_json()
     assert again.get_json()["envelope_key"] == before["envelope_key"]
     assert again.get_json()["attempt"] == before["attempt"] == 1
-    assert step_row(sql, "run-1", 1) == before
+    assert step_row(sql, "run-1", 1, CLAIM_COLUMNS) == before
 
 
 def test_an_instance_holding_a_claimed_step_gets_nothing_else_though_another_is_claimable(
@@ -617,47 +584,6 @@ def test_a_claim_after_a_cancel_gets_204_and_the_run_has_no_lease(client, sql):
 
 
 # ---------------------------------------------------------------- long poll in one process
-
-
-class WaitingClaim:
-    """A claim long-polling in its own thread; ``done`` is set when its answer is back."""
-
-    def __init__(self, app: Any, node: str, instance: str | None, wait: float | None) -> None:
-        self.client = app.test_client()
-        self.client.environ_base["HTTP_AUTHORIZATION"] = f"Bearer {TOKEN}"
-        self.node, self.instance, self.wait = node, instance, wait
-        self.done = threading.Event()
-        self.resp: Any = None
-        self.error: BaseException | None = None
-        self.started = self.answered = 0.0
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        self.started = time.monotonic()
-        try:
-            self.resp = claim(self.client, self.node, self.instance, self.wait)
-        except BaseException as exc:
-            self.error = exc
-        finally:
-            self.answered = time.monotonic()
-            self.done.set()
-
-    def start(self, ctx: Any) -> WaitingClaim:
-        before = ctx.claims.waiting()
-        self.thread.start()
-        # The claim registers with the process's listener before its first look; once the
-        # listener is connected too, a notification cannot be missed.
-        await_condition(
-            lambda: ctx.claims.waiting() > before or self.done.is_set(), "claim to wait"
-        )
-        await_condition(ctx.claims.connected.is_set, "claim listener to connect")
-        return self
-
-    def result(self, timeout: float = 15.0) -> Any:
-        assert self.done.wait(timeout), "the waiting claim never answered"
-        if self.error is not None:
-            raise self.error
-        return self.resp
 
 
 def test_a_waiting_claim_is_answered_soon_after_a_result_makes_its_step_claimable(app, client, ctx):

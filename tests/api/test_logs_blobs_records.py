@@ -16,6 +16,7 @@ import pytest
 
 from app.services.reaper import reap_pass
 from app.services.records import seal_run
+from tests.agent import claimed, done
 from tests.helpers import advertise, cap, contract, role, submit
 
 # Above 1 MiB, so a log can be longer than one GET reply; small enough to cross quickly.
@@ -57,21 +58,6 @@ def boot_contract(run_id: str, **top: Any) -> dict[str, Any]:
     )
 
 
-def claim(client: Any, node: str = "n1") -> dict[str, Any]:
-    resp = client.post(f"/v1/nodes/{node}/claim?wait=0", headers={"X-Enode-Instance": f"{node}-i"})
-    assert resp.status_code == 200, resp.status_code
-    return resp.get_json()
-
-
-def report(client: Any, run_id: str, seq: int, node: str = "n1", **body: Any) -> dict[str, Any]:
-    resp = client.post(
-        f"/v1/runs/{run_id}/steps/{seq}/result",
-        json={"node": node, "exit_code": 0, "produced": [], **body},
-    )
-    assert resp.status_code == 200, resp.get_json()
-    return resp.get_json()
-
-
 def placed(client: Any, run_id: str = "r1", node: str = "n1", **top: Any) -> None:
     """A RUNNING run on ``node`` whose boot step is bound to it. Its agent would claim the step
     first; logs and blobs do not depend on that, and a claim starts the process's LISTEN thread,
@@ -83,7 +69,7 @@ def placed(client: Any, run_id: str = "r1", node: str = "n1", **top: Any) -> Non
 def booting(client: Any, run_id: str = "r1", node: str = "n1", **top: Any) -> None:
     """A RUNNING run whose boot step is CLAIMED by ``node``."""
     placed(client, run_id, node, **top)
-    body = claim(client, node)
+    body = claimed(client, node, f"{node}-i")
     assert (body["run_id"], body["seq"]) == (run_id, 1)
 
 
@@ -93,7 +79,7 @@ def finished(client: Any, run_id: str = "r1") -> None:
     assert client.put(f"/v1/runs/{run_id}/steps/1/log", data=b"booting\nup\n").status_code == 200
     resp = client.put(f"/v1/runs/{run_id}/steps/1/blob/result.json", data=b'{"ok": true}')
     assert resp.status_code == 204
-    reply = report(client, run_id, 1, produced=["result.json"])
+    reply = done(client, run_id, 1, "n1", produced=["result.json"])
     assert reply["run_state"] == "SUCCEEDED"
 
 
@@ -401,13 +387,13 @@ def test_get_blob_returns_the_newest_attempt_of_that_name(client, sql):
     ]
     submit(client, contract("r1", role("dut"), steps=steps), 201)
     for attempt, exit_code in ((1, 1), (2, 0)):
-        assert claim(client)["seq"] == 1
-        report(client, "r1", 1)
-        body = claim(client)
+        assert claimed(client, "n1", "n1-i")["seq"] == 1
+        done(client, "r1", 1, "n1")
+        body = claimed(client, "n1", "n1-i")
         assert (body["seq"], body["attempt"]) == (2, attempt)
         data = b"attempt %d\n" % attempt
         assert client.put("/v1/runs/r1/steps/2/blob/out.txt", data=data).status_code == 204
-        reply = report(client, "r1", 2, exit_code=exit_code, produced=["out.txt"])
+        reply = done(client, "r1", 2, "n1", exit_code=exit_code, produced=["out.txt"])
         assert reply.get("rolled_back") is (True if attempt == 1 else None)
 
     resp = client.get("/v1/runs/r1/blob/out.txt")

@@ -12,7 +12,9 @@ from typing import Any
 import pytest
 
 from app.wire import parse_ts
-from tests.helpers import advertise, cap, contract, one, role, scalar, state_of, submit, two_steps
+from tests.agent import claim
+from tests.helpers import advertise, cap, contract, role, state_of, submit, two_steps
+from tests.rows import leases, one, scalar
 
 RENEW = 20
 FACTOR = 4
@@ -33,11 +35,6 @@ def node_row(sql: Any, node_id: str) -> dict[str, Any]:
     return one(sql, "select * from nodes where node_id = %s", node_id)
 
 
-def lease_rows(sql: Any) -> list[tuple[str, str]]:
-    """(node_id, run_id) of every lease, by node."""
-    return [tuple(r) for r in sql.execute("select node_id, run_id from leases order by node_id")]
-
-
 def seconds_ahead(sql: Any, column: str, table: str, key: str, value: str) -> float:
     """How far ``column`` lies ahead of the database's ``now()``, in seconds."""
     return float(
@@ -53,11 +50,6 @@ def lease_not_after(sql: Any, node_id: str) -> datetime:
 
 def post_advert(client: Any, body: Any, **headers: str) -> Any:
     return client.post("/v1/nodes", json=body, headers=headers)
-
-
-def claim(client: Any, node_id: str, instance: str | None = None) -> Any:
-    headers = {"X-Enode-Instance": instance} if instance else {}
-    return client.post(f"/v1/nodes/{node_id}/claim?wait=0", headers=headers)
 
 
 # ---------------------------------------------------------------- the reply
@@ -150,7 +142,7 @@ def test_a_node_whose_advert_expired_is_no_candidate(client, sql):
     resp = submit(client, contract("r1"), 422)
 
     assert resp.get_json()["error"]["code"] == 422
-    assert state_of(client, "r1") == "FAILED" and lease_rows(sql) == []
+    assert state_of(client, "r1") == "FAILED" and leases(sql) == []
 
 
 def test_an_advert_without_node_id_is_400_node_id_is_missing(client, sql):
@@ -312,7 +304,7 @@ def test_a_new_instance_fails_the_step_claimed_by_the_old_one_and_its_run(client
     assert scalar(sql, "select state from steps where run_id = 'r1' and seq = 2") == "FAILED"
     view = client.get("/v1/runs/r1").get_json()
     assert view["state"] == "FAILED" and view["ended_at"] is not None
-    assert lease_rows(sql) == []
+    assert leases(sql) == []
     assert reply["leases"] == []
     assert (
         scalar(
@@ -329,7 +321,7 @@ def test_the_same_instance_re_advertising_changes_nothing(client, sql):
 
     assert scalar(sql, "select state from steps where run_id = 'r1' and seq = 1") == "CLAIMED"
     assert state_of(client, "r1") == "RUNNING"
-    assert lease_rows(sql) == [("n1", "r1")]
+    assert leases(sql) == [("n1", "r1")]
     assert [x["run_id"] for x in reply["leases"]] == ["r1"]
 
 
@@ -340,7 +332,7 @@ def test_an_advert_without_instance_changes_nothing(client, sql):
 
     assert scalar(sql, "select state from steps where run_id = 'r1' and seq = 1") == "CLAIMED"
     assert state_of(client, "r1") == "RUNNING"
-    assert lease_rows(sql) == [("n1", "r1")]
+    assert leases(sql) == [("n1", "r1")]
     assert [x["run_id"] for x in reply["leases"]] == ["r1"]
 
 
@@ -354,7 +346,7 @@ def test_a_restart_of_one_node_leaves_the_step_claimed_on_another_alone(client, 
 
     assert scalar(sql, "select state from steps where run_id = 'r2' and seq = 1") == "CLAIMED"
     assert state_of(client, "r2") == "RUNNING"
-    assert lease_rows(sql) == [("n2", "r2")]
+    assert leases(sql) == [("n2", "r2")]
 
 
 # ---------------------------------------------------------------- drain
@@ -368,7 +360,7 @@ def test_a_draining_node_keeps_its_lease(client, sql):
 
     assert reply["drain"] == "graceful"
     assert [x["run_id"] for x in reply["leases"]] == ["r1"]
-    assert lease_rows(sql) == [("n1", "r1")]
+    assert leases(sql) == [("n1", "r1")]
     assert state_of(client, "r1") == "RUNNING"
 
 
@@ -379,7 +371,7 @@ def test_a_submit_needing_a_draining_node_queues_though_the_node_holds_no_lease(
     resp = submit(client, contract("r1"), 202)
 
     assert resp.get_json()["state"] == "QUEUED"
-    assert lease_rows(sql) == []
+    assert leases(sql) == []
 
 
 def test_a_submit_skips_a_draining_node_for_a_free_one(client, sql):
@@ -388,7 +380,7 @@ def test_a_submit_skips_a_draining_node_for_a_free_one(client, sql):
 
     submit(client, contract("r1"), 201)
 
-    assert lease_rows(sql) == [("n2", "r1")]
+    assert leases(sql) == [("n2", "r1")]
 
 
 def test_a_draining_node_is_not_given_to_a_queued_run_when_it_frees(client, sql):
@@ -400,7 +392,7 @@ def test_a_draining_node_is_not_given_to_a_queued_run_when_it_frees(client, sql)
     assert client.post("/v1/runs/r1/cancel").status_code == 200
 
     assert state_of(client, "r2") == "QUEUED"
-    assert lease_rows(sql) == []
+    assert leases(sql) == []
 
 
 def test_a_draining_node_is_not_acquired(client, sql):
@@ -427,7 +419,7 @@ def test_a_draining_node_is_not_acquired(client, sql):
 
     states = dict(sql.execute("select step_id, state from steps where run_id = 'r1'").fetchall())
     assert states == {"grab": "DONE", "with-extra": "SKIPPED", "without-extra": "PENDING"}
-    assert lease_rows(sql) == [("n1", "r1")]
+    assert leases(sql) == [("n1", "r1")]
 
 
 def test_a_draining_node_still_shows_in_dry_run_capabilities_and_the_node_list(client):
@@ -460,7 +452,7 @@ def test_at_boundary_drain_cancels_the_run_when_the_node_reports_a_step(client, 
     notes = [c.get("note") for c in view["verdict"]["checks"]]
     assert "cancelled by: drain:n1" in notes
     assert [s["state"] for s in view["steps"]] == ["DONE", "FAILED"]
-    assert lease_rows(sql) == []
+    assert leases(sql) == []
 
 
 def test_graceful_drain_lets_the_run_go_on_after_a_step_result(client, sql):
@@ -475,7 +467,7 @@ def test_graceful_drain_lets_the_run_go_on_after_a_step_result(client, sql):
 
     assert resp.get_json() == {"run_id": "r1", "seq": 1, "run_state": ""}
     assert state_of(client, "r1") == "RUNNING"
-    assert lease_rows(sql) == [("n1", "r1")]
+    assert leases(sql) == [("n1", "r1")]
     assert claim(client, "n1", "i1").get_json()["step_id"] == "r1#02"
 
 

@@ -1,90 +1,30 @@
 """Results (SPEC §8 "Result"): step state transitions through the HTTP API, the 409 for anything
 not claimed by the reporting node, lease-nonce fencing, the wakes a result makes (SPEC §7 wake
-point 1), the at-boundary drain (SPEC §4) and the run view of steps (SPEC §14).
-
-The helpers at the top are shared with ``test_step_kinds.py`` and ``test_verdict.py``."""
+point 1), the at-boundary drain (SPEC §4) and the run view of steps (SPEC §14)."""
 
 from __future__ import annotations
 
-import os
-import shutil
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import pytest
-from psycopg.rows import dict_row
+from tests.agent import claimed, done, report
+from tests.helpers import (
+    advertise,
+    cap,
+    contract,
+    one_step,
+    queued_behind_a_freed_scope,
+    role,
+    submit,
+    two_steps,
+)
+from tests.rows import leases, rows, run_row, states, step_rows, transitions
 
-from app import create_app
-from tests.conftest import make_config
-from tests.helpers import advertise, cap, contract, role, submit, two_steps
-
+# One app for the module (see the ``app`` fixture): nearly every test here claims.
+one_app_per_module = True
 DID_NOT_COMPLETE = "a step did not complete"
 
 
-# ---------------------------------------------------------------- fixtures
-
-# One app per module instead of one per test: closing an app that has served a claim waits up to
-# a second for its LISTEN thread, and nearly every test here claims. Each test still starts from
-# empty tables (``db_url``) and an empty Record store. A module may override ``module_config``.
-
-
-def empty_records(root: Path) -> None:
-    """Remove every Record, sealed ones included (files 0444, directories 0555)."""
-    if not root.exists():
-        return
-    for here, dirs, _ in os.walk(root):
-        for d in dirs:
-            os.chmod(os.path.join(here, d), 0o755)
-    for entry in root.iterdir():
-        if entry.is_dir():
-            shutil.rmtree(entry)
-        else:
-            entry.unlink()
-
-
-@pytest.fixture(scope="module")
-def module_config() -> dict[str, Any]:
-    """Configuration keys for the module's app (override in a module)."""
-    return {}
-
-
-@pytest.fixture(scope="module")
-def module_app(
-    module_config: dict[str, Any], session_db: str, tmp_path_factory: Any
-) -> Iterator[Any]:
-    records = tmp_path_factory.mktemp("records")
-    application = create_app(make_config(session_db, records, **module_config))
-    try:
-        yield application
-    finally:
-        application.extensions["mediator"].close()
-
-
-@pytest.fixture
-def app(module_app: Any, db_url: str) -> Any:
-    empty_records(Path(module_app.extensions["mediator"].config["records.root"]))
-    return module_app
-
-
 # ---------------------------------------------------------------- helpers
-
-
-def claim(client: Any, node: str, instance: str | None = None) -> dict[str, Any]:
-    """Claim the next step for ``node``; it must be there (200)."""
-    headers = {"X-Enode-Instance": instance} if instance else {}
-    resp = client.post(f"/v1/nodes/{node}/claim?wait=0", headers=headers)
-    assert resp.status_code == 200, (resp.status_code, resp.get_json())
-    return resp.get_json()
-
-
-def nothing_to_claim(client: Any, node: str) -> bool:
-    return client.post(f"/v1/nodes/{node}/claim?wait=0").status_code == 204
-
-
-def report(client: Any, run_id: str, seq: int, node: str, **body: Any) -> Any:
-    payload = {"node": node, "produced": [], **body}
-    return client.post(f"/v1/runs/{run_id}/steps/{seq}/result", json=payload)
 
 
 def assert_not_claimed(resp: Any, step_id: str) -> None:
@@ -93,52 +33,6 @@ def assert_not_claimed(resp: Any, step_id: str) -> None:
     assert resp.get_json() == {
         "error": {"code": 409, "reason": f"reported a step that was not claimed ({step_id})"}
     }
-
-
-def done(client: Any, run_id: str, seq: int, node: str, **body: Any) -> dict[str, Any]:
-    """Claim-free report of a step already claimed, exit code 0 unless given; must be 200."""
-    body.setdefault("exit_code", 0)
-    resp = report(client, run_id, seq, node, **body)
-    assert resp.status_code == 200, resp.get_json()
-    return resp.get_json()
-
-
-def put_blob(client: Any, run_id: str, seq: int, name: str, data: bytes) -> int:
-    return client.put(f"/v1/runs/{run_id}/steps/{seq}/blob/{name}", data=data).status_code
-
-
-def rows(sql: Any, query: str, *args: Any) -> list[dict[str, Any]]:
-    return sql.cursor(row_factory=dict_row).execute(query, args).fetchall()
-
-
-def run_row(sql: Any, run_id: str) -> dict[str, Any]:
-    found = rows(sql, "select * from runs where run_id = %s", run_id)
-    assert len(found) == 1, run_id
-    return found[0]
-
-
-def step_rows(sql: Any, run_id: str) -> dict[str, dict[str, Any]]:
-    """step id -> its row."""
-    return {
-        r["step_id"]: r
-        for r in rows(sql, "select * from steps where run_id = %s order by seq", run_id)
-    }
-
-
-def states(sql: Any, run_id: str) -> dict[str, str]:
-    return {sid: r["state"] for sid, r in step_rows(sql, run_id).items()}
-
-
-def leases(sql: Any) -> list[tuple[str, str]]:
-    """(node_id, run_id) of every lease, by node."""
-    return [(r["node_id"], r["run_id"]) for r in rows(sql, "select * from leases order by node_id")]
-
-
-def transitions(sql: Any, run_id: str) -> list[tuple[str | None, str]]:
-    return [
-        (r["from_state"], r["to_state"])
-        for r in rows(sql, "select * from run_events where run_id = %s order by id", run_id)
-    ]
 
 
 def snapshot(sql: Any) -> tuple[Any, ...]:
@@ -152,22 +46,6 @@ def snapshot(sql: Any) -> tuple[Any, ...]:
     )
 
 
-def one_step(run_id: str, uses: str = "dut", capability: str = "board") -> dict[str, Any]:
-    return contract(
-        run_id, role(uses, capability), steps=[{"id": "work", "uses": uses, "run": ["x"]}]
-    )
-
-
-def queued_behind_a_freed_scope(client: Any, sql: Any) -> None:
-    """Node x1 (a scope) held by run ``holder``; run ``waiter`` QUEUED for a scope; then the
-    holder's lease is deleted by raw SQL, so x1 is free but no wake has looked yet."""
-    advertise(client, "x1", cap("scope"))
-    submit(client, one_step("holder", "probe", "scope"), 201)
-    submit(client, one_step("waiter", "probe", "scope"), 202)
-    sql.execute("delete from leases where run_id = 'holder'")
-    assert run_row(sql, "waiter")["state"] == "QUEUED"
-
-
 # ---------------------------------------------------------------- transitions
 
 
@@ -176,7 +54,7 @@ def test_a_claim_makes_a_pending_step_claimed_with_started_at(client, sql):
     submit(client, two_steps("r1"), 201)
     assert states(sql, "r1") == {"flash": "PENDING", "boot": "PENDING"}
 
-    body = claim(client, "n1")
+    body = claimed(client, "n1")
 
     assert body["step_id"] == "r1#01" and body["attempt"] == 1
     row = step_rows(sql, "r1")["flash"]
@@ -186,7 +64,7 @@ def test_a_claim_makes_a_pending_step_claimed_with_started_at(client, sql):
 def test_a_result_with_a_nonzero_exit_code_makes_the_step_done_and_the_run_goes_on(client, sql):
     advertise(client, "n1", cap("board"))
     submit(client, two_steps("r1"), 201)
-    claim(client, "n1")
+    claimed(client, "n1")
 
     resp = report(client, "r1", 1, "n1", exit_code=3)
 
@@ -195,13 +73,13 @@ def test_a_result_with_a_nonzero_exit_code_makes_the_step_done_and_the_run_goes_
     flash = step_rows(sql, "r1")["flash"]
     assert flash["state"] == "DONE" and flash["exit_code"] == 3 and flash["ended_at"] is not None
     assert run_row(sql, "r1")["state"] == "RUNNING"
-    assert claim(client, "n1")["name"] == "boot"
+    assert claimed(client, "n1")["name"] == "boot"
 
 
 def test_a_result_with_an_error_fails_the_step_and_the_run_with_check_ran(client, sql):
     advertise(client, "n1", cap("board"))
     submit(client, two_steps("r1"), 201)
-    claim(client, "n1")
+    claimed(client, "n1")
 
     resp = report(client, "r1", 1, "n1", exit_code=0, error="flash-image: device not found")
 
@@ -227,9 +105,9 @@ def test_a_result_with_an_error_fails_the_step_and_the_run_with_check_ran(client
 def test_a_failed_step_fails_the_other_open_steps_of_its_run(client, sql):
     advertise(client, "n1", cap("board"))
     submit(client, two_steps("r1"), 201)
-    claim(client, "n1")
+    claimed(client, "n1")
 
-    report(client, "r1", 1, "n1", error="broken")
+    report(client, "r1", 1, "n1", exit_code=None, error="broken")
 
     steps = step_rows(sql, "r1")
     assert steps["flash"]["state"] == "FAILED" and steps["flash"]["error"] == "broken"
@@ -250,9 +128,9 @@ def test_a_failed_step_deletes_the_leases_of_its_run(client, sql):
     )
     submit(client, doc, 201)
     assert leases(sql) == [("h1", "r1"), ("n1", "r1")]
-    claim(client, "h1")
+    claimed(client, "h1")
 
-    report(client, "r1", 1, "h1", error="broken")
+    report(client, "r1", 1, "h1", exit_code=None, error="broken")
 
     assert leases(sql) == []
     assert advertise(client, "n1", cap("board"))["leases"] == []
@@ -261,9 +139,9 @@ def test_a_failed_step_deletes_the_leases_of_its_run(client, sql):
 def test_a_failed_step_ends_the_run_running_to_failed_without_verifying(client, sql):
     advertise(client, "n1", cap("board"))
     submit(client, two_steps("r1"), 201)
-    claim(client, "n1")
+    claimed(client, "n1")
 
-    report(client, "r1", 1, "n1", error="broken")
+    report(client, "r1", 1, "n1", exit_code=None, error="broken")
 
     assert transitions(sql, "r1") == [(None, "RUNNING"), ("RUNNING", "FAILED")]
 
@@ -271,7 +149,7 @@ def test_a_failed_step_ends_the_run_running_to_failed_without_verifying(client, 
 def test_an_empty_error_is_not_a_failure(client, sql):
     advertise(client, "n1", cap("board"))
     submit(client, two_steps("r1"), 201)
-    claim(client, "n1")
+    claimed(client, "n1")
 
     resp = report(client, "r1", 1, "n1", exit_code=0, error="")
 
@@ -282,9 +160,9 @@ def test_an_empty_error_is_not_a_failure(client, sql):
 def test_the_last_result_settles_the_run_and_the_reply_names_the_final_state(client, sql):
     advertise(client, "n1", cap("board"))
     submit(client, two_steps("r1"), 201)
-    claim(client, "n1")
+    claimed(client, "n1")
     done(client, "r1", 1, "n1")
-    claim(client, "n1")
+    claimed(client, "n1")
 
     reply = done(client, "r1", 2, "n1")
 
@@ -299,7 +177,7 @@ def test_a_result_by_another_node_is_409_and_changes_nothing(client, sql):
     advertise(client, "n1", cap("board"))
     advertise(client, "n2", cap("board"))
     submit(client, two_steps("r1"), 201)
-    claim(client, "n1")
+    claimed(client, "n1")
     before = snapshot(sql)
 
     resp = report(client, "r1", 1, "n2", exit_code=0)
@@ -322,7 +200,7 @@ def test_a_result_for_a_step_never_claimed_is_409_and_changes_nothing(client, sq
 def test_a_duplicate_of_an_accepted_result_is_409_and_changes_nothing(client, sql):
     advertise(client, "n1", cap("board"))
     submit(client, two_steps("r1"), 201)
-    claim(client, "n1")
+    claimed(client, "n1")
     done(client, "r1", 1, "n1", exit_code=0)
     before = snapshot(sql)
 
@@ -335,7 +213,7 @@ def test_a_duplicate_of_an_accepted_result_is_409_and_changes_nothing(client, sq
 def test_a_result_for_an_unknown_run_is_409_and_changes_nothing(client, sql):
     advertise(client, "n1", cap("board"))
     submit(client, two_steps("r1"), 201)
-    claim(client, "n1")
+    claimed(client, "n1")
     before = snapshot(sql)
 
     resp = report(client, "nope", 1, "n1", exit_code=0)
@@ -347,7 +225,7 @@ def test_a_result_for_an_unknown_run_is_409_and_changes_nothing(client, sql):
 def test_a_result_for_a_step_the_run_does_not_have_is_409(client, sql):
     advertise(client, "n1", cap("board"))
     submit(client, two_steps("r1"), 201)
-    claim(client, "n1")
+    claimed(client, "n1")
     before = snapshot(sql)
 
     resp = report(client, "r1", 12, "n1", exit_code=0)
@@ -359,7 +237,7 @@ def test_a_result_for_a_step_the_run_does_not_have_is_409(client, sql):
 def test_a_result_for_a_claimed_step_of_a_cancelled_run_is_409_and_changes_nothing(client, sql):
     advertise(client, "n1", cap("board"))
     submit(client, two_steps("r1"), 201)
-    claim(client, "n1")
+    claimed(client, "n1")
     assert client.post("/v1/runs/r1/cancel").status_code == 200
     before = snapshot(sql)
 
@@ -372,7 +250,7 @@ def test_a_result_for_a_claimed_step_of_a_cancelled_run_is_409_and_changes_nothi
 def test_a_result_with_a_nonce_of_an_earlier_lease_is_409_and_changes_nothing(client, sql):
     advertise(client, "n1", cap("board"))
     submit(client, two_steps("r1"), 201)
-    old_nonce = claim(client, "n1")["lease"]["nonce"]
+    old_nonce = claimed(client, "n1")["lease"]["nonce"]
     # The node's lease for this run is now another one (it lost it and was granted it anew).
     sql.execute("update leases set nonce = %s where node_id = 'n1'", ("b" * 32,))
     before = snapshot(sql)
@@ -387,7 +265,7 @@ def test_a_result_with_a_nonce_of_an_earlier_lease_is_409_and_changes_nothing(cl
 def test_a_result_with_the_current_lease_nonce_is_accepted(client, sql):
     advertise(client, "n1", cap("board"))
     submit(client, two_steps("r1"), 201)
-    nonce = claim(client, "n1")["lease"]["nonce"]
+    nonce = claimed(client, "n1")["lease"]["nonce"]
     assert [r["nonce"] for r in rows(sql, "select nonce from leases")] == [nonce]
 
     resp = report(client, "r1", 1, "n1", exit_code=0, nonce=nonce)
@@ -403,21 +281,21 @@ def test_a_result_that_ends_its_run_promotes_a_queued_run_in_the_same_request(cl
     advertise(client, "n1", cap("board"))
     submit(client, one_step("first"), 201)
     submit(client, one_step("second"), 202)
-    claim(client, "n1")
+    claimed(client, "n1")
 
     reply = done(client, "first", 1, "n1")
 
     assert reply["run_state"] == "SUCCEEDED"
     assert run_row(sql, "second")["state"] == "RUNNING"
     assert leases(sql) == [("n1", "second")]
-    assert claim(client, "n1")["run_id"] == "second"
+    assert claimed(client, "n1")["run_id"] == "second"
 
 
 def test_a_result_while_its_run_goes_on_still_wakes_the_queue(client, sql):
     advertise(client, "n1", cap("board"))
     submit(client, two_steps("r1"), 201)
     queued_behind_a_freed_scope(client, sql)
-    claim(client, "n1")
+    claimed(client, "n1")
 
     reply = done(client, "r1", 1, "n1")
 
@@ -442,7 +320,7 @@ def test_a_refused_result_wakes_nothing(client, sql):
 def test_a_result_from_an_at_boundary_draining_node_cancels_its_live_run(client, sql):
     advertise(client, "n1", cap("board"))
     submit(client, two_steps("r1"), 201)
-    claim(client, "n1")
+    claimed(client, "n1")
     advertise(client, "n1", cap("board"), policy={"drain": "at-boundary"})
 
     resp = report(client, "r1", 1, "n1", exit_code=0)
@@ -462,7 +340,7 @@ def test_a_result_from_an_at_boundary_draining_node_cancels_its_live_run(client,
 def test_an_at_boundary_drain_cancel_is_an_audit_event_caused_by_the_drain(client, sql):
     advertise(client, "n1", cap("board"))
     submit(client, two_steps("r1"), 201)
-    claim(client, "n1")
+    claimed(client, "n1")
     advertise(client, "n1", cap("board"), policy={"drain": "at-boundary"})
 
     report(client, "r1", 1, "n1", exit_code=0)
@@ -475,21 +353,21 @@ def test_an_at_boundary_drain_cancel_is_an_audit_event_caused_by_the_drain(clien
 def test_a_result_from_a_gracefully_draining_node_does_not_cancel_its_run(client, sql):
     advertise(client, "n1", cap("board"))
     submit(client, two_steps("r1"), 201)
-    claim(client, "n1")
+    claimed(client, "n1")
     advertise(client, "n1", cap("board"), policy={"drain": "graceful"})
 
     reply = done(client, "r1", 1, "n1")
 
     assert reply["run_state"] == ""
     assert run_row(sql, "r1")["state"] == "RUNNING"
-    assert claim(client, "n1")["name"] == "boot"
+    assert claimed(client, "n1")["name"] == "boot"
 
 
 def test_the_last_result_from_an_at_boundary_draining_node_gets_its_verdict(client, sql):
     # The run has no step left to stop before: the boundary is its end, and its verdict stands.
     advertise(client, "n1", cap("board"))
     submit(client, one_step("r1"), 201)
-    claim(client, "n1")
+    claimed(client, "n1")
     advertise(client, "n1", cap("board"), policy={"drain": "at-boundary"})
 
     reply = done(client, "r1", 1, "n1")
@@ -504,9 +382,9 @@ def test_the_last_result_from_an_at_boundary_draining_node_gets_its_verdict(clie
 def test_the_run_view_shows_each_step_with_kind_attempt_chosen_and_times(client, sql):
     advertise(client, "n1", cap("board"))
     submit(client, two_steps("r1"), 201)
-    claim(client, "n1")
+    claimed(client, "n1")
     done(client, "r1", 1, "n1")
-    claim(client, "n1")
+    claimed(client, "n1")
 
     steps = client.get("/v1/runs/r1").get_json()["steps"]
 

@@ -7,27 +7,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tests.api.test_results import (  # noqa: F401  (app, module_app, module_config: fixtures)
-    app,
-    claim,
-    done,
-    leases,
-    module_app,
-    module_config,
-    nothing_to_claim,
-    put_blob,
-    queued_behind_a_freed_scope,
-    report,
-    rows,
-    run_row,
-    states,
-    step_rows,
-)
-from tests.helpers import advertise, cap, contract, role, submit
+from tests.agent import claimed, done, nothing_to_claim, put_blob, report
+from tests.helpers import advertise, cap, contract, queued_behind_a_freed_scope, role, submit
+from tests.rows import attempts, leases, rows, run_row, states, step_rows
 
-
-def attempts(sql: Any, run_id: str) -> dict[str, tuple[str, int]]:
-    return {sid: (r["state"], r["attempt"]) for sid, r in step_rows(sql, run_id).items()}
+# One app for the module (see the ``app`` fixture): nearly every test here claims.
+one_app_per_module = True
 
 
 def blob_json(client: Any, run_id: str, name: str) -> Any:
@@ -63,9 +48,9 @@ def loop_run(
 
 
 def through_build(client: Any, run_id: str = "r1") -> None:
-    claim(client, "n1")
+    claimed(client, "n1")
     done(client, run_id, 1, "n1")
-    assert claim(client, "n1")["name"] == "test"
+    assert claimed(client, "n1")["name"] == "test"
 
 
 def test_a_loop_with_until_unmet_resets_back_to_through_itself_with_attempt_plus_one(client, sql):
@@ -94,7 +79,7 @@ def test_a_rolled_back_step_is_claimed_again_with_its_new_attempt(client, sql):
     through_build(client)
     report(client, "r1", 2, "n1", exit_code=1)
 
-    body = claim(client, "n1")
+    body = claimed(client, "n1")
 
     assert (body["name"], body["attempt"]) == ("build", 2)
 
@@ -110,7 +95,7 @@ def test_a_loop_rollback_wakes_nothing(client, sql):
     assert reply["rolled_back"] is True
     assert run_row(sql, "waiter")["state"] == "QUEUED"
     # The freed scope was there to be found: the next result that is not a rollback wakes it.
-    claim(client, "n1")
+    claimed(client, "n1")
     done(client, "r1", 1, "n1")
     assert run_row(sql, "waiter")["state"] == "RUNNING"
 
@@ -139,7 +124,7 @@ def test_a_loop_with_until_met_goes_on(client, sql):
         "test": ("DONE", 1),
         "after": ("PENDING", 1),
     }
-    assert claim(client, "n1")["name"] == "after"
+    assert claimed(client, "n1")["name"] == "after"
 
 
 def test_a_loop_until_produced_is_met_by_an_accepted_blob(client, sql):
@@ -182,7 +167,7 @@ def test_a_loop_at_its_max_leaves_the_step_done_and_the_run_goes_on(client, sql)
         "after": ("PENDING", 1),
     }
     assert step_rows(sql, "r1")["test"]["exit_code"] == 1
-    assert claim(client, "n1")["name"] == "after"
+    assert claimed(client, "n1")["name"] == "after"
 
 
 def test_a_loop_that_ran_out_of_attempts_fails_within_attempts(client, sql):
@@ -192,7 +177,7 @@ def test_a_loop_that_ran_out_of_attempts_fails_within_attempts(client, sql):
     for _ in range(2):
         through_build(client)
         report(client, "r1", 2, "n1", exit_code=1)
-    claim(client, "n1")
+    claimed(client, "n1")
 
     reply = done(client, "r1", 3, "n1")
 
@@ -212,7 +197,7 @@ def test_a_loop_met_before_its_max_passes_within_attempts(client, sql):
     report(client, "r1", 2, "n1", exit_code=1)
     through_build(client)
     done(client, "r1", 2, "n1", exit_code=0)
-    claim(client, "n1")
+    claimed(client, "n1")
 
     reply = done(client, "r1", 3, "n1")
 
@@ -249,9 +234,9 @@ def test_a_loop_rollback_leaves_an_acquire_step_in_its_range_done(client, sql):
         ],
     )
     submit(client, doc, 201)
-    claim(client, "n1")
+    claimed(client, "n1")
     done(client, "r1", 1, "n1")
-    assert claim(client, "n1")["name"] == "check"
+    assert claimed(client, "n1")["name"] == "check"
 
     reply = report(client, "r1", 3, "n1", exit_code=1).get_json()
 
@@ -294,11 +279,11 @@ def test_a_loop_rollback_keeps_the_branch_an_acquire_did_not_take_skipped(client
         ],
     )
     submit(client, doc, 201)
-    claim(client, "n1")
+    claimed(client, "n1")
     done(client, "r1", 1, "n1")
-    assert claim(client, "s1")["name"] == "measure"
+    assert claimed(client, "s1")["name"] == "measure"
     done(client, "r1", 3, "s1")
-    assert claim(client, "n1")["name"] == "check"
+    assert claimed(client, "n1")["name"] == "check"
 
     assert report(client, "r1", 5, "n1", exit_code=1).get_json()["rolled_back"] is True
 
@@ -337,12 +322,12 @@ def test_a_loop_rollback_inside_a_dispatched_branch_keeps_the_other_branch_skipp
         ],
     )
     submit(client, doc, 201)
-    claim(client, "n1")
+    claimed(client, "n1")
     assert put_blob(client, "r1", 1, "triage.json", b'{"lane": "fast"}') == 204
     done(client, "r1", 1, "n1", produced=["triage.json"])
-    assert claim(client, "n1")["name"] == "fast"
+    assert claimed(client, "n1")["name"] == "fast"
     done(client, "r1", 2, "n1")
-    assert claim(client, "n1")["name"] == "check"
+    assert claimed(client, "n1")["name"] == "check"
 
     assert report(client, "r1", 4, "n1", exit_code=1).get_json()["rolled_back"] is True
 
@@ -360,7 +345,7 @@ def test_a_loop_rollback_inside_a_dispatched_branch_keeps_the_other_branch_skipp
         "slow": False,
         "check": False,
     }
-    assert claim(client, "n1")["name"] == "fast"
+    assert claimed(client, "n1")["name"] == "fast"
 
 
 # ---------------------------------------------------------------- validate_with
@@ -390,9 +375,9 @@ def validated_run(run_id: str, max_attempts: int | None = 2, **top: Any) -> dict
 
 def up_to_verify(client: Any, run_id: str = "r1") -> None:
     for seq in (1, 2):
-        claim(client, "n1")
+        claimed(client, "n1")
         done(client, run_id, seq, "n1")
-    assert claim(client, "n1")["name"] == "verify"
+    assert claimed(client, "n1")["name"] == "verify"
 
 
 def test_a_validator_with_a_nonzero_exit_resets_the_validated_step_through_itself(client, sql):
@@ -409,7 +394,7 @@ def test_a_validator_with_a_nonzero_exit_resets_the_validated_step_through_itsel
         "boot": ("PENDING", 2),
         "verify": ("PENDING", 2),
     }
-    assert (claim(client, "n1")["name"], run_row(sql, "r1")["state"]) == ("flash", "RUNNING")
+    assert (claimed(client, "n1")["name"], run_row(sql, "r1")["state"]) == ("flash", "RUNNING")
 
 
 def test_a_validator_that_reports_an_error_resets_instead_of_failing(client, sql):
@@ -417,7 +402,7 @@ def test_a_validator_that_reports_an_error_resets_instead_of_failing(client, sql
     submit(client, validated_run("r1"), 201)
     up_to_verify(client)
 
-    resp = report(client, "r1", 3, "n1", error="verify: board did not answer")
+    resp = report(client, "r1", 3, "n1", exit_code=None, error="verify: board did not answer")
 
     assert resp.get_json() == {"run_id": "r1", "seq": 3, "rolled_back": True}
     assert attempts(sql, "r1")["verify"] == ("PENDING", 2)
@@ -484,10 +469,10 @@ def test_a_validator_error_at_max_attempts_fails_the_run(client, sql):
     advertise(client, "n1", cap("board"))
     submit(client, validated_run("r1", max_attempts=2), 201)
     up_to_verify(client)
-    report(client, "r1", 3, "n1", error="broken")
+    report(client, "r1", 3, "n1", exit_code=None, error="broken")
     up_to_verify(client)
 
-    reply = report(client, "r1", 3, "n1", error="broken again").get_json()
+    reply = report(client, "r1", 3, "n1", exit_code=None, error="broken again").get_json()
 
     assert reply == {"run_id": "r1", "seq": 3, "run_state": "FAILED"}
     checks = run_row(sql, "r1")["verdict"]["checks"]
@@ -534,7 +519,7 @@ def dispatch_run(run_id: str, **top: Any) -> dict[str, Any]:
 
 
 def dispatched(client: Any, lane: Any, run_id: str = "r1") -> Any:
-    claim(client, "n1")
+    claimed(client, "n1")
     data = json.dumps({"route": {"lane": lane}}).encode()
     assert put_blob(client, run_id, 1, "triage.json", data) == 204
     return report(client, run_id, 1, "n1", exit_code=0, produced=["triage.json"])
@@ -549,7 +534,7 @@ def test_dispatch_picks_the_target_named_in_the_produced_blob_and_skips_the_othe
     assert resp.status_code == 200 and resp.get_json()["run_state"] == ""
     got = states(sql, "r1")
     assert (got["triage"], got["fast"], got["slow"]) == ("DONE", "PENDING", "SKIPPED")
-    assert claim(client, "n1")["name"] == "fast"
+    assert claimed(client, "n1")["name"] == "fast"
 
 
 def test_dispatch_skips_propagate_to_steps_whose_needs_are_all_skipped(client, sql):
@@ -604,7 +589,7 @@ def test_a_dispatch_value_that_is_not_a_string_fails_the_step(client, sql):
 def test_a_dispatch_whose_blob_was_never_stored_fails_the_step(client, sql):
     advertise(client, "n1", cap("board"))
     submit(client, dispatch_run("r1"), 201)
-    claim(client, "n1")
+    claimed(client, "n1")
 
     resp = report(client, "r1", 1, "n1", exit_code=0, produced=["triage.json"])
 
@@ -635,7 +620,7 @@ def board_and_host(client: Any) -> None:
 def test_a_release_deletes_the_released_roles_lease_mid_run(client, sql):
     board_and_host(client)
     submit(client, release_run("r1"), 201)
-    claim(client, "n1")
+    claimed(client, "n1")
 
     reply = done(client, "r1", 1, "n1")
 
@@ -648,7 +633,7 @@ def test_a_released_node_no_longer_finds_the_lease_in_its_heartbeat_reply(client
     board_and_host(client)
     submit(client, release_run("r1"), 201)
     assert [lease["run_id"] for lease in advertise(client, "n1", cap("board"))["leases"]] == ["r1"]
-    claim(client, "n1")
+    claimed(client, "n1")
 
     done(client, "r1", 1, "n1")
 
@@ -662,7 +647,7 @@ def test_a_release_promotes_a_run_queued_for_that_node_while_the_releasing_run_g
     board_and_host(client)
     submit(client, release_run("r1"), 201)
     submit(client, contract("r2"), 202)
-    claim(client, "n1")
+    claimed(client, "n1")
 
     reply = done(client, "r1", 1, "n1")
 
@@ -670,17 +655,17 @@ def test_a_release_promotes_a_run_queued_for_that_node_while_the_releasing_run_g
     assert run_row(sql, "r2")["state"] == "RUNNING"
     assert run_row(sql, "r1")["state"] == "RUNNING"
     assert leases(sql) == [("h1", "r1"), ("n1", "r2")]
-    assert claim(client, "h1")["name"] == "analyse"
-    assert claim(client, "n1")["run_id"] == "r2"
+    assert claimed(client, "h1")["name"] == "analyse"
+    assert claimed(client, "n1")["run_id"] == "r2"
 
 
 def test_a_run_promoted_by_a_release_names_the_released_node_in_its_event(client, sql):
     board_and_host(client)
     submit(client, release_run("r1", releasing="host"), 201)
     submit(client, contract("r2"), 202)
-    claim(client, "n1")
+    claimed(client, "n1")
     done(client, "r1", 1, "n1")
-    claim(client, "h1")
+    claimed(client, "h1")
 
     done(client, "r1", 2, "h1")
 
@@ -702,13 +687,13 @@ def test_a_release_keeps_a_node_that_also_fills_a_kept_role(client, sql):
     )
     submit(client, doc, 201)
     submit(client, contract("r2"), 202)
-    claim(client, "n1")
+    claimed(client, "n1")
 
     done(client, "r1", 1, "n1")
 
     assert leases(sql) == [("n1", "r1")]
     assert run_row(sql, "r2")["state"] == "QUEUED"
-    assert claim(client, "n1")["name"] == "measure"
+    assert claimed(client, "n1")["name"] == "measure"
 
 
 # ---------------------------------------------------------------- acquire
@@ -737,7 +722,7 @@ def acquire_run(run_id: str, **top: Any) -> dict[str, Any]:
 
 
 def through_prep(client: Any, run_id: str = "r1") -> dict[str, Any]:
-    claim(client, "n1")
+    claimed(client, "n1")
     return done(client, run_id, 1, "n1")
 
 
@@ -778,7 +763,7 @@ def test_an_acquired_node_is_bound_to_the_new_roles_steps(client, sql):
     through_prep(client)
 
     assert step_rows(sql, "r1")["measure"]["node_id"] == "s1"
-    body = claim(client, "s1")
+    body = claimed(client, "s1")
     assert (body["name"], body["lease"]["node"]) == ("measure", "s1")
 
 
@@ -825,7 +810,7 @@ def test_an_acquire_with_no_candidate_is_unavailable_and_skips_the_acquired_targ
         "fallback": "PENDING",
     }
     assert leases(sql) == [("n1", "r1")]
-    assert claim(client, "n1")["name"] == "fallback"
+    assert claimed(client, "n1")["name"] == "fallback"
 
 
 def test_an_acquire_whose_only_candidate_is_busy_is_unavailable_and_the_result_goes_on(client, sql):
@@ -876,7 +861,7 @@ def test_an_acquire_step_whose_needs_are_met_at_creation_runs_at_submit(client, 
 
     assert states(sql, "r1")["grab"] == "DONE"
     assert leases(sql) == [("n1", "r1"), ("s1", "r1")]
-    assert claim(client, "s1")["name"] == "measure"
+    assert claimed(client, "s1")["name"] == "measure"
 
 
 def test_a_queued_run_acquires_nothing_until_it_is_promoted(client, sql):
@@ -887,7 +872,7 @@ def test_a_queued_run_acquires_nothing_until_it_is_promoted(client, sql):
     doc["steps"][1]["needs"] = []
     submit(client, doc, 202)
     assert states(sql, "r1")["grab"] == "PENDING" and leases(sql) == [("n1", "first")]
-    claim(client, "n1")
+    claimed(client, "n1")
 
     done(client, "first", 1, "n1")
 
@@ -900,7 +885,7 @@ def test_an_acquire_step_is_never_handed_to_a_node(client, sql):
     advertise(client, "n1", cap("board"))
     advertise(client, "s1", cap("scope"))
     submit(client, acquire_run("r1"), 201)
-    claim(client, "n1")
+    claimed(client, "n1")
 
     assert nothing_to_claim(client, "n1") and nothing_to_claim(client, "s1")
     assert states(sql, "r1")["grab"] == "PENDING"

@@ -15,16 +15,16 @@ from typing import Any
 
 import psycopg
 import pytest
-from psycopg.rows import dict_row
 
+from tests.apps import client_of
 from tests.concurrency.common import (
     JOIN_TIMEOUT,
     await_condition,
     backends_waiting_on_locks,
     connect,
 )
-from tests.conftest import TOKEN
 from tests.helpers import advertise, cap, contract, role, submit
+from tests.rows import find_run, leases, run_row
 
 HEX32 = re.compile(r"[0-9a-f]{32}")
 DRAINING = {"policy": {"drain": "graceful"}}
@@ -34,26 +34,11 @@ WIDTH_CAP_1 = pytest.mark.parametrize("config_overrides", [{"lease.max_per_run":
 # ---------------------------------------------------------------- rows, read like an operator
 
 
-def leases(sql: Any) -> list[tuple[str, str]]:
-    """(node_id, run_id) of every lease, by node."""
-    return [tuple(r) for r in sql.execute("select node_id, run_id from leases order by node_id")]
-
-
-def run_row(sql: Any, run_id: str) -> dict[str, Any] | None:
-    return (
-        sql.cursor(row_factory=dict_row)
-        .execute("select * from runs where run_id = %s", (run_id,))
-        .fetchone()
-    )
-
-
 def state(sql: Any, run_id: str) -> str:
-    row = run_row(sql, run_id)
-    assert row is not None, run_id
-    return row["state"]
+    return run_row(sql, run_id)["state"]
 
 
-def step_rows(sql: Any, run_id: str) -> list[tuple[Any, ...]]:
+def step_layout(sql: Any, run_id: str) -> list[tuple[Any, ...]]:
     """(seq, id, kind, uses, state, node_id, needs) by seq."""
     return [
         tuple(r)
@@ -102,7 +87,7 @@ def test_an_invalid_contract_is_400_naming_the_field_and_stores_nothing(client, 
 
     assert resp.status_code == 400
     assert resp.get_json() == error(400, 'step "boot" uses undeclared role "dutt"')
-    assert run_row(sql, "bad-1") is None
+    assert find_run(sql, "bad-1") is None
     assert sql.execute("select count(*) from run_events").fetchone() == (0,)
     assert sql.execute("select count(*) from steps").fetchone() == (0,)
     assert not record_exists(ctx, "bad-1")
@@ -123,7 +108,7 @@ def test_no_candidate_in_the_live_fleet_is_422_and_a_failed_row_with_its_reject_
     row = run_row(sql, "r1")
     assert row["state"] == "FAILED" and row["ended_at"] is not None
     assert row["reject"] == {"Code": 422, "As": "dut", "Reason": reason}
-    assert step_rows(sql, "r1") == [] and leases(sql) == []
+    assert step_layout(sql, "r1") == [] and leases(sql) == []
     view = client.get("/v1/runs/r1").get_json()
     assert view["state"] == "FAILED" and view["steps"] == []
     assert view["reject"] == {"Code": 422, "As": "dut", "Reason": reason}
@@ -175,7 +160,7 @@ def test_the_width_cap_at_submit_is_422_and_a_failed_row_with_the_reason(client,
     row = run_row(sql, "wide")
     assert row["state"] == "FAILED" and row["ended_at"] is not None
     assert row["reject"]["Code"] == 422 and row["reject"]["Reason"] == reason
-    assert step_rows(sql, "wide") == [] and leases(sql) == []
+    assert step_layout(sql, "wide") == [] and leases(sql) == []
     view = client.get("/v1/runs/wide").get_json()
     assert view["state"] == "FAILED" and view["reject"]["Reason"] == reason
 
@@ -217,7 +202,7 @@ def test_a_dry_run_is_200_with_the_assignment_ignoring_busy_and_draining_nodes_a
         ],
         "warnings": [],
     }
-    assert run_row(sql, "try-1") is None and not record_exists(ctx, "try-1")
+    assert find_run(sql, "try-1") is None and not record_exists(ctx, "try-1")
     assert count(sql, "run_events", "try-1") == 0
     assert leases(sql) == [("n1", "holder")]
 
@@ -228,7 +213,7 @@ def test_a_dry_run_with_no_candidate_is_422_and_stores_no_failed_row(client, ctx
     resp = client.post("/v1/runs/dry-run", json=contract("try-1", role("gpu", "gpu")))
 
     assert resp.status_code == 422 and resp.get_json() == error(422, "need 1, fleet has 0 - gpu")
-    assert run_row(sql, "try-1") is None and not record_exists(ctx, "try-1")
+    assert find_run(sql, "try-1") is None and not record_exists(ctx, "try-1")
 
 
 def test_a_dry_run_of_an_invalid_contract_is_400(client, sql):
@@ -236,7 +221,7 @@ def test_a_dry_run_of_an_invalid_contract_is_400(client, sql):
 
     assert resp.status_code == 400 and resp.get_json()["error"]["code"] == 400
     assert "requires" in resp.get_json()["error"]["reason"]
-    assert run_row(sql, "try-1") is None
+    assert find_run(sql, "try-1") is None
 
 
 @WIDTH_CAP_1
@@ -250,7 +235,7 @@ def test_a_dry_run_over_the_width_cap_is_422_and_stores_nothing(client, sql):
 
     reason = "requires exceeds the width limit: 2 nodes, limit 1"
     assert resp.status_code == 422 and resp.get_json() == error(422, reason)
-    assert run_row(sql, "try-1") is None
+    assert find_run(sql, "try-1") is None
 
 
 # ---------------------------------------------------------------- 202: all busy or draining
@@ -337,7 +322,7 @@ def test_steps_of_a_placed_run_are_pending_and_bound_to_the_first_node_of_their_
         ("dut", ["n2", "n1"]),
         ("host", ["h1"]),
     ]
-    assert step_rows(sql, "r1") == [
+    assert step_layout(sql, "r1") == [
         (1, "flash", "run", "host", "PENDING", "h1", []),
         (2, "boot", "run", "dut", "PENDING", "n2", [1]),
     ]
@@ -361,7 +346,7 @@ def test_a_resubmit_of_a_known_run_id_is_200_with_its_current_view_and_the_body_
     assert resp.status_code == 200
     assert resp.get_json() == client.get("/v1/runs/r1").get_json()
     assert resp.get_json()["state"] == "RUNNING"
-    assert [s[1] for s in step_rows(sql, "r1")] == ["use-dut"]
+    assert [s[1] for s in step_layout(sql, "r1")] == ["use-dut"]
     assert leases(sql) == [("n1", "r1")]
     assert count(sql, "run_events", "r1") == 1
 
@@ -460,7 +445,7 @@ def test_a_queued_run_over_the_width_cap_at_promotion_stays_queued_and_takes_not
     row = run_row(sql, "wide")
     assert row["state"] == "QUEUED" and row["reject"] is None and row["assigned"] is None
     assert leases(sql) == []
-    assert [s[5] for s in step_rows(sql, "wide")] == [None, None]
+    assert [s[5] for s in step_layout(sql, "wide")] == [None, None]
 
 
 @WIDTH_CAP_1
@@ -508,7 +493,7 @@ def test_steps_of_a_queued_run_exist_pending_unbound_with_the_needs_of_a_running
     submit(client, contract("running", role("dut"), steps=NORMALISED), 201)
     submit(client, contract("queued", role("dut"), steps=NORMALISED), 202)
 
-    running, queued = step_rows(sql, "running"), step_rows(sql, "queued")
+    running, queued = step_layout(sql, "running"), step_layout(sql, "queued")
 
     expected_needs = [[], [1], [2], [2], [], [5], [1, 6]]
     assert [s[6] for s in running] == expected_needs
@@ -560,7 +545,7 @@ def test_a_queued_run_holds_no_lease_raises_no_ask_and_runs_no_acquire(client, s
     submit(client, contract("waiter", role("dut"), steps=HOLDS_NOTHING), 202)
 
     assert leases(sql) == [("n1", "holder")]
-    assert [(s[1], s[4], s[5]) for s in step_rows(sql, "waiter")] == [
+    assert [(s[1], s[4], s[5]) for s in step_layout(sql, "waiter")] == [
         ("approve", "PENDING", None),
         ("grab", "PENDING", None),
         ("with-probe", "PENDING", None),
@@ -582,7 +567,7 @@ def test_promotion_takes_the_leases_binds_the_steps_raises_the_ask_and_runs_the_
 
     assert state(sql, "waiter") == "RUNNING"
     assert leases(sql) == [("n1", "waiter"), ("px", "waiter")]
-    assert [(s[1], s[4], s[5]) for s in step_rows(sql, "waiter")] == [
+    assert [(s[1], s[4], s[5]) for s in step_layout(sql, "waiter")] == [
         ("approve", "ASKED", None),
         ("grab", "DONE", None),
         ("with-probe", "PENDING", "px"),
@@ -666,8 +651,7 @@ def submit_held_after_its_read(
     unavailable set: an uncommitted row with the same run_id (on ``sql``) makes its insert of the
     run row wait. The body of the ``with`` runs while it waits; on leaving, that row is rolled
     back, the submit goes on, and the dict holds its response under ``resp``."""
-    other = app.test_client()
-    other.environ_base["HTTP_AUTHORIZATION"] = f"Bearer {TOKEN}"
+    other = client_of(app)
     answer: dict[str, Any] = {}
     t = threading.Thread(
         target=lambda: answer.update(resp=other.post("/v1/runs", json=doc)), daemon=True
@@ -705,7 +689,7 @@ def test_a_node_taken_between_match_and_insert_rolls_the_creation_back_whole_and
     assert leases(sql) == [("n1", "thief")]
     row = run_row(sql, "late")
     assert row["state"] == "QUEUED" and row["assigned"] is None
-    assert step_rows(sql, "late") == [(1, "use-dut", "run", "dut", "PENDING", None, [])]
+    assert step_layout(sql, "late") == [(1, "use-dut", "run", "dut", "PENDING", None, [])]
     # Nothing of the rolled-back RUNNING attempt is left: one event, the queueing.
     assert sql.execute(
         "select from_state, to_state from run_events where run_id = 'late'"
@@ -751,7 +735,7 @@ def test_a_queued_run_whose_record_cannot_be_opened_is_an_error_and_no_run_exist
     resp = client.post("/v1/runs", json=contract("waiter"))
 
     assert resp.status_code >= 500 and set(resp.get_json()) == {"error"}
-    assert run_row(sql, "waiter") is None
+    assert find_run(sql, "waiter") is None
     assert count(sql, "steps", "waiter") == 0 and count(sql, "run_events", "waiter") == 0
 
 
@@ -764,7 +748,7 @@ def test_a_placed_run_whose_record_cannot_be_opened_is_an_error_and_takes_no_lea
     resp = client.post("/v1/runs", json=contract("r1"))
 
     assert resp.status_code >= 500 and set(resp.get_json()) == {"error"}
-    assert run_row(sql, "r1") is None and leases(sql) == []
+    assert find_run(sql, "r1") is None and leases(sql) == []
     assert count(sql, "steps", "r1") == 0
 
 

@@ -5,75 +5,25 @@ Record) and the ``notify.runs_url`` announcement (SPEC §15), received by a real
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 
-from tests.api.test_results import (  # noqa: F401  (app, module_app, module_config: fixtures)
-    app,
-    claim,
-    done,
-    leases,
-    module_app,
-    put_blob,
-    report,
-    run_row,
-    states,
-    transitions,
-)
-from tests.helpers import advertise, cap, contract, role, submit
+from tests.agent import claimed, done, put_blob, report
+from tests.helpers import RunsHook, advertise, cap, contract, role, submit
+from tests.rows import leases, run_row, states, transitions
+
+# One app for the module (see the ``app`` fixture), announcing its runs to ``hook``.
+one_app_per_module = True
+
 
 # ---------------------------------------------------------------- the runs_url receiver
 
 
-class RunHook:
-    """A local HTTP server that records each POSTed JSON body by its ``run_id``."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._arrived: dict[str, threading.Event] = {}
-        self.bodies: dict[str, list[dict[str, Any]]] = {}
-        hook = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                self.send_response(204)
-                self.end_headers()
-                hook.received(body)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/runs"
-        self.thread = threading.Thread(
-            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-        self.thread.start()
-
-    def arrival(self, run_id: str) -> threading.Event:
-        with self._lock:
-            return self._arrived.setdefault(run_id, threading.Event())
-
-    def received(self, body: dict[str, Any]) -> None:
-        run_id = str(body.get("run_id"))
-        with self._lock:
-            self.bodies.setdefault(run_id, []).append(body)
-        self.arrival(run_id).set()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.fixture(scope="module")
-def hook() -> Iterator[RunHook]:
-    receiver = RunHook()
+def hook() -> Iterator[RunsHook]:
+    receiver = RunsHook()
     try:
         yield receiver
     finally:
@@ -81,7 +31,7 @@ def hook() -> Iterator[RunHook]:
 
 
 @pytest.fixture(scope="module")
-def module_config(hook: RunHook) -> dict[str, Any]:
+def module_config(hook: RunsHook) -> dict[str, Any]:
     return {"notify.runs_url": hook.url}
 
 
@@ -134,13 +84,13 @@ def pick_run(
 
 
 def pick(client: Any, lane: str, run_id: str = "r1") -> dict[str, Any]:
-    claim(client, "n1")
+    claimed(client, "n1")
     assert put_blob(client, run_id, 1, "pick.json", json.dumps({"lane": lane}).encode()) == 204
     return done(client, run_id, 1, "n1", produced=["pick.json"])
 
 
 def finish_boot(client: Any, run_id: str = "r1", **result: Any) -> dict[str, Any]:
-    claim(client, "n1")
+    claimed(client, "n1")
     return done(client, run_id, 1, "n1", **result)
 
 
@@ -190,7 +140,7 @@ def test_an_exit_code_condition_that_holds_makes_the_run_succeed(client, sql):
 def test_a_produced_condition_holds_for_a_blob_its_schema_accepted(client, sql):
     advertise(client, "n1", cap("board"))
     submit(client, boot_run("r1", [{"step": "boot", "produced": ["result.json"]}]), 201)
-    claim(client, "n1")
+    claimed(client, "n1")
     assert put_blob(client, "r1", 1, "result.json", b'{"ok": true}') == 204
 
     reply = done(client, "r1", 1, "n1", produced=["result.json"])
@@ -211,7 +161,7 @@ def test_a_produced_condition_holds_for_a_blob_its_schema_accepted(client, sql):
 def test_a_blob_rejected_by_its_schema_was_not_produced(client, sql):
     advertise(client, "n1", cap("board"))
     submit(client, boot_run("r1", [{"step": "boot", "produced": ["result.json"]}]), 201)
-    claim(client, "n1")
+    claimed(client, "n1")
     assert put_blob(client, "r1", 1, "result.json", b'{"nope": 1}') == 422
 
     reply = done(client, "r1", 1, "n1", produced=["result.json"])
@@ -227,7 +177,7 @@ def test_a_produced_condition_fails_for_an_output_the_step_did_not_produce(clien
     advertise(client, "n1", cap("board"))
     doc = boot_run("r1", [{"step": "boot", "produced": ["result.json", "console.log"]}])
     submit(client, doc, 201)
-    claim(client, "n1")
+    claimed(client, "n1")
     assert put_blob(client, "r1", 1, "result.json", b'{"ok": false}') == 204
 
     reply = done(client, "r1", 1, "n1", produced=["result.json"])
@@ -245,7 +195,7 @@ def test_a_skipped_steps_condition_is_vacuously_ok(client, sql):
     doc = pick_run("r1", [{"step": "a", "exit_code": 0}, {"step": "b", "exit_code": 0}])
     submit(client, doc, 201)
     pick(client, "b")
-    claim(client, "n1")
+    claimed(client, "n1")
 
     reply = done(client, "r1", 3, "n1", exit_code=0)
 
@@ -271,7 +221,7 @@ def test_a_run_whose_every_conditioned_step_was_skipped_fails_any(client, sql):
     advertise(client, "n1", cap("board"))
     submit(client, pick_run("r1", [{"step": "a", "exit_code": 0}]), 201)
     pick(client, "b")
-    claim(client, "n1")
+    claimed(client, "n1")
 
     reply = done(client, "r1", 3, "n1", exit_code=0)
 
@@ -408,9 +358,9 @@ def test_a_run_failed_by_a_step_is_announced_to_runs_url(client, sql, hook):
     advertise(client, "n1", cap("board"))
     submit(client, boot_run("hooked-2"), 201)
     arrived = hook.arrival("hooked-2")
-    claim(client, "n1")
+    claimed(client, "n1")
 
-    report(client, "hooked-2", 1, "n1", error="board on fire")
+    report(client, "hooked-2", 1, "n1", exit_code=None, error="board on fire")
 
     assert arrived.wait(10)
     body = hook.bodies["hooked-2"][0]

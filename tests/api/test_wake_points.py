@@ -18,11 +18,13 @@ import pytest
 from psycopg.rows import dict_row
 from sqlalchemy.exc import OperationalError
 
-from app import create_app, startup
+from app import startup
 from app.config import to_libpq_url
 from app.services.reaper import reap_pass
-from tests.conftest import TOKEN, gunicorn_on, make_config
-from tests.helpers import advertise, cap, contract, role, scalar, state_of, submit
+from tests.agent import claim
+from tests.apps import TOKEN, app_on, client_of, gunicorn_on
+from tests.helpers import advertise, cap, contract, role, state_of, submit
+from tests.rows import leases, scalar
 
 TIMEOUT = {"database.statement_timeout_seconds": 0.3}
 failing_scans = pytest.mark.parametrize("config_overrides", [TIMEOUT], ids=["statement-timeout"])
@@ -31,17 +33,8 @@ failing_scans = pytest.mark.parametrize("config_overrides", [TIMEOUT], ids=["sta
 # ---------------------------------------------------------------- rows and pieces
 
 
-def lease_rows(sql: Any) -> list[tuple[str, str]]:
-    """(node_id, run_id) of every lease, by node."""
-    return [tuple(r) for r in sql.execute("select node_id, run_id from leases order by node_id")]
-
-
 def wake_debt(sql: Any) -> list[dict[str, Any]]:
     return sql.cursor(row_factory=dict_row).execute("select * from wake_debt").fetchall()
-
-
-def claim(client: Any, node_id: str, instance: str) -> Any:
-    return client.post(f"/v1/nodes/{node_id}/claim?wait=0", headers={"X-Enode-Instance": instance})
 
 
 def r1_running_on_n1_and_r2_queued(client: Any, **advert: Any) -> None:
@@ -105,7 +98,7 @@ def cancel_whose_wake_fails(client: Any, sql: Any, db_url: str) -> None:
         resp = client.post("/v1/runs/r1/cancel")
     # The wake's failure never changes the answer (SPEC §7).
     assert resp.status_code == 200 and resp.get_json() == {"run_id": "r1", "state": "FAILED"}
-    assert lease_rows(sql) == []
+    assert leases(sql) == []
 
 
 # ---------------------------------------------------------------- 4. restart detected
@@ -119,7 +112,7 @@ def test_an_advert_that_detects_a_restart_promotes_the_run_queued_for_that_node(
 
     assert state_of(client, "r1") == "FAILED"
     assert state_of(client, "r2") == "RUNNING"
-    assert lease_rows(sql) == [("n1", "r2")]
+    assert leases(sql) == [("n1", "r2")]
     # Read after the wake: the node learns its new lease from this very reply.
     assert [x["run_id"] for x in reply["leases"]] == ["r2"]
 
@@ -144,7 +137,7 @@ def test_lifting_a_drain_promotes_the_queued_run_in_that_very_request(client, sq
     reply = advertise(client, "n1", cap("board"), **lift)
 
     assert state_of(client, "r1") == "RUNNING"
-    assert lease_rows(sql) == [("n1", "r1")]
+    assert leases(sql) == [("n1", "r1")]
     assert reply["drain"] == "" and [x["run_id"] for x in reply["leases"]] == ["r1"]
 
 
@@ -157,7 +150,7 @@ def test_a_drain_lifted_after_the_run_freed_the_node_promotes_the_queued_run(cli
     advertise(client, "n1", cap("board"))
 
     assert state_of(client, "r2") == "RUNNING"
-    assert lease_rows(sql) == [("n1", "r2")]
+    assert leases(sql) == [("n1", "r2")]
 
 
 def test_an_advert_that_keeps_draining_does_not_promote(client, sql):
@@ -167,7 +160,7 @@ def test_an_advert_that_keeps_draining_does_not_promote(client, sql):
     advertise(client, "n1", cap("board"), policy={"drain": "at-boundary"})
 
     assert state_of(client, "r1") == "QUEUED"
-    assert lease_rows(sql) == []
+    assert leases(sql) == []
 
 
 # ---------------------------------------------------------------- 8. capacity appeared
@@ -180,12 +173,12 @@ def test_a_node_that_comes_back_after_its_advert_expired_promotes_the_run_queued
     sql.execute("update nodes set expires_at = now() - interval '1 second' where node_id = 'n1'")
     assert client.post("/v1/runs/r1/cancel").status_code == 200
     # The cancel's wake ran, but n1 is not live: nothing to place r2 on.
-    assert state_of(client, "r2") == "QUEUED" and lease_rows(sql) == []
+    assert state_of(client, "r2") == "QUEUED" and leases(sql) == []
 
     reply = advertise(client, "n1", cap("board"))
 
     assert state_of(client, "r2") == "RUNNING"
-    assert lease_rows(sql) == [("n1", "r2")]
+    assert leases(sql) == [("n1", "r2")]
     assert [x["run_id"] for x in reply["leases"]] == ["r2"]
 
 
@@ -195,7 +188,7 @@ def test_a_new_node_promotes_a_run_queued_behind_a_busy_one(client, sql):
     reply = advertise(client, "n2", cap("board"))
 
     assert state_of(client, "r2") == "RUNNING"
-    assert lease_rows(sql) == [("n1", "r1"), ("n2", "r2")]
+    assert leases(sql) == [("n1", "r1"), ("n2", "r2")]
     assert [x["run_id"] for x in reply["leases"]] == ["r2"]
 
 
@@ -204,12 +197,12 @@ def test_a_node_whose_capabilities_changed_promotes_the_run_that_now_fits_it(cli
     advertise(client, "n2", cap("board", soc="y"))
     submit(client, contract("r1", role("dut", soc="x")), 201)
     submit(client, contract("r2", role("dut", soc="x")), 202)
-    assert lease_rows(sql) == [("n1", "r1")]
+    assert leases(sql) == [("n1", "r1")]
 
     reply = advertise(client, "n2", cap("board", soc="x"))
 
     assert state_of(client, "r2") == "RUNNING"
-    assert lease_rows(sql) == [("n1", "r1"), ("n2", "r2")]
+    assert leases(sql) == [("n1", "r1"), ("n2", "r2")]
     assert [x["run_id"] for x in reply["leases"]] == ["r2"]
 
 
@@ -221,7 +214,7 @@ def test_a_heartbeat_of_a_live_node_with_unchanged_capabilities_does_not_scan(cl
     advertise(client, "n1", cap("board"))
 
     assert state_of(client, "r2") == "QUEUED"
-    assert lease_rows(sql) == []
+    assert leases(sql) == []
 
 
 # ---------------------------------------------------------------- 6. start-up
@@ -235,19 +228,14 @@ def test_start_up_promotes_a_run_whose_wake_never_happened(app, client, sql):
     startup(app)
 
     assert state_of(client, "r2") == "RUNNING"
-    assert lease_rows(sql) == [("n1", "r2")]
+    assert leases(sql) == [("n1", "r2")]
 
 
 @pytest.fixture
 def freed_without_wake(fresh_db_url: str, tmp_path: Any) -> None:
     """On the live server's database, before it starts: r2 QUEUED next to a free n1."""
-    application = create_app(make_config(fresh_db_url, tmp_path / "records"))
-    try:
-        c = application.test_client()
-        c.environ_base["HTTP_AUTHORIZATION"] = f"Bearer {TOKEN}"
-        r1_running_on_n1_and_r2_queued(c)
-    finally:
-        application.extensions["mediator"].close()
+    with app_on(fresh_db_url, tmp_path / "records") as application:
+        r1_running_on_n1_and_r2_queued(client_of(application))
     with psycopg.connect(to_libpq_url(fresh_db_url), autocommit=True) as conn:
         free_n1_without_a_wake(conn)
         assert scalar(conn, "select state from runs where run_id = 'r2'") == "QUEUED"
@@ -313,7 +301,7 @@ def test_the_next_reaper_pass_pays_the_wake_debt_promotes_and_clears_the_marker(
 
     assert report.woke and not report.freed
     assert state_of(client, "r2") == "RUNNING"
-    assert lease_rows(sql) == [("n1", "r2")]
+    assert leases(sql) == [("n1", "r2")]
     assert wake_debt(sql) == []
 
 
@@ -339,7 +327,7 @@ def test_a_reaper_pass_without_wake_debt_and_nothing_freed_does_not_scan(client,
 
     assert not report.woke
     assert state_of(client, "r2") == "QUEUED"
-    assert lease_rows(sql) == []
+    assert leases(sql) == []
 
 
 def test_a_reaper_pass_after_a_failed_pass_scans_once_without_wake_debt(client, ctx, sql):
@@ -350,4 +338,4 @@ def test_a_reaper_pass_after_a_failed_pass_scans_once_without_wake_debt(client, 
 
     assert report.woke
     assert state_of(client, "r2") == "RUNNING"
-    assert lease_rows(sql) == [("n1", "r2")]
+    assert leases(sql) == [("n1", "r2")]

@@ -24,7 +24,7 @@ from app.match import Reject, match
 from app.store.gate import SCANNING_LOCK, WAITING_LOCK
 from app.store.nodes import live_adverts, unavailable_node_ids
 from app.store.queue import QueuedRun
-from tests.conftest import TOKEN, make_config
+from tests.apps import client_of, make_config
 
 JOIN_TIMEOUT = 30.0
 
@@ -44,9 +44,7 @@ class Apps:
         return self.apps[i].extensions["mediator"]
 
     def client(self, i: int = 0) -> Any:
-        c = self.apps[i].test_client()
-        c.environ_base["HTTP_AUTHORIZATION"] = f"Bearer {TOKEN}"
-        return c
+        return client_of(self.apps[i])
 
     def close(self) -> None:
         for a in self.apps:

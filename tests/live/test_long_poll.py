@@ -16,11 +16,10 @@ import time
 from typing import Any
 from urllib.parse import urlsplit
 
-import requests
-
 from app import create_app
+from tests.agent import claim, report
+from tests.apps import client_of, make_config
 from tests.concurrency.common import await_condition, connect
-from tests.conftest import TOKEN, make_config
 from tests.helpers import cap, chain_over_two_nodes, contract, role
 
 POOL_SIZE = 3
@@ -80,29 +79,9 @@ class HttpClaim:
         return self.status, (json.loads(self.body) if self.body else None)
 
 
-def post(
-    server: Any, path: str, body: Any = None, instance: str | None = None
-) -> requests.Response:
-    # A new connection per request: gunicorn hands each to whichever worker accepts it.
-    headers = server.headers(**({"X-Enode-Instance": instance} if instance else {}))
-    return requests.post(server.url + path, json=body, headers=headers, timeout=30)
-
-
-def get(server: Any, path: str) -> requests.Response:
-    return requests.get(server.url + path, headers=server.headers(), timeout=30)
-
-
 def advertise(server: Any, node: str, *caps: dict[str, Any]) -> None:
-    resp = post(server, "/v1/nodes", {"node_id": node, "capabilities": list(caps) or [cap()]})
+    resp = server.post("/v1/nodes", {"node_id": node, "capabilities": list(caps) or [cap()]})
     assert resp.status_code == 200, resp.text
-
-
-def report(server: Any, run_id: str, seq: int, node: str) -> requests.Response:
-    return post(
-        server,
-        f"/v1/runs/{run_id}/steps/{seq}/result",
-        {"node": node, "exit_code": 0, "produced": []},
-    )
 
 
 def connections(sql: Any) -> dict[str, int]:
@@ -138,10 +117,10 @@ def test_a_claim_waiting_in_one_worker_gets_its_step_soon_after_a_result_through
     with connect(fresh_db_url) as sql:
         for i in range(3):
             run_id = f"run-{i}"
-            assert post(live_server, "/v1/runs", chain_over_two_nodes(run_id)).status_code == 201
+            assert live_server.post("/v1/runs", chain_over_two_nodes(run_id)).status_code == 201
             waiting = HttpClaim(live_server, "node-b", "b1", wait=10)
             await_listener(sql, waiting)
-            resp = post(live_server, "/v1/nodes/node-a/claim?wait=0", instance="a1")
+            resp = claim(live_server, "node-a", "a1")
             assert resp.status_code == 200 and resp.json()["step_id"] == f"{run_id}#01"
             assert not waiting.done.is_set()
 
@@ -165,22 +144,18 @@ def test_a_claim_waiting_in_gunicorn_is_woken_by_a_result_committed_by_another_p
         )
     )
     try:
-        client = other.test_client()
-        client.environ_base["HTTP_AUTHORIZATION"] = f"Bearer {TOKEN}"
+        client = client_of(other)
         advertise(live_server, "node-a", cap("agent.reason"))
         advertise(live_server, "node-b", cap("board"))
-        assert post(live_server, "/v1/runs", chain_over_two_nodes("run-1")).status_code == 201
+        assert live_server.post("/v1/runs", chain_over_two_nodes("run-1")).status_code == 201
         with connect(fresh_db_url) as sql:
             waiting = HttpClaim(live_server, "node-b", "b1", wait=10)
             await_listener(sql, waiting)
-            resp = client.post("/v1/nodes/node-a/claim?wait=0", headers={"X-Enode-Instance": "a1"})
+            resp = claim(client, "node-a", "a1")
             assert resp.status_code == 200 and resp.get_json()["seq"] == 1
             assert not waiting.done.is_set()
 
-            resp = client.post(
-                "/v1/runs/run-1/steps/1/result",
-                json={"node": "node-a", "exit_code": 0, "produced": []},
-            )
+            resp = report(client, "run-1", 1, "node-a")
             assert resp.status_code == 200, resp.get_json()
             reported = time.monotonic()
 
@@ -228,12 +203,12 @@ def test_many_waiting_claims_hold_no_connection_and_other_requests_answer_prompt
         slow = []
         for k in range(3):
             started = time.monotonic()
-            resp = post(live_server, "/v1/runs", contract(f"probe-{k}", role("p", "probe")))
+            resp = live_server.post("/v1/runs", contract(f"probe-{k}", role("p", "probe")))
             slow.append(("submit", resp.status_code, time.monotonic() - started))
             assert resp.status_code == 201, resp.text
             for path in (f"/v1/runs/probe-{k}", "/v1/nodes", "/v1/runs"):
                 started = time.monotonic()
-                resp = get(live_server, path)
+                resp = live_server.get(path)
                 slow.append((path, resp.status_code, time.monotonic() - started))
                 assert resp.status_code == 200, resp.text
         held = connections(sql)

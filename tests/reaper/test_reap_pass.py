@@ -5,17 +5,13 @@ from __future__ import annotations
 
 from app.services.reaper import reap_pass
 from tests.helpers import advertise, cap, contract, role, submit
-from tests.reaper.rows import (
+from tests.reaper.common import (
     LEASE_EXPIRED,
     ask_contract,
-    events,
     expire_leases,
-    leases,
-    run_row,
     running_on_n1_and_one_queued,
-    scalar,
-    steps,
 )
+from tests.rows import count_events, leases, run_row, scalar, step_outcomes
 
 
 def sealed(ctx, sql, run_id: str) -> bool:
@@ -41,8 +37,8 @@ def test_an_expired_lease_fails_its_run_frees_the_node_and_promotes_the_queued_r
     a = run_row(sql, "run-a")
     assert a["state"] == "FAILED" and a["ended_at"] is not None
     assert a["reject"] == {"Code": 410, "Reason": LEASE_EXPIRED}
-    assert steps(sql, "run-a") == [(1, "FAILED", LEASE_EXPIRED)]
-    assert events(sql, "run-a", "lease expired") == 1
+    assert step_outcomes(sql, "run-a") == [(1, "FAILED", LEASE_EXPIRED)]
+    assert count_events(sql, "run-a", "lease expired") == 1
     assert run_row(sql, "run-b")["state"] == "RUNNING"
     assert leases(sql) == [("n1", "run-b")]
     assert sealed(ctx, sql, "run-a")
@@ -62,16 +58,16 @@ def test_a_lease_not_yet_expired_is_left_alone(client, ctx, sql):
 def test_a_run_with_an_asked_step_keeps_its_expired_lease(client, ctx, sql):
     advertise(client, "n1", cap("board"))
     submit(client, ask_contract("run-a"), 201)
-    assert steps(sql, "run-a") == [(1, "ASKED", None), (2, "PENDING", None)]
+    assert step_outcomes(sql, "run-a") == [(1, "ASKED", None), (2, "PENDING", None)]
     expire_leases(sql, "run-a", "1 hour")
 
     report = reap_pass(ctx)
 
     assert report.lease_expired == [] and not report.woke
     assert run_row(sql, "run-a")["state"] == "RUNNING"
-    assert steps(sql, "run-a") == [(1, "ASKED", None), (2, "PENDING", None)]
+    assert step_outcomes(sql, "run-a") == [(1, "ASKED", None), (2, "PENDING", None)]
     assert leases(sql) == [("n1", "run-a")]
-    assert events(sql, "run-a", "lease expired") == 0
+    assert count_events(sql, "run-a", "lease expired") == 0
 
 
 # ---------------------------------------------------------------- 1. ask deadlines
@@ -89,8 +85,8 @@ def test_an_ask_past_its_deadline_fails_settles_its_run_and_wakes_the_queue(clie
     assert report.asks_expired == 1 and report.woke
     a = run_row(sql, "run-a")
     assert a["state"] == "FAILED" and a["ended_at"] is not None
-    assert steps(sql, "run-a")[0] == (1, "FAILED", "ask deadline passed")
-    assert [s[1] for s in steps(sql, "run-a")] == ["FAILED", "FAILED"]
+    assert step_outcomes(sql, "run-a")[0] == (1, "FAILED", "ask deadline passed")
+    assert [s[1] for s in step_outcomes(sql, "run-a")] == ["FAILED", "FAILED"]
     assert run_row(sql, "run-b")["state"] == "RUNNING"
     assert leases(sql) == [("n1", "run-b")]
     assert sealed(ctx, sql, "run-a")
@@ -103,7 +99,7 @@ def test_an_ask_before_its_deadline_stays_open(client, ctx, sql):
     report = reap_pass(ctx)
 
     assert report.asks_expired == 0
-    assert steps(sql, "run-a")[0] == (1, "ASKED", None)
+    assert step_outcomes(sql, "run-a")[0] == (1, "ASKED", None)
     assert run_row(sql, "run-a")["state"] == "RUNNING"
 
 
@@ -116,12 +112,12 @@ def test_open_steps_of_a_finished_run_become_failed(client, ctx, sql):
     # A run that ended without its steps following (a crash between two statements).
     sql.execute("delete from leases where run_id = 'run-a'")
     sql.execute("update runs set state = 'FAILED', ended_at = now() where run_id = 'run-a'")
-    assert steps(sql, "run-a") == [(1, "PENDING", None)]
+    assert step_outcomes(sql, "run-a") == [(1, "PENDING", None)]
 
     report = reap_pass(ctx)
 
     assert report.steps_failed == 1
-    assert steps(sql, "run-a") == [(1, "FAILED", "run already FAILED")]
+    assert step_outcomes(sql, "run-a") == [(1, "FAILED", "run already FAILED")]
     assert scalar(sql, "select ended_at is not null from steps where run_id = 'run-a'")
     assert run_row(sql, "run-a")["state"] == "FAILED"
 
@@ -206,7 +202,7 @@ def test_a_queued_run_past_its_queue_timeout_fails_and_one_without_never_expires
     b = run_row(sql, "run-b")
     assert b["state"] == "FAILED" and b["ended_at"] is not None
     assert [c["note"] for c in b["verdict"]["checks"]] == ["queue timeout"]
-    assert steps(sql, "run-b") == [(1, "FAILED", "queue timeout")]
+    assert step_outcomes(sql, "run-b") == [(1, "FAILED", "queue timeout")]
     assert sealed(ctx, sql, "run-b")
     assert run_row(sql, "run-c")["state"] == "QUEUED"
     assert run_row(sql, "run-a")["state"] == "RUNNING"
@@ -275,8 +271,8 @@ def test_after_an_outage_leases_are_extended_and_a_node_that_re_advertises_loses
 
     assert second.extended == 0 and second.lease_expired == []
     assert run_row(sql, "run-a")["state"] == "RUNNING"
-    assert steps(sql, "run-a") == [(1, "PENDING", None)]
-    assert events(sql, "run-a", "lease expired") == 0
+    assert step_outcomes(sql, "run-a") == [(1, "PENDING", None)]
+    assert count_events(sql, "run-a", "lease expired") == 0
 
 
 def test_without_an_outage_the_same_expired_lease_fails_the_run(client, ctx, sql):

@@ -7,7 +7,8 @@ from app.services.reaper import reap_pass
 from app.store.reaper import REAPER_LOCK
 from tests.concurrency.common import apps_on, connect, race
 from tests.helpers import advertise, cap, contract, role, submit
-from tests.reaper.rows import events, expire_leases, leases, run_row, running_on_n1_and_one_queued
+from tests.reaper.common import expire_leases, running_on_n1_and_one_queued
+from tests.rows import count_events, leases, run_row
 
 
 def test_a_pass_skips_whole_while_another_reaper_holds_the_reaper_lock(client, ctx, sql, db_url):
@@ -45,7 +46,7 @@ def test_two_reapers_racing_fail_an_expired_run_once_and_promote_the_queued_run_
             assert failed == ["run-a", "run-b"]
             for run_id in ("run-a", "run-b"):
                 assert run_row(sql, run_id)["state"] == "FAILED"
-                assert events(sql, run_id, "lease expired") == 1
+                assert count_events(sql, run_id, "lease expired") == 1
             for run_id in ("run-c", "run-d"):
                 assert run_row(sql, run_id)["state"] == "RUNNING"
             assert sorted(run for _, run in leases(sql)) == ["run-c", "run-d"]

@@ -15,7 +15,7 @@ import pytest
 from app import create_app
 from app.config import load_config, to_libpq_url
 from app.errors import ConfigError
-from tests.conftest import TOKEN
+from tests.apps import TOKEN
 
 ROOT = Path(__file__).resolve().parents[2]
 MIB = 1024 * 1024

@@ -17,6 +17,7 @@ from app.states import (
     run_may_become,
     step_may_become,
 )
+from tests.agent import claim, done
 from tests.helpers import advertise, cap, contract, role, submit
 
 # SPEC §8, written out from the text rather than copied from the code:
@@ -172,12 +173,6 @@ def test_the_database_accepts_every_step_state_of_the_machine(sql):
 # ------------------------------------------------------------------ the audit trail obeys the machine
 
 
-def _report(client, run_id: str, seq: int, node: str, **body):
-    resp = client.post(f"/v1/runs/{run_id}/steps/{seq}/result", json={"node": node, **body})
-    assert resp.status_code == 200, resp.get_json()
-    return resp.get_json()
-
-
 def test_every_state_change_recorded_for_real_runs_is_a_transition_the_spec_allows(client, sql):
     advertise(client, "n1", cap("board"), instance="i1")
     # placed, then succeeds: new -> RUNNING -> VERIFYING -> SUCCEEDED
@@ -189,12 +184,10 @@ def test_every_state_change_recorded_for_real_runs_is_a_transition_the_spec_allo
     assert client.post("/v1/runs/cancelled/cancel").status_code == 200
     # rejected at submit: born FAILED
     assert submit(client, contract("rejected", role("dut", "no-such-thing"))).status_code == 422
-    claim = client.post("/v1/nodes/n1/claim?wait=0", headers={"X-Enode-Instance": "i1"})
-    assert claim.get_json()["run_id"] == "ok"
-    assert _report(client, "ok", 1, "n1", exit_code=0)["run_state"] == "SUCCEEDED"
-    claim = client.post("/v1/nodes/n1/claim?wait=0", headers={"X-Enode-Instance": "i1"})
-    assert claim.get_json()["run_id"] == "later"
-    assert _report(client, "later", 1, "n1", error="boom")["run_state"] == "FAILED"
+    assert claim(client, "n1", "i1").get_json()["run_id"] == "ok"
+    assert done(client, "ok", 1, "n1", exit_code=0)["run_state"] == "SUCCEEDED"
+    assert claim(client, "n1", "i1").get_json()["run_id"] == "later"
+    assert done(client, "later", 1, "n1", exit_code=None, error="boom")["run_state"] == "FAILED"
 
     rows = sql.execute("SELECT run_id, from_state, to_state FROM run_events ORDER BY id").fetchall()
     trails: dict[str, list[tuple[str | None, str]]] = {}

@@ -1,38 +1,14 @@
-"""Reading rows the way an operator would (plain SQL over the ``sql`` connection), and moving the
-database's timestamps to simulate time passing: the reaper reads only ``now()`` of the database,
-so these tests never sleep and never mock a clock."""
+"""Pieces of the reaper's tests: moving the database's timestamps to simulate time passing (the
+reaper reads only ``now()`` of the database, so these tests never sleep and never mock a clock),
+and the runs they start from."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from tests.helpers import advertise, cap, contract, one, role, scalar, submit
+from tests.helpers import advertise, cap, contract, role, submit
 
 LEASE_EXPIRED = "lease expired: renewal stopped"
-
-
-def run_row(sql: Any, run_id: str) -> dict[str, Any]:
-    return one(sql, "select * from runs where run_id = %s", run_id)
-
-
-def steps(sql: Any, run_id: str) -> list[tuple[int, str, str | None]]:
-    return [
-        tuple(r)
-        for r in sql.execute(
-            "select seq, state, error from steps where run_id = %s order by seq", (run_id,)
-        ).fetchall()
-    ]
-
-
-def leases(sql: Any) -> list[tuple[str, str]]:
-    """(node_id, run_id) of every lease, by node."""
-    return [tuple(r) for r in sql.execute("select node_id, run_id from leases order by node_id")]
-
-
-def events(sql: Any, run_id: str, cause: str) -> int:
-    return scalar(
-        sql, "select count(*) from run_events where run_id = %s and cause = %s", run_id, cause
-    )
 
 
 def expire_leases(sql: Any, run_id: str, ago: str = "1 s") -> None:

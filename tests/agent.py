@@ -1,0 +1,111 @@
+"""A node agent's side of the API over a Flask test client: claiming steps (SPEC §8 "Claim"),
+reporting their results (SPEC §8 "Result"), and a claim long-polling in a thread of its own."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from flask import Flask
+
+from tests.apps import client_of
+from tests.concurrency.common import await_condition
+
+
+def claim(client: Any, node: str, instance: str | None = None, wait: float | None = 0) -> Any:
+    """``POST /v1/nodes/{node}/claim``: the response as it is. ``instance`` goes in the
+    X-Enode-Instance header when given; ``wait=None`` sends no ``wait`` (the configured window)."""
+    headers = {"X-Enode-Instance": instance} if instance else {}
+    query = "" if wait is None else f"?wait={wait}"
+    return client.post(f"/v1/nodes/{node}/claim{query}", headers=headers)
+
+
+def claimed(client: Any, node: str, instance: str | None = None) -> dict[str, Any]:
+    """Claim with ``wait=0``; a step must be handed out (200). Returns the step."""
+    resp = claim(client, node, instance)
+    assert resp.status_code == 200, (resp.status_code, resp.get_json())
+    return resp.get_json()
+
+
+def nothing_to_claim(client: Any, node: str) -> bool:
+    return claim(client, node).status_code == 204
+
+
+def report(
+    client: Any, run_id: str, seq: int, node: str, *, exit_code: int | None = 0, **body: Any
+) -> Any:
+    """``POST /v1/runs/{run_id}/steps/{seq}/result`` by ``node``: the response as it is. The body
+    is ``{"node", "exit_code", "produced": [], **body}``; ``exit_code=None`` leaves the exit code
+    out (a step that did not get as far as an exit code)."""
+    payload: dict[str, Any] = {"node": node}
+    if exit_code is not None:
+        payload["exit_code"] = exit_code
+    payload.update({"produced": [], **body})
+    return client.post(f"/v1/runs/{run_id}/steps/{seq}/result", json=payload)
+
+
+def done(client: Any, run_id: str, seq: int, node: str, **body: Any) -> dict[str, Any]:
+    """:func:`report` of a step already claimed; it must be accepted (200). Returns the reply."""
+    resp = report(client, run_id, seq, node, **body)
+    assert resp.status_code == 200, resp.get_json()
+    return resp.get_json()
+
+
+def put_blob(client: Any, run_id: str, seq: int, name: str, data: bytes) -> int:
+    """``PUT`` a blob of a step as its agent does; returns the status code."""
+    return client.put(f"/v1/runs/{run_id}/steps/{seq}/blob/{name}", data=data).status_code
+
+
+def run_step(
+    client: Any, node: str, run_id: str, seq: int, instance: str | None = None
+) -> dict[str, Any]:
+    """Claim the next step of ``node``, which must be step ``seq`` of ``run_id``, and report it
+    done with exit code 0. Returns the result's reply."""
+    step = claimed(client, node, instance)
+    assert (step["run_id"], step["seq"]) == (run_id, seq)
+    return done(client, run_id, seq, node)
+
+
+class WaitingClaim:
+    """A claim long-polling in its own thread, on a client of its own; ``done`` is set once its
+    answer is back."""
+
+    def __init__(
+        self, app: Flask, node: str, instance: str | None = None, wait: float | None = 10
+    ) -> None:
+        self.client = client_of(app)
+        self.node, self.instance, self.wait = node, instance, wait
+        self.done = threading.Event()
+        self.resp: Any = None
+        self.error: BaseException | None = None
+        self.started = self.answered = 0.0
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        self.started = time.monotonic()
+        try:
+            self.resp = claim(self.client, self.node, self.instance, self.wait)
+        except BaseException as exc:
+            self.error = exc
+        finally:
+            self.answered = time.monotonic()
+            self.done.set()
+
+    def start(self, ctx: Any) -> WaitingClaim:
+        before = ctx.claims.waiting()
+        self.thread.start()
+        # The claim registers with the process's listener before its first look; once the
+        # listener is connected too (it wakes every waiter when it connects), a notification
+        # cannot be missed, and only a notification or the slow re-check can wake this claim.
+        await_condition(
+            lambda: ctx.claims.waiting() > before or self.done.is_set(), "claim to wait"
+        )
+        await_condition(ctx.claims.connected.is_set, "claim listener to connect")
+        return self
+
+    def result(self, timeout: float = 15.0) -> Any:
+        assert self.done.wait(timeout), "the waiting claim never answered"
+        if self.error is not None:
+            raise self.error
+        return self.resp

@@ -1,0 +1,150 @@
+"""Mediator apps for tests: their configuration, a test client that carries the token, an app
+opened and closed around a block, and a real gunicorn serving the Mediator on 127.0.0.1."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import requests
+from flask import Flask
+from flask.testing import FlaskClient
+
+from app import create_app
+
+TOKEN = "test-token-of-the-mediator"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def make_config(url: str, records: Any, **extra: Any) -> dict[str, Any]:
+    cfg: dict[str, Any] = {
+        "database.url": url,
+        "records.root": str(records),
+        "token": TOKEN,
+        "log.format": "console",
+        "log.level": "error",
+    }
+    cfg.update(extra)
+    return cfg
+
+
+def client_of(app: Flask) -> FlaskClient:
+    """A test client of ``app`` that sends the token on every request."""
+    c = app.test_client()
+    c.environ_base["HTTP_AUTHORIZATION"] = f"Bearer {TOKEN}"
+    return c
+
+
+@contextmanager
+def app_on(url: str, records: Any, **keys: Any) -> Iterator[Flask]:
+    """A Mediator app on the database ``url``, closed (pool and LISTEN thread) when the block ends."""
+    application = create_app(make_config(url, records, **keys))
+    try:
+        yield application
+    finally:
+        application.extensions["mediator"].close()
+
+
+def empty_records(root: Path) -> None:
+    """Remove every Record, sealed ones included (files 0444, directories 0555)."""
+    if not root.exists():
+        return
+    for here, dirs, _ in os.walk(root):
+        for d in dirs:
+            os.chmod(os.path.join(here, d), 0o755)
+    for entry in root.iterdir():
+        if entry.is_dir():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+
+
+# ---------------------------------------------------------------- a real gunicorn
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class LiveServer:
+    """A real gunicorn (gthread workers) serving the Mediator on 127.0.0.1."""
+
+    def __init__(self, url: str, env: dict[str, str], proc: subprocess.Popen[bytes]) -> None:
+        self.url = url
+        self.env = env
+        self.proc = proc
+
+    def headers(self, **extra: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {TOKEN}", **extra}
+
+    # A new connection per request: gunicorn hands each to whichever worker accepts it.
+
+    def post(
+        self, path: str, json: Any = None, headers: dict[str, str] | None = None
+    ) -> requests.Response:
+        """``POST`` with the token, like the test client's ``post`` (so the agent helpers work)."""
+        return requests.post(
+            self.url + path, json=json, headers=self.headers(**(headers or {})), timeout=30
+        )
+
+    def get(self, path: str) -> requests.Response:
+        return requests.get(self.url + path, headers=self.headers(), timeout=30)
+
+
+@contextmanager
+def gunicorn_on(db_url: str, tmp_path: Path, **env_extra: str) -> Iterator[LiveServer]:
+    """gunicorn -c gunicorn.conf.py wsgi:app on ``db_url``, configured by environment alone
+    (SPEC §15), 2 gthread workers unless ``MEDIATOR_WORKERS`` says otherwise; yields once
+    /readyz answers 200 (with one worker, its start-up, wake included, has then completed)."""
+    port = _free_port()
+    env = dict(os.environ)
+    env.update(
+        {
+            "MEDIATOR_DATABASE_URL": db_url,
+            "MEDIATOR_RECORDS_ROOT": str(tmp_path / "records"),
+            "MEDIATOR_TOKEN": TOKEN,
+            "MEDIATOR_LOG_LEVEL": "warning",
+            "MEDIATOR_BIND": f"127.0.0.1:{port}",
+            "MEDIATOR_WORKERS": "2",
+            "MEDIATOR_THREADS": "32",
+            **env_extra,
+        }
+    )
+    log = tmp_path / "gunicorn.log"
+    with open(log, "wb") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "wsgi:app"],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if requests.get(url + "/readyz", timeout=5).status_code == 200:
+                    break
+            except requests.RequestException:
+                pass  # not listening yet, or a worker still starting on a busy machine
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(log.read_text()[-3000:])
+            time.sleep(0.05)  # waiting for a process to bind its port: there is no event to await
+        yield LiveServer(url, env, proc)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
