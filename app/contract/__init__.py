@@ -1,7 +1,6 @@
 """Contract validation and needs normalisation (SPEC §3). Pure: no session, no I/O."""
 
-from app.contract.types import Contract, Role, StepDef
-from app.contract.validate import (
+from app.contract.fields import (
     check_json_depth,
     check_no_nul,
     is_valid_id,
@@ -9,8 +8,9 @@ from app.contract.validate import (
     parse_json,
     parse_requirement,
     requires_key,
-    validate_contract,
 )
+from app.contract.types import Contract, Role, StepDef
+from app.contract.validate import validate_contract
 
 __all__ = [
     "Contract",

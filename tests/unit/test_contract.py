@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.contract import Contract, Role, StepDef, parse_duration, validate_contract
-from app.contract.validate import check_json_depth, parse_requirement, requires_key
+from app.contract.fields import check_field, check_json_depth, parse_requirement, requires_key
 from app.errors import BadRequest
 
 # ------------------------------------------------------------------------------------- helpers
@@ -500,6 +500,63 @@ def test_json_depth_survives_nesting_that_would_overflow_recursion():
 
 def test_a_too_deep_contract_is_400_even_inside_the_ignored_lease_block():
     assert reason(contract(lease=nested(40))) == "JSON nesting deeper than 32"
+
+
+# ---------------------------------------------------------------------------------- check_field
+
+
+def field_reason(obj: dict[str, Any], expect: type, **kwargs: Any) -> str:
+    with pytest.raises(BadRequest) as caught:
+        check_field(obj, "f", "at.f", expect, **kwargs)
+    assert caught.value.status == 400
+    return caught.value.reason
+
+
+def test_check_field_returns_a_value_that_passes():
+    assert check_field({"f": ["a"]}, "f", "at.f", list, at_most=1) == ["a"]
+    assert check_field({"f": "abc"}, "f", "at.f", str, at_most=3) == "abc"
+
+
+def test_check_field_names_a_missing_field_as_required():
+    assert field_reason({}, list) == "at.f is required"
+    assert field_reason({}, str) == "at.f is required"
+
+
+@pytest.mark.parametrize(
+    ("obj", "kwargs", "expected"),
+    [
+        ({"f": {}}, {}, "at.f must be a non-empty list, got {}"),
+        ({"f": []}, {}, "at.f must be a non-empty list, got []"),
+        ({"f": "x"}, {"non_empty": False}, 'at.f must be a list, got "x"'),
+        ({"f": [1, 2, 3]}, {"at_most": 2}, "at.f must have at most 2 entries, got 3"),
+    ],
+    ids=["not-a-list", "empty", "not-a-list-empty-allowed", "too-many"],
+)
+def test_check_field_list_reasons(obj, kwargs, expected):
+    assert field_reason(obj, list, **kwargs) == expected
+
+
+def test_check_field_allows_an_empty_list_when_told():
+    assert check_field({"f": []}, "f", "at.f", list, non_empty=False, at_most=2) == []
+
+
+@pytest.mark.parametrize(
+    ("obj", "kwargs", "expected"),
+    [
+        ({"f": 5}, {}, "at.f must be a non-empty string, got 5"),
+        ({"f": ""}, {}, 'at.f must be a non-empty string, got ""'),
+        ({"f": None}, {"non_empty": False}, "at.f must be a string, got null"),
+        ({"f": ""}, {"at_most": 3}, 'at.f must be a string of 1-3 characters, got ""'),
+        ({"f": "abcd"}, {"at_most": 3}, 'at.f must be a string of 1-3 characters, got "abcd"'),
+    ],
+    ids=["not-a-string", "empty", "not-a-string-empty-allowed", "bounded-empty", "too-long"],
+)
+def test_check_field_string_reasons(obj, kwargs, expected):
+    assert field_reason(obj, str, **kwargs) == expected
+
+
+def test_check_field_allows_an_empty_string_when_told():
+    assert check_field({"f": ""}, "f", "at.f", str, non_empty=False) == ""
 
 
 # --------------------------------------------------------------------------------- top level

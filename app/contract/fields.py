@@ -1,0 +1,348 @@
+"""Field primitives of contract validation (SPEC §3, §13): the checks every rule group is built from.
+
+Each check either returns the value, narrowed to its type, or raises ``BadRequest`` with a reason
+that names the field and quotes the offending value with :func:`quote`. Nothing here knows about
+steps or the order of the rules; ``app.contract.validate`` fixes that order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from collections.abc import Collection, Iterable
+from typing import Any, NoReturn, TypeVar
+
+from app.contract.types import Role
+from app.errors import BadRequest
+
+MAX_DEPTH = 32
+MAX_NAME = 200  # ids and names (SPEC §13)
+MAX_ATTR_BYTES = 1024  # attribute values (SPEC §13)
+MAX_INT = 2**31 - 1  # every integer must fit a PostgreSQL integer and a timedelta
+MIN_INT = -(2**31)
+
+NAME_RULE = "1-200 characters of [A-Za-z0-9._:@-]"
+DURATION_RULE = 'a duration like "30m" or "4h"'
+
+_NAME_RE = re.compile(r"[A-Za-z0-9._:@-]{1,200}")
+_CAPABILITY_RE = re.compile(r"[a-z][a-z0-9._-]{0,199}")
+_DURATION_RE = re.compile(r"(?:([0-9]+)d)?(?:([0-9]+)h)?(?:([0-9]+)m)?(?:([0-9]+)s)?")
+_DURATION_UNITS = (86400, 3600, 60, 1)
+_ROLE_FIELDS = ("as", "capability", "count")
+
+# The value types check_field knows how to describe in a reason.
+_Sized = TypeVar("_Sized", str, list[Any])
+
+
+# --------------------------------------------------------------------------------- failing
+
+
+def fail(reason: str) -> NoReturn:
+    raise BadRequest(reason)
+
+
+def quote(value: object) -> str:
+    """JSON-quote an offending value for a reason, shortened so error bodies stay bounded."""
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError, RecursionError):
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def article(kind: str) -> str:
+    """``"a run"``, ``"an agent"``: a kind with its indefinite article."""
+    return f"an {kind}" if kind[0] in "aeiou" else f"a {kind}"
+
+
+# ------------------------------------------------------------------------- presence and shape
+
+
+def require(obj: dict[str, Any], key: str, path: str) -> Any:
+    """``obj[key]``, or ``BadRequest`` ``"<path> is required"``."""
+    if key not in obj:
+        fail(f"{path} is required")
+    return obj[key]
+
+
+def check_field(
+    obj: dict[str, Any],
+    key: str,
+    path: str,
+    expect: type[_Sized],
+    *,
+    non_empty: bool = True,
+    at_most: int | None = None,
+) -> _Sized:
+    """``obj[key]`` when it is present, a ``str`` or ``list`` as ``expect`` says, non-empty unless
+    ``non_empty`` is false, and at most ``at_most`` characters or entries long.
+
+    The reasons, in the order the checks run: ``"<path> is required"``; for a list
+    ``"<path> must be a [non-empty ]list, got <value>"`` then ``"<path> must have at most <n>
+    entries, got <len>"``; for a string one reason, ``"<path> must be a string of 1-<n>
+    characters, got <value>"`` (or ``a non-empty string`` / ``a string`` without ``at_most``).
+    """
+    value = require(obj, key, path)
+    if expect is list:
+        # A list's length has a reason of its own, which counts the entries instead of quoting.
+        if not isinstance(value, expect) or (non_empty and not value):
+            fail(f"{path} must be a {'non-empty ' if non_empty else ''}list, got {quote(value)}")
+        if at_most is not None and len(value) > at_most:
+            fail(f"{path} must have at most {at_most} entries, got {len(value)}")
+        return value
+    if (
+        not isinstance(value, expect)
+        or (non_empty and not value)
+        or (at_most is not None and len(value) > at_most)
+    ):
+        if at_most is not None:
+            what = f"a string of {'1-' if non_empty else 'at most '}{at_most} characters"
+        else:
+            what = "a non-empty string" if non_empty else "a string"
+        fail(f"{path} must be {what}, got {quote(value)}")
+    return value
+
+
+def check_dict(value: object, path: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        fail(f"{path} must be an object, got {quote(value)}")
+    return value
+
+
+def check_keys(obj: dict[str, Any], allowed: Collection[str], where: str) -> None:
+    for key in obj:
+        if key not in allowed:
+            fail(f"{where}unknown field {quote(key)}")
+
+
+def check_int(value: object, path: str, minimum: int = MIN_INT) -> int:
+    # A bool is never an integer here, although Python says it is (true would read as count 1).
+    if not isinstance(value, int) or isinstance(value, bool):
+        what = "an integer" if minimum == MIN_INT else f"an integer >= {minimum}"
+        fail(f"{path} must be {what}, got {quote(value)}")
+    if value < minimum:
+        fail(f"{path} must be an integer >= {minimum}, got {quote(value)}")
+    if value > MAX_INT:
+        fail(f"{path} must be at most {MAX_INT}, got {quote(value)}")
+    return value
+
+
+def check_str_list(value: object, path: str, what: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        fail(f"{path} must be a list of {what}, got {quote(value)}")
+    return value
+
+
+# ------------------------------------------------------------------------------------- names
+
+
+def is_name(value: object) -> bool:
+    return isinstance(value, str) and _NAME_RE.fullmatch(value) is not None
+
+
+def is_valid_id(value: str) -> bool:
+    """A run_id or node_id of SPEC §3 (1-200 of ``[A-Za-z0-9._:@-]``). An id from a URL that is
+    not one names nothing; a NUL byte would even be refused by PostgreSQL."""
+    return is_name(value)
+
+
+def check_name_list(value: object, path: str, what: str) -> list[str]:
+    names = check_str_list(value, path, what)
+    for i, name in enumerate(names):
+        if not is_name(name):
+            fail(f"{path}[{i}] must be {NAME_RULE}, got {quote(name)}")
+    return names
+
+
+def is_artifact_name(name: object) -> bool:
+    # Artifact names become file names in the Record: they must not escape its directory (SPEC §13),
+    # and names starting with "_" are the Mediator's own (SPEC §3).
+    return (
+        isinstance(name, str)
+        and 1 <= len(name) <= MAX_NAME
+        and not name.startswith("_")
+        and not any(c in name for c in "/\\\x00")
+        and name.strip(".") != ""
+    )
+
+
+def check_artifact_names(value: object, path: str) -> list[str]:
+    names = check_str_list(value, path, "artifact names")
+    for i, name in enumerate(names):
+        if not is_artifact_name(name):
+            fail(
+                f"{path}[{i}] must be an artifact name (1-200 characters, not starting with "
+                f'"_", no "/", "\\" or NUL, not only dots), got {quote(name)}'
+            )
+    return names
+
+
+def subpath(path: str, key: str) -> str:
+    return f"{path}.{key}" if _NAME_RE.fullmatch(key) else f"{path}[{quote(key)}]"
+
+
+def utf8_len(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+# --------------------------------------------------------------------------------- durations
+
+
+def parse_duration(text: str) -> int:
+    """Seconds in ``"30s"``, ``"30m"``, ``"4h"``, ``"2d"`` or a combination such as ``"1h30m"``.
+
+    Units come largest first, each at most once; anything else raises ``ValueError``. The total is
+    capped so it fits a PostgreSQL integer (a duration ends up in a deadline column).
+    """
+    if not isinstance(text, str) or not text or len(text) > 64:
+        raise ValueError(f"not a duration: {quote(text)}")
+    match = _DURATION_RE.fullmatch(text)
+    if match is None:
+        raise ValueError(f"not a duration: {quote(text)}")
+    total = sum(int(g) * unit for g, unit in zip(match.groups(), _DURATION_UNITS, strict=True) if g)
+    if total > MAX_INT:
+        raise ValueError(f"duration too long: {quote(text)}")
+    return total
+
+
+def check_duration(value: object, path: str) -> int:
+    try:
+        seconds = parse_duration(value)  # type: ignore[arg-type]
+    except ValueError:
+        seconds = 0
+    if seconds <= 0:  # a zero timeout would fail the run or the ask at once
+        fail(f"{path} must be {DURATION_RULE}, got {quote(value)}")
+    return seconds
+
+
+# -------------------------------------------------------------------------------------- JSON
+
+
+class _NotJSON(ValueError):
+    pass
+
+
+def _no_constant(name: str) -> Any:
+    raise _NotJSON(f"{name} is not JSON")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise _NotJSON(f"the number {text[:40]} is too large")
+    return value
+
+
+def parse_json(raw: bytes | str, what: str = "body") -> Any:
+    """Strict JSON (RFC 8259): no ``NaN``/``Infinity``, no number too large for a double — none of
+    them can be stored or compared — and no nesting past the bound; else ``BadRequest`` naming
+    ``what`` (SPEC §2, §13: a 400, never a 500)."""
+    try:
+        doc = json.loads(raw, parse_constant=_no_constant, parse_float=_finite)
+    except RecursionError:
+        raise BadRequest(f"JSON nesting deeper than {MAX_DEPTH}") from None
+    except _NotJSON as exc:
+        raise BadRequest(f"{what}: {exc}") from None
+    except ValueError:
+        raise BadRequest(f"{what} is not valid JSON") from None
+    check_json_depth(doc)
+    return doc
+
+
+def check_json_depth(obj: object, max_depth: int = MAX_DEPTH) -> None:
+    """Raise ``BadRequest`` when objects/arrays nest deeper than ``max_depth`` (SPEC §13).
+
+    Iterative on purpose: a recursive walk is exactly what a hostile document would overflow.
+    The outermost container is depth 1.
+    """
+    stack: list[tuple[object, int]] = [(obj, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict):
+            children: Iterable[object] = node.values()
+        elif isinstance(node, list):
+            children = node
+        else:
+            continue
+        if depth > max_depth:
+            raise BadRequest(f"JSON nesting deeper than {max_depth}")
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+
+
+def check_no_nul(obj: object) -> None:
+    """Raise ``BadRequest`` naming the field when a key or string holds a NUL character, which
+    no PostgreSQL text or jsonb value can store (SPEC §13: a 4xx, never a 500). Iterative, like
+    :func:`check_json_depth`, which bounds the depth first."""
+    stack: list[tuple[object, str]] = [(obj, "")]
+    while stack:
+        node, path = stack.pop()
+        if isinstance(node, str):
+            if "\x00" in node:
+                raise BadRequest(f"{path or 'body'}: a string may not contain a NUL character")
+        elif isinstance(node, dict):
+            for key, child in node.items():
+                if "\x00" in key:
+                    raise BadRequest(f"{path or 'body'}: a key may not contain a NUL character")
+                stack.append((child, f"{path}.{key}" if path else key))
+        elif isinstance(node, list):
+            stack.extend((child, f"{path}[{i}]") for i, child in enumerate(node))
+
+
+# ------------------------------------------------------------------------------ requirements
+
+
+def parse_requirement(
+    obj: object,
+    path: str = "requirement",
+    *,
+    capabilities: Collection[str] = (),
+    need_as: bool = True,
+) -> Role:
+    """A requirement (a ``requires`` entry, an acquire's ``want``, a ``fleet_has``) as a Role.
+
+    One flat object: ``as``, ``capability``, ``count`` and string attributes. When
+    ``capabilities`` is non-empty, any other capability name is ``unknown capability: "x"``
+    (SPEC §3). Public so the acquire step and the verdict read the flat wire form the same way.
+    """
+    known = frozenset(capabilities)
+    req = check_dict(obj, path)
+    name = ""
+    if "as" in req:
+        name = req["as"]
+        if not is_name(name):
+            fail(f"{path}.as must be {NAME_RULE}, got {quote(name)}")
+    elif need_as:
+        fail(f"{path}.as is required")
+    capability = require(req, "capability", f"{path}.capability")
+    if not isinstance(capability, str) or _CAPABILITY_RE.fullmatch(capability) is None:
+        fail(
+            f"{path}.capability must match [a-z][a-z0-9._-]* (at most 200 characters), "
+            f"got {quote(capability)}"
+        )
+    if known and capability not in known:
+        fail(f"unknown capability: {quote(capability)}")
+    count = check_int(req.get("count", 1), f"{path}.count", 1)
+    attrs: dict[str, str] = {}
+    for key, value in req.items():
+        if key in _ROLE_FIELDS:
+            continue
+        if not isinstance(key, str) or not 1 <= len(key) <= MAX_NAME:
+            fail(f"{path}: attribute names must be 1-200 characters, got {quote(key)}")
+        if not isinstance(value, str) or utf8_len(value) > MAX_ATTR_BYTES:
+            fail(f"{subpath(path, key)} must be a string of at most 1024 bytes, got {quote(value)}")
+        attrs[key] = value
+    return Role(name=name, capability=capability, count=count, attrs=attrs)
+
+
+def requires_key(roles: Iterable[Role]) -> str:
+    """The queue's shape key of a run's normalised ``requires`` (SPEC §7).
+
+    sha256 hex of the canonical JSON (sorted keys, no spaces) of ``[[name, capability, count,
+    sorted attrs], ...]`` in contract order; the order of attributes in the document cannot
+    change it.
+    """
+    shape = [[role.name, role.capability, role.count, sorted(role.attrs.items())] for role in roles]
+    canonical = json.dumps(shape, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()

@@ -1,0 +1,147 @@
+"""The rules between steps (SPEC §3): role and step references, backward needs, branch targets
+of dispatch and acquire, loops and validators, what is read; the needs defaults; where
+``release`` may stand; and the warnings about roles no step uses.
+
+Each rule runs over all steps before the next rule starts, so the first failure is well defined.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.contract.fields import fail, quote
+from app.contract.steps import Draft
+from app.contract.types import Role
+
+
+def check_references(drafts: list[Draft], by_id: dict[str, Draft], roles: tuple[Role, ...]) -> None:
+    """Cross-step rules, one rule at a time over all steps, so the first failure is well defined."""
+    acquirers = {d.acquire_as: d for d in drafts if d.acquire_as is not None}
+    declared = {r.name for r in roles} | set(acquirers)
+    for d in drafts:
+        if d.uses is not None and d.uses not in declared:
+            fail(f"step {quote(d.id)} uses undeclared role {quote(d.uses)}")
+        grab = acquirers.get(d.uses) if d.uses is not None else None
+        # No node is bound to an acquired role before its acquire step has run (SPEC §8).
+        if grab is not None and d.seq <= grab.seq:
+            fail(
+                f"step {quote(d.id)} uses role {quote(d.uses)} "
+                f"before step {quote(grab.id)} acquires it"
+            )
+    for d in drafts:
+        for role in d.release:
+            if role not in declared:
+                fail(f"step {quote(d.id)} releases undeclared role {quote(role)}")
+    for d in drafts:
+        for need in d.needs or ():
+            if need not in by_id:
+                fail(f"step {quote(d.id)} needs unknown step {quote(need)}")
+            if by_id[need].seq >= d.seq:
+                fail(f"dependencies must point backward: step {quote(d.id)} needs {quote(need)}")
+    for d in drafts:
+        for key, target in zip(("acquired", "unavailable"), d.acquire_targets or (), strict=False):
+            _check_later(d, target, by_id, f"acquire.{key}")
+    for d in drafts:
+        for target in d.dispatch_to:
+            _check_later(d, target, by_id, "dispatch.to")
+    for d in drafts:
+        back = by_id.get(d.loop_back_to) if d.loop_back_to is not None else None
+        if d.loop_back_to is not None and (back is None or back.seq >= d.seq):
+            fail(
+                f"step {quote(d.id)}: loop.back_to must name an earlier step, "
+                f"got {quote(d.loop_back_to)}"
+            )
+    for d in drafts:
+        if d.validate_with is not None:
+            _check_later(d, d.validate_with, by_id, "validate_with")
+    produced = {name for d in drafts for name in d.out}
+    for d in drafts:
+        for name in d.reads:
+            if name not in produced:
+                fail(f"step {quote(d.id)} reads {quote(name)}, which no step produces")
+
+
+def _check_later(d: Draft, target: str, by_id: dict[str, Draft], what: str) -> None:
+    found = by_id.get(target)
+    if found is None or found.seq <= d.seq:
+        fail(f"step {quote(d.id)}: {what} must name a later step, got {quote(target)}")
+
+
+def normalise_needs(drafts: list[Draft], by_id: dict[str, Draft]) -> dict[int, tuple[int, ...]]:
+    """SPEC §3 needs: explicit ids, else the steps that dispatch to or acquire for this one,
+    else the previous step; the first step waits for nothing. Returns seq -> ascending seqs."""
+    branched_from: dict[str, set[int]] = {}
+    for d in drafts:
+        for target in (*d.dispatch_to, *(d.acquire_targets or ())):
+            branched_from.setdefault(target, set()).add(d.seq)
+    needs: dict[int, tuple[int, ...]] = {}
+    for d in drafts:
+        if d.needs is not None:
+            seqs = {by_id[n].seq for n in d.needs}
+        elif d.id in branched_from:
+            seqs = branched_from[d.id]
+        else:
+            seqs = {d.seq - 1} if d.seq > 1 else set()
+        needs[d.seq] = tuple(sorted(seqs))
+    return needs
+
+
+def check_releases(
+    drafts: list[Draft], by_id: dict[str, Draft], needs: dict[int, tuple[int, ...]]
+) -> None:
+    """SPEC §3 release: after it, nothing may still want the node, and no rollback may cross it."""
+    ancestors: dict[int, int] = {}  # seq -> bitset of ancestor seqs; needs point backward
+    for d in drafts:
+        bits = 0
+        for n in needs[d.seq]:
+            bits |= ancestors[n] | (1 << n)
+        ancestors[d.seq] = bits
+    for d in drafts:
+        for role in d.release:
+            for other in drafts:
+                if other is not d and other.uses == role and not ancestors[d.seq] >> other.seq & 1:
+                    fail(
+                        f"step {quote(d.id)} releases role {quote(role)} but step "
+                        f"{quote(other.id)} uses it and is not an ancestor of {quote(d.id)}"
+                    )
+    ranges: list[tuple[int, int, str]] = []
+    for d in drafts:
+        if d.loop_back_to is not None:
+            ranges.append((by_id[d.loop_back_to].seq, d.seq, f"the loop of step {quote(d.id)}"))
+        if d.validate_with is not None:
+            ranges.append(
+                (
+                    d.seq,
+                    by_id[d.validate_with].seq,
+                    f"step {quote(d.id)} and its validator",
+                )
+            )
+    for d in drafts:
+        if not d.release:
+            continue
+        for first, last, what in ranges:
+            if first <= d.seq <= last:
+                # A rollback would reset a step onto a node whose lease was already given up.
+                fail(f"step {quote(d.id)} has release but lies within {what}")
+
+
+def collect_warnings(
+    doc: dict[str, Any], roles: tuple[Role, ...], drafts: list[Draft]
+) -> tuple[str, ...]:
+    """Non-blocking hints (SPEC §3 ``warnings``): few, each about something that costs the user."""
+    warnings: list[str] = []
+    if "lease" in doc:
+        warnings.append("the contract's lease block is ignored: lease times are the server's")
+    used = {d.uses for d in drafts}
+    for role in roles:
+        if role.name not in used:
+            warnings.append(
+                f"role {quote(role.name)} is declared in requires but no step uses it; "
+                "its node is held for the whole run"
+            )
+    for d in drafts:
+        if d.acquire_as is not None and d.acquire_as not in used:
+            warnings.append(
+                f"step {quote(d.id)} acquires role {quote(d.acquire_as)} but no step uses it"
+            )
+    return tuple(warnings)

@@ -1,0 +1,90 @@
+"""The contract's top-level fields besides ``steps`` and ``success_when`` (SPEC §3): ``run_id``,
+``work``, ``requires``, ``ledger`` and ``queue``, each parsed on its own."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.contract.fields import (
+    MAX_NAME,
+    NAME_RULE,
+    check_dict,
+    check_duration,
+    check_field,
+    check_keys,
+    fail,
+    is_name,
+    parse_requirement,
+    quote,
+    require,
+)
+from app.contract.types import Role
+
+MAX_REQUIRES = 50  # SPEC §13
+
+TOP_KEYS = frozenset(
+    {"run_id", "work", "requires", "steps", "success_when", "ledger", "queue", "lease"}
+)
+
+
+def parse_run_id(doc: dict[str, Any]) -> str:
+    run_id: str = require(doc, "run_id", "run_id")
+    if not is_name(run_id):
+        fail(f"run_id must be {NAME_RULE}, got {quote(run_id)}")
+    return run_id
+
+
+def parse_work(doc: dict[str, Any]) -> str:
+    """SPEC §3: work key = ``id.system:id.change_id``, else ``system:change_id``, else empty."""
+    if "work" not in doc:
+        return ""
+    work = check_dict(doc["work"], "work")
+    check_keys(work, ("id", "system", "change_id"), "work: ")
+    top = {
+        k: check_field(work, k, f"work.{k}", str, at_most=MAX_NAME)
+        for k in ("system", "change_id")
+        if k in work
+    }
+    if "id" in work:
+        ident = check_dict(work["id"], "work.id")
+        check_keys(ident, ("system", "change_id"), "work.id: ")
+        inner = {k: check_field(ident, k, f"work.id.{k}", str, at_most=MAX_NAME) for k in ident}
+        if len(inner) == 2:
+            return f"{inner['system']}:{inner['change_id']}"
+    if len(top) == 2:
+        return f"{top['system']}:{top['change_id']}"
+    return ""
+
+
+def parse_requires(doc: dict[str, Any], known: frozenset[str]) -> tuple[Role, ...]:
+    entries = check_field(doc, "requires", "requires", list, at_most=MAX_REQUIRES)
+    roles: list[Role] = []
+    seen: set[str] = set()
+    for i, entry in enumerate(entries):
+        role = parse_requirement(entry, f"requires[{i}]", capabilities=known)
+        if role.name in seen:
+            fail(f"requires[{i}].as: duplicate role {quote(role.name)}")
+        seen.add(role.name)
+        roles.append(role)
+    return tuple(roles)
+
+
+def parse_ledger(doc: dict[str, Any]) -> str:
+    if "ledger" not in doc:
+        return "run"
+    ledger = check_dict(doc["ledger"], "ledger")
+    check_keys(ledger, ("scope",), "ledger: ")
+    scope: str = ledger.get("scope", "run")
+    if scope not in ("run", "work"):
+        fail(f'ledger.scope must be "run" or "work", got {quote(scope)}')
+    return scope
+
+
+def parse_queue(doc: dict[str, Any]) -> int | None:
+    if "queue" not in doc:
+        return None
+    queue = check_dict(doc["queue"], "queue")
+    check_keys(queue, ("timeout",), "queue: ")
+    if "timeout" not in queue:
+        return None
+    return check_duration(queue["timeout"], "queue.timeout")
