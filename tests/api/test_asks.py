@@ -20,7 +20,7 @@ import pytest
 from app.services.reaper import reap_pass
 from tests.agent import claim, claimed, report, run_step
 from tests.helpers import advertise, cap, contract, role, state_of, submit
-from tests.rows import step_row
+from tests.rows import attempts, step_row
 
 MAX_BLOB = 64 * 1024
 QA = {"X-Enode-Principal": "qa@example.com"}
@@ -624,6 +624,45 @@ def test_an_answer_to_a_run_whose_condition_is_unmet_settles_it_failed(client, h
     assert resp.status_code == 200
     assert resp.get_json() == {"run_id": "r1", "seq": 1, "run_state": "FAILED"}
     assert state_of(client, "r1") == "FAILED"
+
+
+def test_an_ask_step_reset_by_a_rollback_is_asked_again_and_can_be_answered(client, sql):
+    advertise(client, "n1", cap())
+    doc = contract(
+        "r1",
+        role("dut"),
+        steps=[
+            {
+                "id": "approve",
+                "ask": {"prompt": "Build it?"},
+                "out": ["decision"],
+                "schema": {
+                    "decision": {"type": "object", "properties": {"go": {"type": "boolean"}}}
+                },
+            },
+            {
+                "id": "build",
+                "uses": "dut",
+                "run": ["make"],
+                "loop": {"back_to": "approve", "max": 3, "until": {"exit_code": 0}},
+            },
+        ],
+    )
+    submit(client, doc, 201)
+    first = client.post("/v1/runs/r1/steps/1/answer", json={"go": True})
+    assert first.status_code == 200, first.get_json()
+    assert claimed(client, "n1")["name"] == "build"
+    rolled = report(client, "r1", 2, "n1", exit_code=1)
+    assert rolled.get_json() == {"run_id": "r1", "seq": 2, "rolled_back": True}
+
+    assert attempts(sql, "r1") == {"approve": ("ASKED", 2), "build": ("PENDING", 2)}
+    asks = client.get("/v1/asks").get_json()["asks"]
+    assert [(a["run_id"], a["seq"], a["step"]) for a in asks] == [("r1", 1, "approve")]
+    again = client.post("/v1/runs/r1/steps/1/answer", json={"go": True})
+    assert again.status_code == 200, again.get_json()
+    assert again.get_json() == {"run_id": "r1", "seq": 1, "run_state": ""}
+    build = claimed(client, "n1")
+    assert (build["name"], build["attempt"]) == ("build", 2)
 
 
 # ---------------------------------------------------------------- deadlines

@@ -1,13 +1,18 @@
 """Cancel (SPEC §9): a RUNNING or QUEUED run becomes FAILED with the verdict note naming who
 cancelled, its open steps fail, its leases go (nodes learn it from their next heartbeat), the
-queue is woken and the Record sealed after commit; cancel is idempotent."""
+queue is woken (and the wake scan logged, SPEC §15), the Record sealed after commit and the run's
+end posted to ``notify.runs_url`` (SPEC §15); cancel is idempotent."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import pytest
+import structlog
+
 from tests.agent import claim, claimed, report
-from tests.helpers import advertise, cap, contract, role, submit
+from tests.apps import app_on, client_of
+from tests.helpers import RunsHook, advertise, cap, contract, role, submit
 from tests.rows import leases, run_row
 
 ALICE = {"X-Enode-Principal": "alice@example.com"}
@@ -265,3 +270,61 @@ def test_cancel_promotes_a_queued_run_within_the_same_request(client, sql):
     view = client.get("/v1/runs/waiter").get_json()
     assert view["state"] == "RUNNING"
     assert view["assigned"] == [{"as": "dut", "nodes": [{"node": "n1", "label": None}]}]
+
+
+@pytest.mark.parametrize("config_overrides", [{"log.level": "info"}])
+def test_the_wake_scan_of_a_cancel_logs_its_cause_queued_promoted_and_duration(client):
+    advertise(client, "n1", cap())
+    submit(client, contract("r1", role("dut")), 201)
+    submit(client, contract("r2", role("dut")), 202)
+
+    with structlog.testing.capture_logs() as logs:
+        assert client.post("/v1/runs/r1/cancel").status_code == 200
+
+    scans = [e for e in logs if e["event"] == "wake scan"]
+    assert len(scans) == 1, logs
+    scan = scans[0]
+    assert "r1/n1" in scan["cause"]
+    assert scan["queued"] == 1
+    assert scan["promoted"] == 1
+    assert isinstance(scan["ms"], (int, float)) and scan["ms"] >= 0
+
+
+# ---------------------------------------------------------------- the runs webhook (SPEC §15)
+
+
+def test_a_cancel_posts_the_run_end_to_notify_runs_url(db_url, tmp_path):
+    hook = RunsHook()
+    try:
+        with app_on(db_url, tmp_path / "records", **{"notify.runs_url": hook.url}) as app:
+            client = client_of(app)
+            advertise(client, "n1", cap())
+            submit(client, contract("r1", role("dut")), 201)
+
+            resp = client.post(
+                "/v1/runs/r1/cancel", headers={"X-Enode-Principal": "alice@example.com"}
+            )
+
+            assert resp.status_code == 200
+            assert hook.arrival("r1").wait(10), "no run webhook arrived"
+            assert hook.bodies == {
+                "r1": [
+                    {
+                        "event": "run",
+                        "run_id": "r1",
+                        "state": "FAILED",
+                        "verdict": {
+                            "state": "FAILED",
+                            "checks": [
+                                {
+                                    "what": "cancelled",
+                                    "ok": False,
+                                    "note": "cancelled by: alice@example.com",
+                                }
+                            ],
+                        },
+                    }
+                ]
+            }
+    finally:
+        hook.close()

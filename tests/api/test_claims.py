@@ -1,5 +1,6 @@
 """Claiming steps (SPEC §8 "Claim") and the long poll in one process (SPEC §7 wake point 1 as it
-reaches a waiting claim).
+reaches a waiting claim, a rollback's notification, and the slow re-check and the listener's
+reconnect that catch a lost one).
 
 Claims here use ``?wait=0`` unless the test is about long polling. Time passes only in the
 database; a waiting claim is awaited with threads and Events, never with a sleep.
@@ -13,9 +14,18 @@ from typing import Any
 
 import pytest
 
-from tests.agent import WaitingClaim, claim, report
+from tests.agent import WaitingClaim, claim, claimed, report
 from tests.concurrency.common import apps_on, connect, race, waiting_lock_held
-from tests.helpers import advertise, cap, chain_over_two_nodes, contract, role, submit
+from tests.helpers import (
+    advertise,
+    build_then_test,
+    cap,
+    chain_over_two_nodes,
+    contract,
+    role,
+    submit,
+    two_steps,
+)
 from tests.rows import leases_of, step_row
 
 # The slow re-check is a safety net for a lost notification; set far above every bound asserted
@@ -674,3 +684,67 @@ def test_a_waiting_claim_is_not_answered_by_work_for_another_node(app, client, c
 
     assert waiting.result().status_code == 204
     assert claim(client, "node-a", "a1").get_json()["step_id"] == "run-1#01"
+
+
+def test_a_waiting_claim_is_answered_soon_after_a_rollback_resets_a_step_of_its_node(
+    app, client, ctx
+):
+    advertise(client, "n1", cap())
+    submit(client, build_then_test("r1"), 201)
+    assert claimed(client, "n1")["name"] == "build"
+    assert report(client, "r1", 1, "n1").status_code == 200
+    assert claimed(client, "n1")["name"] == "test"
+    waiting = WaitingClaim(app, "n1", wait=10).start(ctx)
+    assert not waiting.done.is_set()
+
+    resp = report(client, "r1", 2, "n1", exit_code=1)
+    reported = time.monotonic()
+
+    assert resp.get_json() == {"run_id": "r1", "seq": 2, "rolled_back": True}
+    got = waiting.result(20.0)
+    assert got.status_code == 200
+    assert (got.get_json()["step_id"], got.get_json()["attempt"]) == ("r1#01", 2)
+    assert waiting.answered - reported < 3.0
+
+
+# ---------------------------------------------------------------- a lost notification
+
+
+@pytest.mark.parametrize("config_overrides", [{"claim.recheck_seconds": 0.3}])
+def test_a_step_made_claimable_without_a_notification_is_found_by_the_slow_recheck(
+    app, client, ctx, sql
+):
+    advertise(client, "n1", cap())
+    submit(client, two_steps("r1"), 201)
+    assert claimed(client, "n1")["seq"] == 1
+    waiting = WaitingClaim(app, "n1", wait=10).start(ctx)
+    assert not waiting.done.is_set()
+
+    # A lost notification: the step becomes claimable and nobody says so.
+    sql.execute("update steps set state = 'DONE', ended_at = now() where run_id = 'r1' and seq = 1")
+    changed = time.monotonic()
+
+    resp = waiting.result(20.0)
+    assert resp.status_code == 200 and resp.get_json()["step_id"] == "r1#02"
+    assert waiting.answered - changed < 5.0
+
+
+def test_a_listener_that_reconnects_rechecks_the_waiting_claims_at_once(app, client, ctx, sql):
+    advertise(client, "n1", cap())
+    submit(client, two_steps("r1"), 201)
+    assert claimed(client, "n1")["seq"] == 1
+    waiting = WaitingClaim(app, "n1", wait=15).start(ctx)
+    assert not waiting.done.is_set()
+    # Claimable now, without a notification (as if sent while the listener was away).
+    sql.execute("update steps set state = 'DONE', ended_at = now() where run_id = 'r1' and seq = 1")
+
+    terminated = sql.execute(
+        "select pg_terminate_backend(pid) from pg_stat_activity"
+        " where application_name = 'mediator-listener' and datname = current_database()"
+    ).fetchall()
+    cut = time.monotonic()
+
+    assert terminated == [(True,)]
+    resp = waiting.result(20.0)
+    assert resp.status_code == 200 and resp.get_json()["step_id"] == "r1#02"
+    assert waiting.answered - cut < 8.0

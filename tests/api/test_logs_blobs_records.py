@@ -18,6 +18,7 @@ from app.services.reaper import reap_pass
 from app.services.records import seal_run
 from tests.agent import claimed, done
 from tests.helpers import advertise, cap, contract, role, submit
+from tests.rows import scalar
 
 # Above 1 MiB, so a log can be longer than one GET reply; small enough to cross quickly.
 MAX_BLOB = 1_200_000
@@ -350,6 +351,35 @@ def test_a_blob_put_after_the_run_finished_is_410_and_changes_nothing(client, sq
     assert resp.status_code == 410 and resp.get_json() == GONE
     assert client.get("/v1/runs/r1/blob/result.json").data == b'{"ok": true}'
     assert blob_rows(sql, "r1") == [(1, 1, "result.json", 12)]
+
+
+@pytest.mark.parametrize(
+    "put",
+    [
+        pytest.param(lambda c: c.put("/v1/runs/r1/steps/1/log", data=b"late line\n"), id="log"),
+        pytest.param(
+            lambda c: c.put("/v1/runs/r1/steps/1/blob/result.json", data=b'{"ok": true}'),
+            id="blob",
+        ),
+    ],
+)
+def test_a_log_or_blob_put_for_a_finished_and_sealed_run_is_410(client, sql, put):
+    advertise(client, "n1", cap())
+    doc = contract(
+        "r1",
+        role("dut"),
+        steps=[{"id": "boot", "uses": "dut", "run": ["boot"], "out": ["result.json"]}],
+    )
+    submit(client, doc, 201)
+    assert claimed(client, "n1")["name"] == "boot"
+    assert client.post("/v1/runs/r1/cancel").status_code == 200
+    assert scalar(sql, "select sealed_at from runs where run_id = 'r1'") is not None
+
+    resp = put(client)
+
+    assert resp.status_code == 410
+    assert resp.get_json() == GONE
+    assert scalar(sql, "select count(*) from blobs where run_id = 'r1'") == 0
 
 
 def test_a_blob_put_to_an_unknown_run_or_step_is_404(client, sql):

@@ -9,6 +9,7 @@ from typing import Any
 from tests.agent import claimed, done, report
 from tests.helpers import (
     advertise,
+    build_then_test,
     cap,
     contract,
     one_step,
@@ -17,7 +18,7 @@ from tests.helpers import (
     submit,
     two_steps,
 )
-from tests.rows import leases, rows, run_row, states, step_rows, transitions
+from tests.rows import attempts, leases, one, rows, run_row, states, step_rows, transitions
 
 # One app for the module (see the ``app`` fixture): nearly every test here claims.
 one_app_per_module = True
@@ -374,6 +375,28 @@ def test_the_last_result_from_an_at_boundary_draining_node_gets_its_verdict(clie
 
     assert reply["run_state"] == "SUCCEEDED"
     assert run_row(sql, "r1")["verdict"]["state"] == "SUCCEEDED"
+
+
+def test_an_at_boundary_drain_cancels_the_run_instead_of_rolling_its_loop_back(client, sql):
+    advertise(client, "n1", cap())
+    submit(client, build_then_test("r1"), 201)
+    assert claimed(client, "n1")["name"] == "build"
+    assert report(client, "r1", 1, "n1").status_code == 200
+    assert claimed(client, "n1")["name"] == "test"
+    advertise(client, "n1", cap(), policy={"drain": "at-boundary"})
+
+    resp = report(client, "r1", 2, "n1", exit_code=1)  # would roll back to build
+
+    assert resp.status_code == 200
+    assert resp.get_json() == {"run_id": "r1", "seq": 2, "run_state": "FAILED"}
+    run = one(sql, "select state, ended_at, verdict from runs where run_id = 'r1'")
+    assert run["state"] == "FAILED" and run["ended_at"] is not None
+    assert run["verdict"] == {
+        "state": "FAILED",
+        "checks": [{"what": "cancelled", "ok": False, "note": "cancelled by: drain:n1"}],
+    }
+    assert leases(sql) == []
+    assert not [s for s, _ in attempts(sql, "r1").values() if s in ("PENDING", "CLAIMED")]
 
 
 # ---------------------------------------------------------------- the run view of steps (SPEC §14)

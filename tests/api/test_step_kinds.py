@@ -1,15 +1,23 @@
 """Step kinds and step fields as they act on execution (SPEC §3, §8): ``loop`` and
 ``validate_with`` rollbacks, ``dispatch``, ``release`` and ``acquire`` steps, and the audit events
-they cause (SPEC §15)."""
+they cause (SPEC §15).
+
+Where a lease insert must wait on another transaction's uncommitted lease, the test polls
+pg_stat_activity for the blocked backend (there is no event for that)."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
+import psycopg
+
+from app.config import to_libpq_url
 from tests.agent import claimed, done, nothing_to_claim, put_blob, report
+from tests.apps import client_of
+from tests.concurrency.common import Background, await_condition
 from tests.helpers import advertise, cap, contract, queued_behind_a_freed_scope, role, submit
-from tests.rows import attempts, leases, rows, run_row, states, step_rows
+from tests.rows import attempts, leases, rows, run_row, scalar, states, step_rows
 
 # One app for the module (see the ``app`` fixture): nearly every test here claims.
 one_app_per_module = True
@@ -889,6 +897,74 @@ def test_an_acquire_step_is_never_handed_to_a_node(client, sql):
 
     assert nothing_to_claim(client, "n1") and nothing_to_claim(client, "s1")
     assert states(sql, "r1")["grab"] == "PENDING"
+
+
+def test_an_acquire_whose_lease_insert_meets_a_concurrent_lease_means_unavailable(
+    app, client, sql, db_url
+):
+    advertise(client, "n0", cap("other"))
+    advertise(client, "n1", cap("board"))
+    advertise(client, "s1", cap("scope"))
+    submit(client, contract("r0", role("x", "other")), 201)
+    doc = contract(
+        "r1",
+        role("dut"),
+        steps=[
+            {"id": "prep", "uses": "dut", "run": ["prep"]},
+            {
+                "id": "get-scope",
+                "acquire": {
+                    "want": {"as": "probe", "capability": "scope"},
+                    "acquired": "with-scope",
+                    "unavailable": "without-scope",
+                },
+                "needs": ["prep"],
+            },
+            {"id": "with-scope", "uses": "probe", "run": ["measure"], "needs": ["get-scope"]},
+            {"id": "without-scope", "uses": "dut", "run": ["guess"], "needs": ["get-scope"]},
+        ],
+    )
+    submit(client, doc, 201)
+    assert claimed(client, "n1")["name"] == "prep"
+
+    with psycopg.connect(to_libpq_url(db_url)) as other:
+        # Another transaction takes s1 for r0 and has not committed yet.
+        other.execute(
+            "insert into leases (node_id, run_id, role, capability, not_after, nonce)"
+            " values ('s1', 'r0', 'probe', 'scope', now() + interval '1 hour', %s)",
+            ("f" * 32,),
+        )
+        reporting = Background(lambda: report(client_of(app), "r1", 1, "n1"))
+        await_condition(
+            lambda: (
+                scalar(
+                    sql,
+                    "select count(*) from pg_stat_activity where datname = current_database()"
+                    " and wait_event_type = 'Lock' and query ilike %s",
+                    "insert into leases%",
+                )
+                > 0
+                or reporting.done.is_set()
+            ),
+            "the acquire's lease insert to wait on the uncommitted lease",
+        )
+        assert not reporting.done.is_set(), "the result did not wait on the lease insert"
+        other.commit()
+
+        resp = reporting.result()
+
+    assert resp.status_code == 200, resp.get_json()
+    assert resp.get_json() == {"run_id": "r1", "seq": 1, "run_state": ""}
+    assert attempts(sql, "r1") == {
+        "prep": ("DONE", 1),
+        "get-scope": ("DONE", 1),
+        "with-scope": ("SKIPPED", 1),
+        "without-scope": ("PENDING", 1),
+    }
+    blob = client.get("/v1/runs/r1/blob/get-scope")
+    assert blob.status_code == 200 and json.loads(blob.data) == {"state": "unavailable"}
+    assert scalar(sql, "select state from runs where run_id = 'r1'") == "RUNNING"
+    assert leases(sql) == [("n0", "r0"), ("n1", "r1"), ("s1", "r0")]
 
 
 # ---------------------------------------------------------------- kinds in the run view

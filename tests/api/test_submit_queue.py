@@ -1,8 +1,9 @@
 """Submit, dry-run and the queue (SPEC §5, §6, §7), through the HTTP API on a real PostgreSQL.
 
 Every submit outcome of the table in SPEC §7, arrival order and head-of-line skipping of the wake
-scan, the width cap at submit and at promotion, what a QUEUED run holds (nothing) and how its wait
-is explained, and the scan that submit runs itself after queueing (the submit window)."""
+scan, the width cap at submit and at promotion, a promotion whose node was taken meanwhile, what a
+QUEUED run holds (nothing) and how its wait is explained, the scan that submit runs itself after
+queueing (the submit window), and the request log of a submit (SPEC §15)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,12 @@ from typing import Any
 
 import psycopg
 import pytest
+import structlog
 
+from app.match import candidate_order
+from app.services.queue import Outcome, promote
+from app.store.nodes import live_adverts
+from app.store.queue import queued_shape_heads
 from tests.apps import client_of
 from tests.concurrency.common import (
     JOIN_TIMEOUT,
@@ -24,7 +30,7 @@ from tests.concurrency.common import (
     connect,
 )
 from tests.helpers import advertise, cap, contract, role, submit
-from tests.rows import find_run, leases, run_row
+from tests.rows import attempts, find_run, leases, one, run_row, scalar
 
 HEX32 = re.compile(r"[0-9a-f]{32}")
 DRAINING = {"policy": {"drain": "graceful"}}
@@ -467,6 +473,36 @@ def test_a_queued_run_kept_by_the_width_cap_is_promoted_by_a_later_scan_when_its
     assert leases(sql) == [("n1", "wide"), ("n2", "takes-n2")]
 
 
+def test_a_promotion_whose_node_was_taken_meanwhile_rolls_back_and_leaves_the_run_queued(
+    client, ctx, sql
+):
+    advertise(client, "n1", cap())
+    submit(client, contract("r1", role("dut")), 201)
+    submit(client, contract("r2", role("dut")), 202)
+    r1_before = run_row(sql, "r1")
+    r1_lease = one(sql, "select * from leases where node_id = 'n1'")
+    r1_steps = attempts(sql, "r1")
+    with ctx.db.read() as s:
+        run = next(h for h in queued_shape_heads(s) if h.run_id == "r2")
+        adverts = candidate_order(live_adverts(s))
+
+    # A stale picture: as if n1 were free; the lease key must catch it.
+    outcome = promote(ctx, run, adverts, set(), "test")[0]
+
+    assert outcome is Outcome.NODE_TAKEN
+    assert scalar(sql, "select state from runs where run_id = 'r2'") == "QUEUED"
+    assert scalar(sql, "select assigned from runs where run_id = 'r2'") is None
+    assert scalar(sql, "select count(*) from leases where run_id = 'r2'") == 0
+    assert (
+        scalar(sql, "select count(*) from run_events where run_id = 'r2' and to_state = 'RUNNING'")
+        == 0
+    )
+    assert sql.execute("select node_id from steps where run_id = 'r2'").fetchall() == [(None,)]
+    assert run_row(sql, "r1") == r1_before
+    assert one(sql, "select * from leases where node_id = 'n1'") == r1_lease
+    assert attempts(sql, "r1") == r1_steps
+
+
 # ---------------------------------------------------------------- what a QUEUED run is
 
 
@@ -632,6 +668,20 @@ def test_the_explanation_of_the_wait_is_computed_at_read_time(client, sql):
     assert sorted(dut["held_by"]) == ["h1", "h2", "q-old"]
 
 
+def test_a_candidate_both_busy_and_draining_counts_as_busy_only(client):
+    advertise(client, "n1", cap())
+    advertise(client, "n2", cap(), policy={"drain": "graceful"})
+    submit(client, contract("r1", role("dut")), 201)
+    advertise(client, "n1", cap(), policy={"drain": "graceful"})  # n1: busy with r1 and draining
+    submit(client, contract("r2", role("dut")), 202)
+
+    view = client.get("/v1/runs/r2").get_json()
+
+    line = view["requires"][0]
+    assert line["candidates"] == {"live": 2, "busy": 1, "draining": 1}
+    assert line["held_by"] == ["r1"]
+
+
 def test_the_view_of_a_running_run_has_no_queue_explanation(client):
     advertise(client, "n1", cap("board"))
     view = submit(client, contract("r1"), 201).get_json()
@@ -781,3 +831,20 @@ def test_a_dry_run_does_not_count_a_node_whose_advert_expired(client, sql):
     resp = client.post("/v1/runs/dry-run", json=contract("r1"))
 
     assert resp.status_code == 422 and resp.get_json() == error(422, "need 1, fleet has 0 - board")
+
+
+# ---------------------------------------------------------------- the request log (SPEC §15)
+
+
+@pytest.mark.parametrize("config_overrides", [{"log.level": "info"}])
+def test_the_request_log_of_a_submit_names_the_submitted_run_and_the_status(client):
+    advertise(client, "n1", cap())
+
+    with structlog.testing.capture_logs() as logs:
+        submit(client, contract("r1", role("dut")), 201)
+
+    requests = [e for e in logs if e["event"] == "request"]
+    assert len(requests) == 1, logs
+    assert requests[0]["run_id"] == "r1"
+    assert requests[0]["status"] == 201
+    assert requests[0]["route"] == "/v1/runs" and requests[0]["method"] == "POST"

@@ -98,6 +98,32 @@ def race(*calls: Callable[[], Any], timeout: float = JOIN_TIMEOUT) -> list[Any]:
     return results
 
 
+class Background:
+    """One call in a thread of its own, started at once; its result or exception is kept."""
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self.fn = fn
+        self.value: Any = None
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.value = self.fn()
+        except BaseException as exc:
+            self.error = exc
+        finally:
+            self.done.set()
+
+    def result(self, timeout: float = 20.0) -> Any:
+        assert self.done.wait(timeout), "the call never returned"
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
 @contextmanager
 def waiting_lock_held(sql: Any) -> Iterator[None]:
     """Hold the scan gate's *waiting* lock from an operator connection: every wake point then

@@ -444,3 +444,32 @@ def test_gunicorn_stops_on_an_invalid_config_naming_the_key_without_a_traceback(
     assert proc.returncode != 0
     assert "lease.ttl_seconds" in output
     assert "Traceback" not in output, output[-2000:]
+
+
+@pytest.mark.parametrize(
+    "args", [["serve", "--port", "0"], ["reaper", "--once"]], ids=["serve", "reaper"]
+)
+def test_a_process_without_a_database_url_stops_with_one_line_naming_the_key(args, tmp_path):
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("MEDIATOR_") and k not in ("DATABASE_URL", "PGDATABASE")
+    }
+    env["MEDIATOR_TOKEN"] = TOKEN
+    env["MEDIATOR_RECORDS_ROOT"] = str(tmp_path / "records")
+    env["PYTHONPATH"] = str(ROOT)
+
+    done = subprocess.run(
+        [sys.executable, "-m", "app.cli", *args],
+        cwd=tmp_path,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+    assert done.returncode != 0
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, done.stderr
+    assert "database.url" in lines[0]
