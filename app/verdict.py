@@ -20,6 +20,16 @@ class StepFacts:
     chosen: bool  # a dispatch chose this step
     has_result: bool
     exhausted: bool = False  # a loop/validate_with ran out of attempts on it
+    changed: frozenset[str] = frozenset()  # workspace paths its result reports as changed
+
+
+def changed_paths(result: Mapping[str, Any] | None) -> frozenset[str]:
+    """The paths a step's result reports in ``changed`` (SPEC §19.9). The result is the node's
+    word, kept as sent, so anything but a list of strings there counts as nothing changed."""
+    changed = (result or {}).get("changed")
+    if not isinstance(changed, list):
+        return frozenset()
+    return frozenset(p for p in changed if isinstance(p, str))
 
 
 def evaluate(
@@ -106,6 +116,21 @@ def evaluate(
                     "ok": st.exit_code == cond["exit_code"],
                 }
             )
+            judged = True
+        if cond.get("changed"):  # an empty list asks nothing, as in the original system
+            want_paths = list(cond["changed"])
+            changed = [p for p in want_paths if p in st.changed]
+            check: dict[str, Any] = {
+                "step": st.id,
+                "what": "changed",
+                "want": want_paths,
+                "got": changed,
+                "ok": len(changed) == len(want_paths),
+            }
+            if not check["ok"]:
+                missing = dict.fromkeys(p for p in want_paths if p not in st.changed)
+                check["note"] = f"not changed during this step: {', '.join(missing)}"
+            checks.append(check)
             judged = True
         if cond.get("within_attempts"):
             checks.append(

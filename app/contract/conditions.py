@@ -13,19 +13,25 @@ from app.contract.fields import (
     check_dict,
     check_field,
     check_int,
-    check_keys,
+    check_str_list,
     fail,
+    ignored_fields,
+    is_relative_path,
     parse_requirement,
     quote,
 )
 from app.contract.steps import Draft
 
 MAX_CONDITIONS = 500  # success_when is bounded like steps: one condition per step is plenty
+STEP_CONDITION_KEYS = ("step", "produced", "exit_code", "changed", "within_attempts")
+FLEET_CONDITION_KEYS = ("fleet_has", "min_count")
 
 
 def parse_success_when(
-    doc: dict[str, Any], by_id: dict[str, Draft], known: frozenset[str]
+    doc: dict[str, Any], by_id: dict[str, Draft], known: frozenset[str], ignored: list[str]
 ) -> tuple[dict[str, Any], ...]:
+    """The conditions as submitted; a warning per field a condition does not know is appended to
+    ``ignored`` (SPEC §19.9: ignored, not refused). The verdict reads only the fields it knows."""
     if "success_when" not in doc:
         return ()
     conditions = check_field(
@@ -39,14 +45,15 @@ def parse_success_when(
                 f"got {quote(cond)}"
             )
         if "step" in cond:
+            ignored.extend(ignored_fields(cond, STEP_CONDITION_KEYS, f"success_when[{i}]"))
             _check_step_condition(cond, f"success_when[{i}]", by_id)
         else:
+            ignored.extend(ignored_fields(cond, FLEET_CONDITION_KEYS, f"success_when[{i}]"))
             _check_fleet_condition(cond, f"success_when[{i}]", known)
     return tuple(conditions)
 
 
 def _check_step_condition(cond: dict[str, Any], path: str, by_id: dict[str, Draft]) -> None:
-    check_keys(cond, ("step", "produced", "exit_code", "within_attempts"), f"{path}: ")
     step = by_id.get(cond["step"]) if isinstance(cond["step"], str) else None
     if step is None:
         fail(f"{path}.step names unknown step {quote(cond['step'])}")
@@ -65,12 +72,30 @@ def _check_step_condition(cond: dict[str, Any], path: str, by_id: dict[str, Draf
                 f"step {quote(step.id)} is {article(step.kind)} step"
             )
         check_int(cond["exit_code"], f"{path}.exit_code")
+    if "changed" in cond:
+        _check_changed(cond["changed"], path, step)
     if "within_attempts" in cond and not isinstance(cond["within_attempts"], bool):
         fail(f"{path}.within_attempts must be true or false, got {quote(cond['within_attempts'])}")
 
 
+def _check_changed(value: object, path: str, step: Draft) -> None:
+    """SPEC §19.9 ``changed``: workspace paths the step must have changed. An empty list asks
+    nothing (the original reads it as absent)."""
+    paths = check_str_list(value, f"{path}.changed", "relative paths")
+    if not paths:
+        return
+    if "workspace" not in step.spec:
+        # Without a workspace nothing can be measured as changed: the check could never hold.
+        fail(f"{path}.changed needs a workspace, but step {quote(step.id)} has none")
+    for i, rel in enumerate(paths):
+        if not is_relative_path(rel):
+            fail(
+                f'{path}.changed[{i}] must be a relative path with no ".." component, '
+                f"got {quote(rel)}"
+            )
+
+
 def _check_fleet_condition(cond: dict[str, Any], path: str, known: frozenset[str]) -> None:
-    check_keys(cond, ("fleet_has", "min_count"), f"{path}: ")
     # A fleet requirement names no role, so "as" is optional here.
     parse_requirement(cond["fleet_has"], f"{path}.fleet_has", capabilities=known, need_as=False)
     if "min_count" in cond:

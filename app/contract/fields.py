@@ -28,8 +28,21 @@ DURATION_RULE = 'a duration like "30m" or "4h"'
 
 _NAME_RE = re.compile(r"[A-Za-z0-9._:@-]{1,200}")
 _CAPABILITY_RE = re.compile(r"[a-z][a-z0-9._-]{0,199}")
-_DURATION_RE = re.compile(r"(?:([0-9]+)d)?(?:([0-9]+)h)?(?:([0-9]+)m)?(?:([0-9]+)s)?")
-_DURATION_UNITS = (86400, 3600, 60, 1)
+# One term of a duration as Go's time.ParseDuration reads it ("1.5h", "250ms", ".5s"), plus the
+# day that this server took before Go durations were. Longer units first: "ms" before "m".
+_DURATION_TERM_RE = re.compile(r"([0-9]*)(?:\.([0-9]*))?(ns|us|\u00b5s|\u03bcs|ms|s|m|h|d)")
+_NS_PER_UNIT = {
+    "ns": 1,
+    "us": 10**3,
+    "\u00b5s": 10**3,  # MICRO SIGN
+    "\u03bcs": 10**3,  # GREEK SMALL LETTER MU
+    "ms": 10**6,
+    "s": 10**9,
+    "m": 60 * 10**9,
+    "h": 3600 * 10**9,
+    "d": 86400 * 10**9,
+}
+_NS_PER_SECOND = 10**9
 _ROLE_FIELDS = ("as", "capability", "count")
 
 # The value types check_field knows how to describe in a reason.
@@ -117,6 +130,21 @@ def check_keys(obj: dict[str, Any], allowed: Collection[str], where: str) -> Non
             fail(f"{where}unknown field {quote(key)}")
 
 
+def ignored_fields(obj: dict[str, Any], allowed: Collection[str], path: str) -> list[str]:
+    """One warning per key of ``obj`` outside ``allowed``, naming its path (``steps[1].retries:
+    unknown field, ignored``): SPEC §19.9 ignores unknown keys at the top level, in steps and in
+    conditions, where the original system's client may send fields this server does not know."""
+    return [f"{field_path(path, key)}: unknown field, ignored" for key in obj if key not in allowed]
+
+
+def field_path(path: str, key: object) -> str:
+    """``path.key``, or ``path["odd key"]`` for a key that is not a plain name; ``path`` may be
+    empty (a top-level field)."""
+    if isinstance(key, str) and _NAME_RE.fullmatch(key):
+        return f"{path}.{key}" if path else key
+    return f"{path}[{quote(key)}]" if path else quote(key)
+
+
 def check_int(value: object, path: str, minimum: int = MIN_INT) -> int:
     # A bool is never an integer here, although Python says it is (true would read as count 1).
     if not isinstance(value, int) or isinstance(value, bool):
@@ -183,6 +211,14 @@ def subpath(path: str, key: str) -> str:
     return f"{path}.{key}" if _NAME_RE.fullmatch(key) else f"{path}[{quote(key)}]"
 
 
+def is_relative_path(rel: object) -> bool:
+    """A non-empty path inside a workspace: not absolute and no ``..`` component (SPEC §3
+    ``collect``, §19.9 ``changed``); a node would read or judge outside its workspace otherwise."""
+    if not isinstance(rel, str) or not rel or "\x00" in rel or rel[0] in "/\\":
+        return False
+    return ".." not in re.split(r"[/\\]", rel)
+
+
 def utf8_len(text: str) -> int:
     return len(text.encode("utf-8", "surrogatepass"))
 
@@ -190,28 +226,50 @@ def utf8_len(text: str) -> int:
 # --------------------------------------------------------------------------------- durations
 
 
-def parse_duration(text: str) -> int:
-    """Seconds in ``"30s"``, ``"30m"``, ``"4h"``, ``"2d"`` or a combination such as ``"1h30m"``.
+def parse_duration(text: str) -> float:
+    """Seconds in a duration as Go's ``time.ParseDuration`` reads it (SPEC §19.9), and ``"2d"``.
 
-    Units come largest first, each at most once; anything else raises ``ValueError``. The total is
-    capped so it fits a PostgreSQL integer (a duration ends up in a deadline column).
+    A duration is an optional sign and one or more terms, each a decimal number with an optional
+    fraction and a unit: ``ns``, ``us`` (or ``µs``), ``ms``, ``s``, ``m``, ``h`` and ``d``, in any
+    order (``"1.5h"``, ``"1h30m"``, ``"250ms"``, ``"2h45m30.5s"``); ``"0"`` alone is zero.
+    Anything else raises ``ValueError``, and so does a negative duration. The sum is exact to
+    the nanosecond (a fraction below it is dropped, as Go does) and capped so its seconds fit a
+    PostgreSQL integer (a duration ends up in a deadline column).
     """
     if not isinstance(text, str) or not text or len(text) > 64:
         raise ValueError(f"not a duration: {quote(text)}")
-    match = _DURATION_RE.fullmatch(text)
-    if match is None:
-        raise ValueError(f"not a duration: {quote(text)}")
-    total = sum(int(g) * unit for g, unit in zip(match.groups(), _DURATION_UNITS, strict=True) if g)
-    if total > MAX_INT:
+    body = text[1:] if text[0] in "+-" else text
+    if body == "0":
+        return 0.0
+    total_ns = 0
+    pos = 0
+    while True:
+        match = _DURATION_TERM_RE.match(body, pos)
+        # A unit needs a number before it: "s", ".s" and a bare sign are not durations.
+        if match is None or not (match[1] or match[2]):
+            raise ValueError(f"not a duration: {quote(text)}")
+        whole, fraction, unit = match.groups()
+        per_unit = _NS_PER_UNIT[unit]
+        total_ns += int(whole or "0") * per_unit
+        if fraction:
+            total_ns += int(fraction) * per_unit // 10 ** len(fraction)
+        pos = match.end()
+        if pos == len(body):
+            break
+    if text[0] == "-" and total_ns:
+        raise ValueError(f"duration is negative: {quote(text)}")
+    if total_ns > MAX_INT * _NS_PER_SECOND:
         raise ValueError(f"duration too long: {quote(text)}")
-    return total
+    return total_ns / _NS_PER_SECOND
 
 
-def check_duration(value: object, path: str) -> int:
+def check_duration(value: object, path: str) -> float:
+    """A positive duration in seconds, which may be a fraction of a second (``"250ms"`` is 0.25);
+    each user of it says how it rounds, if it must."""
     try:
         seconds = parse_duration(value)  # type: ignore[arg-type]
     except ValueError:
-        seconds = 0
+        seconds = 0.0
     if seconds <= 0:  # a zero timeout would fail the run or the ask at once
         fail(f"{path} must be {DURATION_RULE}, got {quote(value)}")
     return seconds
@@ -323,7 +381,8 @@ def parse_requirement(
         )
     if known and capability not in known:
         fail(f"unknown capability: {quote(capability)}")
-    count = check_int(req.get("count", 1), f"{path}.count", 1)
+    # SPEC §19.9: a count of 0 means 1, as the original system reads it.
+    count = check_int(req.get("count", 1), f"{path}.count", 0) or 1
     attrs: dict[str, str] = {}
     for key, value in req.items():
         if key in _ROLE_FIELDS:

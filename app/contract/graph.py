@@ -7,6 +7,7 @@ Each rule runs over all steps before the next rule starts, so the first failure 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from app.contract.fields import fail, quote
@@ -126,12 +127,14 @@ def check_releases(
 
 
 def collect_warnings(
-    doc: dict[str, Any], roles: tuple[Role, ...], drafts: list[Draft]
+    doc: dict[str, Any], roles: tuple[Role, ...], drafts: list[Draft], ignored: Sequence[str]
 ) -> tuple[str, ...]:
-    """Non-blocking hints (SPEC §3 ``warnings``): few, each about something that costs the user."""
+    """Non-blocking hints (SPEC §3 ``warnings``): few, each about something that costs the user.
+    ``ignored`` are the lines about unknown fields (SPEC §19.9), in document order."""
     warnings: list[str] = []
     if "lease" in doc:
         warnings.append("the contract's lease block is ignored: lease times are the server's")
+    warnings.extend(ignored)
     used = {d.uses for d in drafts}
     for role in roles:
         if role.name not in used:

@@ -27,7 +27,9 @@ from app.contract.fields import (
     check_name_list,
     check_str_list,
     fail,
+    ignored_fields,
     is_name,
+    is_relative_path,
     parse_requirement,
     quote,
     require,
@@ -43,6 +45,8 @@ _STEP_KEYS = frozenset(
         "uses",
         "needs",
         "in",
+        "feedback",
+        "see",
         "out",
         "schema",
         "env",
@@ -62,10 +66,12 @@ _STEP_KEYS = frozenset(
 _NOT_FOR_KIND: dict[str, tuple[str, ...]] = {
     "run": (),
     "agent": (),
-    "ask": ("uses", "env", "workspace", "collect"),
+    "ask": ("uses", "feedback", "see", "env", "workspace", "collect"),
     "acquire": (
         "uses",
         "in",
+        "feedback",
+        "see",
         "out",
         "schema",
         "env",
@@ -80,6 +86,7 @@ _NOT_FOR_KIND: dict[str, tuple[str, ...]] = {
 _AGENT_KEYS = frozenset({"model", "max_turns", "max_tokens", "ask", "harness", "mcp", "pack"})
 _ASK_KEYS = frozenset({"prompt", "answerers", "timeout", "show"})
 _ACQUIRE_KEYS = frozenset({"want", "acquired", "unavailable"})
+_SEE_LEDGER = ("", "none", "list")  # SPEC §19.9; "list" sends the ledger with the claim (§19.6)
 _SCHEMA_KEYWORDS = frozenset(
     {
         "type",
@@ -103,7 +110,7 @@ class Draft:
     seq: int
     id: str
     kind: str
-    spec: dict[str, Any]
+    spec: dict[str, Any]  # the step as submitted, without the fields it ignores
     uses: str | None = None
     needs: list[str] | None = None  # None: absent, so the SPEC §3 default applies
     out: list[str] = field(default_factory=list)
@@ -114,6 +121,7 @@ class Draft:
     dispatch_to: list[str] = field(default_factory=list)
     loop_back_to: str | None = None
     validate_with: str | None = None
+    ignored: list[str] = field(default_factory=list)  # warnings about the fields it ignores
 
 
 def parse_steps(doc: dict[str, Any], roles: tuple[Role, ...], known: frozenset[str]) -> list[Draft]:
@@ -150,17 +158,24 @@ def _parse_step(index: int, raw: object, seen: set[str], known: frozenset[str]) 
         fail(f"{path}.id must be {NAME_RULE}, got {quote(sid)}")
     if sid in seen:
         fail(f"{path}.id: duplicate step id {quote(sid)}")
-    check_keys(step, _STEP_KEYS, f"step {quote(sid)}: ")
+    # SPEC §19.9: a field a step does not know is ignored with a warning, and left out of the
+    # stored step so nothing acts on it; the document keeps it as submitted.
+    ignored = ignored_fields(step, _STEP_KEYS, path)
+    if ignored:
+        step = {k: v for k, v in step.items() if k in _STEP_KEYS}
     kind = _step_kind(step, sid)
     for key in _NOT_FOR_KIND[kind]:
         if key in step:
             fail(f"step {quote(sid)}: {article(kind)} step takes no {quote(key)}")
-    draft = Draft(seq=index + 1, id=sid, kind=kind, spec=step)
+    draft = Draft(seq=index + 1, id=sid, kind=kind, spec=step, ignored=ignored)
     _parse_kind_body(draft, path, known)
     _parse_uses(draft, path)
     if "needs" in step:
         draft.needs = check_name_list(step["needs"], f"{path}.needs", "step ids")
     _parse_in(draft, path)
+    if "feedback" in step:
+        check_str_list(step["feedback"], f"{path}.feedback", "strings")
+    _parse_see(draft, path)
     if "out" in step:
         draft.out = check_artifact_names(step["out"], f"{path}.out")
         if len(set(draft.out)) != len(draft.out):
@@ -297,6 +312,22 @@ def _parse_in(draft: Draft, path: str) -> None:
         draft.reads.extend(check_artifact_names(inp["from"], f"{path}.in.from"))
 
 
+def _parse_see(draft: Draft, path: str) -> None:
+    """SPEC §19.9 ``see``: whether the claim carries the ledger; ``from`` is kept open and empty."""
+    if "see" not in draft.spec:
+        return
+    see = check_dict(draft.spec["see"], f"{path}.see")
+    check_keys(see, ("ledger", "from"), f"step {quote(draft.id)}: see has ")
+    if "ledger" in see and see["ledger"] not in _SEE_LEDGER:
+        fail(f'{path}.see.ledger must be "", "none" or "list", got {quote(see["ledger"])}')
+    if "from" in see and see["from"] != []:
+        # Ignoring it would let the author believe what the step sees was narrowed.
+        fail(
+            f"{path}.see.from must be an empty list (narrowing what a step sees is not "
+            f"supported; name fewer artifacts in in.from), got {quote(see['from'])}"
+        )
+
+
 def _parse_schema(draft: Draft, path: str) -> None:
     if "schema" not in draft.spec:
         return
@@ -388,18 +419,11 @@ def _parse_collect(draft: Draft, path: str) -> None:
     for artifact, rel in collect.items():
         if artifact not in draft.out:
             fail(f"step {quote(draft.id)}: collect for {quote(artifact)} which is not in its out")
-        if not _is_relative_path(rel):
+        if not is_relative_path(rel):
             fail(
                 f"step {quote(draft.id)}: collect path for {quote(artifact)} must be relative "
                 f'with no ".." component, got {quote(rel)}'
             )
-
-
-def _is_relative_path(rel: object) -> bool:
-    # The node collects inside its workspace; an absolute or ".." path would read outside it.
-    if not isinstance(rel, str) or not rel or "\x00" in rel or rel[0] in "/\\":
-        return False
-    return ".." not in re.split(r"[/\\]", rel)
 
 
 # ------------------------------------------------------- branches, loops and validators (own)

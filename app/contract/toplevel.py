@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from app.contract.fields import (
@@ -11,6 +12,7 @@ from app.contract.fields import (
     check_dict,
     check_duration,
     check_field,
+    check_int,
     check_keys,
     fail,
     is_name,
@@ -25,6 +27,7 @@ MAX_REQUIRES = 50  # SPEC §13
 TOP_KEYS = frozenset(
     {"run_id", "work", "requires", "steps", "success_when", "ledger", "queue", "lease"}
 )
+WORK_KEYS = ("id", "system", "change_id", "patchset", "parent_rev", "patch_rev")
 
 
 def parse_run_id(doc: dict[str, Any]) -> str:
@@ -39,12 +42,18 @@ def parse_work(doc: dict[str, Any]) -> str:
     if "work" not in doc:
         return ""
     work = check_dict(doc["work"], "work")
-    check_keys(work, ("id", "system", "change_id"), "work: ")
+    check_keys(work, WORK_KEYS, "work: ")
     top = {
         k: check_field(work, k, f"work.{k}", str, at_most=MAX_NAME)
         for k in ("system", "change_id")
         if k in work
     }
+    # Where this run stands within its work (SPEC §19.9): kept in the document, not in the key.
+    if "patchset" in work:
+        check_int(work["patchset"], "work.patchset")
+    for key in ("parent_rev", "patch_rev"):
+        if key in work:
+            check_field(work, key, f"work.{key}", str, non_empty=False, at_most=MAX_NAME)
     if "id" in work:
         ident = check_dict(work["id"], "work.id")
         check_keys(ident, ("system", "change_id"), "work.id: ")
@@ -87,4 +96,6 @@ def parse_queue(doc: dict[str, Any]) -> int | None:
     check_keys(queue, ("timeout",), "queue: ")
     if "timeout" not in queue:
         return None
-    return check_duration(queue["timeout"], "queue.timeout")
+    # The timeout is kept in whole seconds (an integer column); rounding up means a run never
+    # fails sooner than its contract allows ("250ms" waits one second).
+    return math.ceil(check_duration(queue["timeout"], "queue.timeout"))

@@ -37,7 +37,7 @@ class StepDef:
     kind: str  # "run" | "agent" | "ask" | "acquire"
     uses: str | None  # a role name; None for ask and acquire steps
     needs: tuple[int, ...]  # seqs of the steps this one waits for, ascending
-    spec: dict[str, Any]  # the step object as submitted
+    spec: dict[str, Any]  # the step object as submitted, without the fields it ignores (§19.9)
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,8 @@ Rules run in one fixed order and the first failure wins (SPEC §3); every failur
 before anything walks the document.
 
 Order of the rules:
- 1. the document is an object; 2. nesting depth; 3. unknown top-level fields; 4. ``run_id``;
+ 1. the document is an object; 2. nesting depth; 3. unknown top-level fields (a warning each,
+ never a failure: SPEC §19.9); 4. ``run_id``;
  5. ``work``; 6. ``requires``; 7. each step's own fields, step by step; 8. cross-step references
  (roles, needs, branch targets, loops, validators, artifacts), rule by rule;
  9. ``release`` placement;
@@ -16,6 +17,10 @@ Order of the rules:
 
 The rules themselves live by group: ``fields`` (primitives), ``toplevel`` (4-6, 11, 12),
 ``steps`` (7), ``graph`` (8, 9 and the warnings), ``conditions`` (10).
+
+Unknown fields at the top level, in a step and in a condition are ignored with a warning that
+names their path (SPEC §19.9: the original system's client may send fields this server does not
+know); inside every other object (``agent``, ``in``, ``work``, ``queue``, ...) they stay a 400.
 """
 
 from __future__ import annotations
@@ -24,7 +29,13 @@ import copy
 from collections.abc import Collection
 
 from app.contract.conditions import parse_success_when
-from app.contract.fields import check_json_depth, check_keys, check_no_nul, fail, requires_key
+from app.contract.fields import (
+    check_json_depth,
+    check_no_nul,
+    fail,
+    ignored_fields,
+    requires_key,
+)
 from app.contract.graph import check_references, check_releases, collect_warnings, normalise_needs
 from app.contract.steps import parse_steps
 from app.contract.toplevel import (
@@ -37,6 +48,8 @@ from app.contract.toplevel import (
 )
 from app.contract.types import Contract, StepDef
 
+MAX_IGNORED_NOTES = 50  # lines about ignored fields in the warnings; the rest are counted
+
 
 def validate_contract(doc: object, *, capabilities: Collection[str] = ()) -> Contract:
     """Validate a submitted contract and return its normalised form, or raise ``BadRequest``.
@@ -47,9 +60,7 @@ def validate_contract(doc: object, *, capabilities: Collection[str] = ()) -> Con
     if not isinstance(doc, dict):
         fail("contract must be a JSON object")
     check_json_depth(doc)
-    # SPEC §3 keeps the format open for later fields, so we are strict now: a field we do not
-    # know is a typo or a feature this server lacks; silently ignoring either is worse.
-    check_keys(doc, TOP_KEYS, "")
+    ignored = ignored_fields(doc, TOP_KEYS, "")
     # Work on a private copy so the Contract owns its data and the caller's dict cannot change it.
     document = copy.deepcopy({k: v for k, v in doc.items() if k != "lease"})
     known = frozenset(capabilities)
@@ -58,11 +69,12 @@ def validate_contract(doc: object, *, capabilities: Collection[str] = ()) -> Con
     work_id = parse_work(document)
     roles = parse_requires(document, known)
     drafts = parse_steps(document, roles, known)
+    ignored.extend(note for d in drafts for note in d.ignored)
     by_id = {d.id: d for d in drafts}
     check_references(drafts, by_id, roles)
     needs = normalise_needs(drafts, by_id)
     check_releases(drafts, by_id, needs)
-    conditions = parse_success_when(document, by_id, known)
+    conditions = parse_success_when(document, by_id, known, ignored)
     ledger_scope = parse_ledger(document)
     queue_timeout = parse_queue(document)
     check_no_nul(document)  # last: the rules above name NUL in the fields they know
@@ -86,7 +98,16 @@ def validate_contract(doc: object, *, capabilities: Collection[str] = ()) -> Con
         success_when=conditions,
         ledger_scope=ledger_scope,
         queue_timeout_seconds=queue_timeout,
-        warnings=collect_warnings(doc, roles, drafts),
+        warnings=collect_warnings(doc, roles, drafts, _bounded(ignored)),
         document=document,
         requires_key=requires_key(roles),
     )
+
+
+def _bounded(notes: list[str]) -> list[str]:
+    """At most ``MAX_IGNORED_NOTES`` lines about ignored fields, then one that counts the rest:
+    the warnings are stored with the run and returned with every view of it."""
+    if len(notes) <= MAX_IGNORED_NOTES:
+        return notes
+    rest = len(notes) - MAX_IGNORED_NOTES
+    return [*notes[:MAX_IGNORED_NOTES], f"and {rest} more unknown fields, ignored"]

@@ -38,7 +38,7 @@ from app.store.leases import Grant, delete_leases, insert_lease_if_free, run_not
 from app.store.nodes import live_adverts, unavailable_node_ids
 from app.store.runs import add_event, lock_run, set_run_fields, set_run_state
 from app.store.steps import bind_steps, lock_steps, update_step
-from app.verdict import StepFacts
+from app.verdict import StepFacts, changed_paths
 from app.wire import ts
 
 
@@ -222,6 +222,7 @@ def step_facts(s: Session, run: Run, steps: Iterable[Step]) -> list[StepFacts]:
                 chosen=st.chosen,
                 has_result=st.state == DONE,
                 exhausted=bool((st.result or {}).get("exhausted")),
+                changed=changed_paths(st.result),
             )
         )
     return facts

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from app.match import Advert, Capability
-from app.verdict import StepFacts, evaluate
+from app.verdict import StepFacts, changed_paths, evaluate
 
 NOT_COMPLETE = "a step did not complete"
 
@@ -20,6 +22,7 @@ def fact(
     chosen: bool = False,
     exhausted: bool = False,
     kind: str = "run",
+    changed: tuple[str, ...] = (),
 ) -> StepFacts:
     return StepFacts(
         id=step_id,
@@ -30,6 +33,7 @@ def fact(
         chosen=chosen,
         has_result=state == "DONE",
         exhausted=exhausted,
+        changed=frozenset(changed),
     )
 
 
@@ -316,3 +320,106 @@ def test_within_attempts_holds_for_a_step_that_did_not_run_out():
 
     assert verdict["state"] == "SUCCEEDED"
     assert checks_of(verdict) == [("a", "within_attempts", True)]
+
+
+# ---------------------------------------------------------------- changed (SPEC §19.9)
+
+
+def test_changed_holds_when_every_listed_path_is_in_the_results_changed():
+    step = fact("a", changed=("src/a.c", "src/b.c", "README"))
+
+    verdict = evaluate([{"step": "a", "changed": ["src/a.c", "src/b.c"]}], [step], [])
+
+    assert verdict == {
+        "state": "SUCCEEDED",
+        "checks": [
+            {
+                "step": "a",
+                "what": "changed",
+                "want": ["src/a.c", "src/b.c"],
+                "got": ["src/a.c", "src/b.c"],
+                "ok": True,
+            }
+        ],
+    }
+
+
+def test_changed_fails_and_names_the_paths_not_changed_in_the_listed_order():
+    step = fact("a", changed=("b",))
+
+    verdict = evaluate([{"step": "a", "changed": ["c", "b", "a"]}], [step], [])
+
+    assert verdict == {
+        "state": "FAILED",
+        "checks": [
+            {
+                "step": "a",
+                "what": "changed",
+                "want": ["c", "b", "a"],
+                "got": ["b"],
+                "ok": False,
+                "note": "not changed during this step: c, a",
+            }
+        ],
+    }
+
+
+def test_changed_fails_for_a_step_whose_result_reported_nothing_changed():
+    verdict = evaluate([{"step": "a", "changed": ["x"]}], [fact("a")], [])
+
+    assert verdict["checks"] == [
+        {
+            "step": "a",
+            "what": "changed",
+            "want": ["x"],
+            "got": [],
+            "ok": False,
+            "note": "not changed during this step: x",
+        }
+    ]
+
+
+def test_changed_comes_after_produced_and_exit_code_and_before_within_attempts():
+    cond = {
+        "step": "a",
+        "within_attempts": True,
+        "changed": ["x"],
+        "exit_code": 0,
+        "produced": ["r"],
+    }
+
+    verdict = evaluate([cond], [fact("a", produced=("r",), changed=("x",))], [])
+
+    assert checks_of(verdict) == [
+        ("a", "produced", True),
+        ("a", "exit_code", True),
+        ("a", "changed", True),
+        ("a", "within_attempts", True),
+    ]
+
+
+def test_an_empty_changed_list_asks_nothing_so_the_step_is_checked_to_have_ran():
+    verdict = evaluate([{"step": "a", "changed": []}], [fact("a")], [])
+
+    assert checks_of(verdict) == [("a", "ran", True)]
+
+
+def test_a_skipped_step_with_a_changed_condition_is_vacuously_ok():
+    verdict = evaluate(
+        [{"step": "a", "changed": ["x"]}, {"step": "b"}], [fact("a", "SKIPPED"), fact("b")], []
+    )
+
+    assert checks_of(verdict) == [("a", "skipped", True), ("b", "ran", True)]
+
+
+def test_changed_paths_are_the_strings_of_the_results_changed_list():
+    assert changed_paths({"changed": ["a", 5, "b", None]}) == frozenset({"a", "b"})
+
+
+@pytest.mark.parametrize(
+    "result",
+    [None, {}, {"changed": None}, {"changed": "a"}, {"changed": {"a": 1}}, {"changed": 3}],
+    ids=["no-result", "no-changed", "null", "string", "object", "number"],
+)
+def test_changed_paths_of_a_result_without_a_list_are_none(result):
+    assert changed_paths(result) == frozenset()
