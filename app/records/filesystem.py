@@ -1,5 +1,7 @@
 """The filesystem Record store: one directory per run under ``records.root`` (SPEC §11), which several
-hosts may share on one filesystem."""
+hosts may share on one filesystem. Progress chunks of live logs (SPEC §19.4) live beside the Records,
+under ``records.root/.progress/<record dir>/``, so that neither the seal nor the tar ever sees them
+(a Record directory name never starts with a dot)."""
 
 from __future__ import annotations
 
@@ -9,19 +11,25 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import stat
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from app.records.interface import RecordSealed, check_name, record_dir_name
+from app.records.interface import LogState, RecordSealed, check_name, record_dir_name
 from app.records.tarstream import Member, stat_tarinfo, tar_chunks
 
 SUMS = "SHA256SUMS"
+PROGRESS = ".progress"
 _TMP_PREFIX = ".tmp-"
 _NOTE_RE = re.compile(rb"\n\[mediator: log truncated at \d+ bytes\]\n\Z")
 _NOTE_TAIL = 80  # bytes; longer than any note
+# The line that ends a progress file the cap cut: a JSON line in the transcript, as the original
+# fleet's viewers know it (``bytes`` is the cap, not where the file stopped).
+_CAPPED_LINE = re.compile(rb'\{"type":"enode\.capped","bytes":\d+\}')
+_CAPPED_TAIL = 256  # bytes; longer than any cap line and its newline
 _CHUNK = 64 * 1024
 
 
@@ -45,6 +53,54 @@ def write_atomic(path: Path, data: bytes) -> None:
 
 def _note(cap: int) -> bytes:
     return b"\n[mediator: log truncated at %d bytes]\n" % cap
+
+
+def _capped_line(limit: int) -> bytes:
+    return b'{"type":"enode.capped","bytes":%d}\n' % limit
+
+
+def _ends_capped(tail: bytes, at_start: bool) -> bool:
+    """Whether the last line of a progress file is the cap line. ``tail`` is the file's last bytes;
+    ``at_start``: they begin at the start of the file. Judged by the line, not by the size: a chunk
+    with no newline within the budget leaves the file below the cap, and already capped."""
+    if not tail.endswith(b"\n"):
+        return False
+    _, nl, last = tail[:-1].rpartition(b"\n")
+    if not nl and not at_start:
+        return False  # the last line is longer than the tail, so it is not the cap line
+    return _CAPPED_LINE.fullmatch(last) is not None
+
+
+def _progress_chunk(size: int, ends_with_newline: bool, data: bytes, limit: int) -> bytes:
+    """What to append to a progress file of ``size`` bytes for ``data``: all of it while it fits
+    in ``limit``; past that only the whole lines that fit, then the cap line on a line of its own.
+    One buffer, written at once, so a reader never sees a half cap line."""
+    room = limit - size
+    if len(data) <= room:
+        return data
+    window = data[: max(0, room)]
+    keep = window[: window.rfind(b"\n") + 1]  # no half lines; nothing when no newline fits
+    closed = keep.endswith(b"\n") if keep else (size == 0 or ends_with_newline)
+    return keep + (b"" if closed else b"\n") + _capped_line(limit)
+
+
+def _slice(fd: int, size: int, offset: int, limit: int) -> bytes:
+    """At most ``limit`` bytes from ``offset`` of the first ``size`` bytes of ``fd``, cut after
+    the last newline within the limit when more remain (if there is one)."""
+    if limit <= 0 or offset >= size:
+        return b""
+    chunk = os.pread(fd, min(limit + 1, size - offset), offset)
+    if len(chunk) > limit:
+        chunk = chunk[:limit]
+        nl = chunk.rfind(b"\n")
+        if nl >= 0:
+            chunk = chunk[: nl + 1]
+    return chunk
+
+
+def _tail(fd: int, size: int, n: int) -> tuple[bytes, bool]:
+    start = max(0, size - n)
+    return os.pread(fd, size - start, start), start == 0
 
 
 def _num(value: int, what: str) -> int:
@@ -110,6 +166,25 @@ class FilesystemRecords:
 
     def _step_path(self, run_id: str, seq: int, step_id: str) -> Path:
         return self.path(run_id) / "steps" / f"{_num(seq, 'seq'):02d}-{check_name(step_id)}.json"
+
+    def progress_path(self, run_id: str) -> Path:
+        """Where the run's progress files live: beside the Records, never inside one."""
+        return self.root / PROGRESS / record_dir_name(run_id)
+
+    def _progress_files(self, run_id: str, seq: int, name: str) -> dict[int, Path]:
+        """The progress files of (seq, name) by attempt: ``NN-<name>.<attempt>.log``."""
+        d = self.progress_path(run_id)
+        prefix = f"{_num(seq, 'seq'):02d}-{check_name(name)}."
+        try:
+            entries = os.listdir(d)
+        except (FileNotFoundError, NotADirectoryError):
+            return {}
+        out = {}
+        for entry in entries:
+            middle = entry[len(prefix) : -len(".log")]
+            if entry.startswith(prefix) and entry.endswith(".log") and middle.isdigit():
+                out[int(middle)] = d / entry
+        return out
 
     # -- locking / state -------------------------------------------------------------------------
 
@@ -184,25 +259,130 @@ class FilesystemRecords:
     ) -> bytes:
         """Bytes from ``offset``, at most ``limit``; when more remain, cut after the last newline
         within the limit (if any). Missing log or offset past the end: ``b""``."""
+        return self.log_slice(run_id, seq, name, offset, limit)[0]
+
+    def log_slice(
+        self, run_id: str, seq: int, name: str, offset: int, limit: int = 1 << 20
+    ) -> tuple[bytes, LogState]:
+        """``read_log`` and the log's length and truncation as they were when it was read; the
+        bytes never reach past that length, whatever is appended meanwhile."""
         path = self._log_path(run_id, seq, name)
-        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-            raise ValueError(f"bad offset {offset!r}")
-        if limit <= 0:
-            return b""
+        _num(offset, "offset")
         try:
             fd = os.open(path, os.O_RDONLY)
         except (FileNotFoundError, NotADirectoryError):
-            return b""
+            return b"", LogState(0, 0, False)
         try:
-            chunk = os.pread(fd, limit + 1, offset)
+            size = os.fstat(fd).st_size
+            tail, _ = _tail(fd, size, _NOTE_TAIL)
+            return _slice(fd, size, offset, limit), LogState(size, 0, bool(_NOTE_RE.search(tail)))
         finally:
             os.close(fd)
-        if len(chunk) > limit:
-            chunk = chunk[:limit]
-            nl = chunk.rfind(b"\n")
-            if nl >= 0:
-                chunk = chunk[: nl + 1]
-        return chunk
+
+    # -- progress (SPEC §19.4) -------------------------------------------------------------------
+
+    def put_progress(
+        self, run_id: str, seq: int, name: str, attempt: int, data: bytes, limit: int
+    ) -> LogState:
+        """A chunk of ``attempt``'s progress of (seq, name). The first chunk of a higher attempt
+        writes a new file atomically and removes the older ones; later chunks of that attempt are
+        appended in one write each (readers see a prefix, bounded by the size they looked at); a
+        chunk of a lower attempt writes nothing.
+
+        The shared lock on the Record directory keeps the seal (which drops every progress file)
+        out; an exclusive ``flock`` on the run's progress directory orders writers on every host
+        that shares the filesystem."""
+        _num(attempt, "attempt")
+        self._progress_files(run_id, seq, name)  # checks seq and name before anything is made
+        data = bytes(data)
+        with self._writing(run_id):
+            d = self.progress_path(run_id)
+            d.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                return self._put_progress_locked(run_id, seq, name, attempt, data, limit)
+            finally:
+                os.close(fd)
+
+    def _put_progress_locked(
+        self, run_id: str, seq: int, name: str, attempt: int, data: bytes, limit: int
+    ) -> LogState:
+        files = self._progress_files(run_id, seq, name)
+        current = max(files, default=None)
+        if current is not None and attempt < current:
+            state = self._progress_state(files[current], current)
+            return state if state is not None else LogState(0, current, False)
+        if current is None or attempt > current:
+            body = _progress_chunk(0, True, data, limit)
+            path = self.progress_path(run_id) / f"{seq:02d}-{name}.{attempt}.log"
+            write_atomic(path, body)  # 0600, as mkstemp makes it: a raw transcript
+            for older, p in files.items():
+                if older < attempt:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(p)
+            return LogState(len(body), attempt, _ends_capped(body, True))
+        fd = os.open(files[current], os.O_WRONLY | os.O_APPEND)
+        try:
+            size = os.fstat(fd).st_size
+            rfd = os.open(files[current], os.O_RDONLY)
+            try:
+                tail, at_start = _tail(rfd, size, _CAPPED_TAIL)
+            finally:
+                os.close(rfd)
+            if _ends_capped(tail, at_start):
+                return LogState(size, attempt, True)  # capped: it never grows again
+            out = _progress_chunk(size, tail.endswith(b"\n"), data, limit)
+            view = memoryview(out)
+            while view:
+                n = os.write(fd, view)
+                view = view[n:]
+            total = size + len(out)
+            # ``tail`` ended where ``out`` begins: together they are the file's last bytes.
+            return LogState(
+                total, attempt, _ends_capped((tail + out)[-_CAPPED_TAIL:], total <= _CAPPED_TAIL)
+            )
+        finally:
+            os.close(fd)
+
+    @staticmethod
+    def _progress_state(path: Path, attempt: int) -> LogState | None:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        try:
+            size = os.fstat(fd).st_size
+            return LogState(size, attempt, _ends_capped(*_tail(fd, size, _CAPPED_TAIL)))
+        finally:
+            os.close(fd)
+
+    def read_progress(
+        self, run_id: str, seq: int, name: str, offset: int, limit: int = 1 << 20
+    ) -> tuple[bytes, LogState] | None:
+        """The highest attempt's progress from ``offset`` (cut as ``read_log`` cuts), with its
+        length, attempt and cap as they were when it was read; None when there is none."""
+        _num(offset, "offset")
+        for _ in range(3):  # a newer attempt may remove the file between the listing and the open
+            files = self._progress_files(run_id, seq, name)
+            if not files:
+                return None
+            attempt = max(files)
+            try:
+                fd = os.open(files[attempt], os.O_RDONLY)
+            except FileNotFoundError:
+                continue
+            try:
+                size = os.fstat(fd).st_size
+                capped = _ends_capped(*_tail(fd, size, _CAPPED_TAIL))
+                return _slice(fd, size, offset, limit), LogState(size, attempt, capped)
+            finally:
+                os.close(fd)
+        return None
+
+    def _drop_progress(self, run_id: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            shutil.rmtree(self.progress_path(run_id))
 
     # -- blobs / steps ---------------------------------------------------------------------------
 
@@ -237,11 +417,15 @@ class FilesystemRecords:
         events: list[dict[str, Any]],
         manifest_update: dict[str, Any],
     ) -> None:
-        """Write verdict, steps, events and the final manifest, then SHA256SUMS, then chmod files
-        0444 and directories 0555 (the Record directory last, which marks the seal complete).
-        A sealed Record is left alone; a half-done seal is undone and done again."""
+        """Drop the run's progress files; write verdict, steps, events and the final manifest,
+        then SHA256SUMS, then chmod files 0444 and directories 0555 (the Record directory last,
+        which marks the seal complete). A sealed Record is left alone; a half-done seal is undone
+        and done again."""
         step_paths = [(self._step_path(run_id, s, i), doc) for s, i, doc in steps]
         with self._dir_lock(run_id, exclusive=True) as d:
+            # Progress is for live viewing only (SPEC §19.4): it goes first, and writers of it
+            # hold the shared lock, so none can come back once the seal has begun.
+            self._drop_progress(run_id)
             if self.is_sealed(run_id):
                 return
             self._unseal(d)

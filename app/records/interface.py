@@ -6,13 +6,23 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterator
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 _SAFE = re.compile(r"^[A-Za-z0-9._:@-]{1,120}$")
 
 
 class RecordSealed(Exception):
     """A write (log, blob, step) into a Record that is already sealed."""
+
+
+class LogState(NamedTuple):
+    """What a log viewer needs besides the bytes: the file's whole length (the next ``from``), the
+    attempt its bytes belong to (0 for the appended log, which has none), and whether the cap cut
+    it (it will not grow again)."""
+
+    total: int
+    attempt: int
+    capped: bool
 
 
 @runtime_checkable
@@ -41,6 +51,29 @@ class RecordStore(Protocol):
         ``b""`` for a missing log or an offset past its end."""
         ...
 
+    def log_slice(
+        self, run_id: str, seq: int, name: str, offset: int, limit: int = 1 << 20
+    ) -> tuple[bytes, LogState]:
+        """``read_log`` with the log's state as it was read: its total length, attempt 0 and
+        whether the truncation note ends it. A missing log is ``(b"", (0, 0, False))``."""
+        ...
+
+    def put_progress(
+        self, run_id: str, seq: int, name: str, attempt: int, data: bytes, limit: int
+    ) -> LogState:
+        """Store a progress chunk of the step's log, kept apart from the appended log and never
+        sealed. Chunks of one attempt are appended, up to ``limit`` bytes of whole lines, then one
+        cap line; a chunk of a higher attempt than the stored progress starts it afresh; a chunk
+        of a lower attempt is dropped. Returns the state of the progress that is kept."""
+        ...
+
+    def read_progress(
+        self, run_id: str, seq: int, name: str, offset: int, limit: int = 1 << 20
+    ) -> tuple[bytes, LogState] | None:
+        """The highest attempt's progress as ``log_slice`` reads a log, or None when the step has
+        no progress under that name (none was put, or the seal dropped it)."""
+        ...
+
     def put_blob(self, run_id: str, seq: int, attempt: int, name: str, data: bytes) -> str:
         """Store a blob whole (readers see the old bytes or the new); returns its sha256 hex."""
         ...
@@ -58,8 +91,9 @@ class RecordStore(Protocol):
         events: list[dict[str, Any]],
         manifest_update: dict[str, Any],
     ) -> None:
-        """Write the verdict, step documents, events and final manifest, then SHA256SUMS, then
-        make the Record read-only. Idempotent: a sealed Record is left as it is."""
+        """Drop the run's progress, write the verdict, step documents, events and final manifest,
+        then SHA256SUMS, then make the Record read-only. Idempotent: a sealed Record is left as it
+        is."""
         ...
 
     def is_sealed(self, run_id: str) -> bool:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
+import unicodedata
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import jsonschema
 from sqlalchemy.orm import Session
@@ -13,10 +15,11 @@ from app.contract import parse_json
 from app.errors import BadRequest, Forbidden, Gone, NotFound, NotSealed, Unprocessable
 from app.logs import log
 from app.models import Run, Step
-from app.records import RecordSealed
+from app.records import LogState, RecordSealed, check_name
 from app.services.tx import retrying
 from app.states import RUN_FINISHED
 from app.store.blobs import blobs_of_runs, earlier_runs_of_work, newest_blob, record_blob
+from app.store.logs import lock_log
 from app.store.nodes import node_labels
 from app.store.runs import get_run, mark_sealed, run_events
 from app.store.steps import get_step, steps_of
@@ -39,22 +42,80 @@ def authorise_node(caller: Caller, step: Step) -> None:
         raise Forbidden(f"token may not act for node {step.node_id}")
 
 
-def append_log(ctx: Context, run_id: str, seq: int, name: str, data: bytes, caller: Caller) -> int:
-    with ctx.db.read() as s:
+T = TypeVar("T")
+
+PROGRESS = "progress"
+SEALED = "sealed"
+
+
+@dataclass(frozen=True)
+class LogView:
+    """One GET of a step log: the bytes from the offset, the state of the file they come from,
+    and which file that is (``progress`` before the seal, ``sealed`` after; SPEC §19.4)."""
+
+    data: bytes
+    state: LogState
+    source: str
+
+
+def _write_log(
+    ctx: Context, run_id: str, seq: int, name: str, caller: Caller, write: Callable[[], T]
+) -> T:
+    """``write`` into the step's log (or its progress) in a short transaction that holds the
+    log's advisory lock: appends to one (run, seq, name) from every process and host take their
+    turn there, never by a lock of this process alone (SPEC §19.4)."""
+    with ctx.db.begin() as s:
         run, step = _run_and_step(s, run_id, seq)
-    authorise_node(caller, step)
-    if run.state in RUN_FINISHED:
-        raise Gone()
-    try:
-        return ctx.records.append_log(run_id, seq, name, data, ctx.config["max_blob_bytes"])
-    except RecordSealed:
-        raise Gone() from None  # the run ended and was sealed since we looked
+        authorise_node(caller, step)
+        if run.state in RUN_FINISHED:
+            raise Gone()
+        lock_log(s, run_id, seq, name)
+        try:
+            return write()
+        except RecordSealed:
+            raise Gone() from None  # the run ended and was sealed since we looked
 
 
-def read_log(ctx: Context, run_id: str, seq: int, name: str, offset: int) -> bytes:
+def append_log(ctx: Context, run_id: str, seq: int, name: str, data: bytes, caller: Caller) -> int:
+    """Append to the step's log (cap ``max_blob_bytes``, then a note); the log's total length."""
+    cap = ctx.config["max_blob_bytes"]
+    return _write_log(
+        ctx, run_id, seq, name, caller, lambda: ctx.records.append_log(run_id, seq, name, data, cap)
+    )
+
+
+def put_progress(
+    ctx: Context, run_id: str, seq: int, name: str, attempt: int, data: bytes, caller: Caller
+) -> LogState:
+    """A progress chunk of ``attempt`` (SPEC §19.4): kept apart from the log for live viewing and
+    dropped at the seal; a chunk of an attempt older than the stored progress changes nothing.
+    The state of the progress that is kept (which attempt it is, its length, its cap)."""
+    limit = ctx.config["max_blob_bytes"]
+    return _write_log(
+        ctx,
+        run_id,
+        seq,
+        name,
+        caller,
+        lambda: ctx.records.put_progress(run_id, seq, name, attempt, data, limit),
+    )
+
+
+def read_log(ctx: Context, run_id: str, seq: int, name: str, offset: int) -> LogView:
+    """Before the seal, the highest attempt's progress if there is one, else the appended log;
+    after it, the sealed log. A step the run does not have reads as an empty log (SPEC §19.4):
+    a viewer that polls the steps it was shown is never told 404 for one."""
     with ctx.db.read() as s:
-        _run_and_step(s, run_id, seq)
-    return ctx.records.read_log(run_id, seq, name, offset)
+        if get_run(s, run_id) is None:
+            raise NotFound(f"no such run: {run_id}")
+    if ctx.records.is_sealed(run_id):
+        data, state = ctx.records.log_slice(run_id, seq, name, offset)
+        return LogView(data, state, SEALED)
+    progress = ctx.records.read_progress(run_id, seq, name, offset)
+    if progress is not None:
+        return LogView(progress[0], progress[1], PROGRESS)
+    data, state = ctx.records.log_slice(run_id, seq, name, offset)
+    return LogView(data, state, PROGRESS)
 
 
 def schema_violation(schema: dict[str, Any], doc: Any) -> str | None:
@@ -96,15 +157,27 @@ def store_blob(
     )
 
 
+def is_upload_name(name: str) -> bool:
+    """A name a step may upload under (SPEC §19.5): one file name of at most 200 bytes, ``_cannot``
+    and other names no contract may declare included, but no separator, control character or
+    name of only dots."""
+    try:
+        check_name(name)
+    except ValueError:
+        return False
+    return name.strip(".") != "" and not any(unicodedata.category(c) == "Cc" for c in name)
+
+
 @retrying
 def put_blob(ctx: Context, run_id: str, seq: int, name: str, data: bytes, caller: Caller) -> None:
     """Validate against the step's schema first (422, nothing stored), then write the file
-    atomically and its ledger row (SPEC §11)."""
+    atomically and its ledger row (SPEC §11). Any valid name may be uploaded, declared in the
+    step's ``out`` or not; only declared names count as produced (SPEC §19.5)."""
     with ctx.db.read() as s:
         run, step = _run_and_step(s, run_id, seq)
     authorise_node(caller, step)
-    if name not in (step.spec.get("out") or []):
-        raise NotFound(f"no such output: {name}")
+    if not is_upload_name(name):
+        raise NotFound("not a valid artifact name")  # SPEC §13: a name in a URL that names nothing
     if run.state in RUN_FINISHED:
         raise Gone()
     schema = (step.spec.get("schema") or {}).get(name)
@@ -128,10 +201,12 @@ def put_blob(ctx: Context, run_id: str, seq: int, name: str, data: bytes, caller
 
 
 def get_blob(ctx: Context, run_id: str, name: str) -> bytes:
+    """The blob the name resolves to in the run (route 15; SPEC §19.5: among the blobs of the
+    steps that declare it, else among all blobs of the run)."""
     with ctx.db.read() as s:
         if get_run(s, run_id) is None:
             raise NotFound(f"no such run: {run_id}")
-        blob = newest_blob(s, run_id, name)
+        blob = newest_blob(s, run_id, name) if is_upload_name(name) else None
     if blob is None:
         raise NotFound(f"no such blob: {name}")
     data = ctx.records.read_blob(run_id, blob.seq, blob.attempt, name)

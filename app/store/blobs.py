@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import func, select
+from sqlalchemy import exists, func, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
-from app.models import Blob, Run
+from app.models import Blob, Run, Step
 
 
 def record_blob(
@@ -52,24 +52,43 @@ def record_blob(
 
 
 def accepted_blob_names(s: Session, run_id: str, seq: int, attempt: int) -> set[str]:
+    """The names the step's attempt produced: stored, not refused by a schema, and declared in
+    the step's ``out`` (SPEC §19.5: a step may upload any name; only declared ones count)."""
+    declared = exists().where(
+        Step.run_id == Blob.run_id,
+        Step.seq == Blob.seq,
+        Step.spec["out"].contains(func.jsonb_build_array(Blob.name)),
+    )
     q = select(Blob.name).where(
         Blob.run_id == run_id,
         Blob.seq == seq,
         Blob.attempt == attempt,
         Blob.schema_ok.is_not(False),
+        declared,
     )
     return set(s.execute(q).scalars())
 
 
+def declaring_steps(s: Session, run_id: str, name: str) -> list[int]:
+    """The seqs of the run's steps that list ``name`` in their ``out``."""
+    q = select(Step.seq).where(Step.run_id == run_id, Step.spec["out"].contains([name]))
+    return list(s.execute(q).scalars())
+
+
 def newest_blob(s: Session, run_id: str, name: str) -> Blob | None:
-    """The newest attempt of that name in the run (route 15)."""
-    q = (
-        select(Blob)
-        .where(Blob.run_id == run_id, Blob.name == name)
-        .order_by(Blob.at.desc(), Blob.attempt.desc(), Blob.seq.desc())
-        .limit(1)
-    )
-    return s.execute(q).scalar_one_or_none()
+    """The blob a name resolves to in the run (route 15, ``in.from``; SPEC §19.5). A name some
+    step declares in ``out`` resolves only among the blobs of the steps that declare it, newest
+    first; any other name (``_cannot``, files a step left in ``$OUT``) among all blobs of the
+    run, newest (attempt, seq) first."""
+    seqs = declaring_steps(s, run_id, name)
+    q = select(Blob).where(Blob.run_id == run_id, Blob.name == name)
+    if seqs:
+        q = q.where(Blob.seq.in_(seqs)).order_by(
+            Blob.at.desc(), Blob.attempt.desc(), Blob.seq.desc()
+        )
+    else:
+        q = q.order_by(Blob.attempt.desc(), Blob.seq.desc())
+    return s.execute(q.limit(1)).scalar_one_or_none()
 
 
 def blobs_of_runs(s: Session, run_ids: Sequence[str]) -> list[Blob]:

@@ -199,14 +199,15 @@ def test_a_log_from_that_is_not_a_byte_offset_is_400(client):
     assert statuses == {"x": 400, "1.5": 400, "-1": 400, "0x10": 400}
 
 
-def test_reading_the_log_of_an_unknown_run_or_step_is_404(client):
+def test_reading_the_log_of_an_unknown_run_is_404_and_of_an_unknown_step_is_empty(client):
     placed(client)
 
     unknown_run = client.get("/v1/runs/nope/steps/1/log")
     unknown_step = client.get("/v1/runs/r1/steps/7/log")
 
     assert unknown_run.status_code == 404 and unknown_run.get_json()["error"]["code"] == 404
-    assert unknown_step.status_code == 404 and unknown_step.get_json()["error"]["code"] == 404
+    assert unknown_step.status_code == 200 and unknown_step.data == b""
+    assert unknown_step.headers["X-Enode-Log-Bytes"] == "0"
 
 
 def test_putting_a_log_of_an_unknown_run_or_step_is_404_and_writes_nothing(client, tmp_path):
@@ -309,14 +310,15 @@ def test_a_blob_of_exactly_max_blob_bytes_is_stored_whole(client):
     assert client.get("/v1/runs/r1/blob/boot.bin").data == data
 
 
-def test_a_blob_name_not_declared_in_the_step_out_is_404_no_such_output(client, sql, ctx):
+def test_a_blob_name_not_declared_in_the_step_out_is_stored_too(client, sql, ctx):
     placed(client)
+    attempt = scalar(sql, "select attempt from steps where run_id = 'r1' and seq = 1")
 
     resp = client.put("/v1/runs/r1/steps/1/blob/other.txt", data=b"x")
 
-    assert resp.status_code == 404
-    assert resp.get_json()["error"]["reason"].startswith("no such output")
-    assert blob_rows(sql, "r1") == [] and blob_files(ctx, "r1") == []
+    assert resp.status_code == 204
+    assert blob_rows(sql, "r1") == [(1, attempt, "other.txt", 1)]
+    assert blob_files(ctx, "r1") == [f"01.{attempt}-other.txt"]
 
 
 ESCAPING_PUTS = [

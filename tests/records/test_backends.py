@@ -1,5 +1,6 @@
 """Every Record store backend behaves alike through ``RecordStore`` (SPEC §11): logs with a cap and a
-truncation note, whole blobs, name checks, the seal and what it refuses, the tar of a sealed Record.
+truncation note, progress chunks of live logs apart from them (SPEC §19.4), whole blobs, name
+checks, the seal and what it refuses and drops, the tar of a sealed Record.
 
 A backend joins by adding a factory to ``BACKENDS``: a context manager that is given a fresh
 ``tmp_path`` and yields an empty store, cleaning up after it."""
@@ -22,6 +23,7 @@ import pytest
 
 from app.records import (
     FilesystemRecords,
+    LogState,
     RecordSealed,
     RecordStore,
     check_name,
@@ -30,6 +32,7 @@ from app.records import (
 
 RUN = "run-0001"
 NOTE = b"\n[mediator: log truncated at %d bytes]\n"
+CAPPED = b'{"type":"enode.capped","bytes":%d}\n'
 WHOLE = 1 << 30  # a read_log limit past any log here: the whole log, never cut
 
 Backend = Callable[[Path], AbstractContextManager[RecordStore]]
@@ -162,7 +165,14 @@ def test_a_bad_log_blob_or_step_name_is_a_value_error(rec: RecordStore, bad: str
         rec.read_blob(RUN, 1, 1, bad)
     with pytest.raises(ValueError):
         rec.seal(RUN, verdict={}, steps=[(1, bad, {})], events=[], manifest_update={})
+    with pytest.raises(ValueError):
+        rec.put_progress(RUN, 1, bad, 0, b"x", 100)
+    with pytest.raises(ValueError):
+        rec.read_progress(RUN, 1, bad, 0)
+    with pytest.raises(ValueError):
+        rec.log_slice(RUN, 1, bad, 0)
     assert not rec.is_sealed(RUN)
+    assert rec.read_progress(RUN, 1, "s", 0) is None
 
 
 @pytest.mark.parametrize("seq", [-1, True, 1.5, "1"])
@@ -171,6 +181,13 @@ def test_a_bad_seq_or_attempt_is_a_value_error(rec: RecordStore, seq: Any) -> No
         rec.append_log(RUN, seq, "s", b"x", 100)
     with pytest.raises(ValueError):
         rec.put_blob(RUN, 1, seq, "b", b"x")
+    with pytest.raises(ValueError):
+        rec.put_progress(RUN, seq, "s", 0, b"x", 100)
+    with pytest.raises(ValueError):
+        rec.put_progress(RUN, 1, "s", seq, b"x", 100)
+    with pytest.raises(ValueError):
+        rec.read_progress(RUN, seq, "s", 0)
+    assert rec.read_progress(RUN, 1, "s", 0) is None
 
 
 def test_odd_run_ids_each_get_their_own_record(store: RecordStore) -> None:
@@ -332,6 +349,158 @@ def test_read_log_default_limit(rec: RecordStore) -> None:
 def test_read_log_bad_offset(rec: RecordStore) -> None:
     with pytest.raises(ValueError):
         rec.read_log(RUN, 1, "s", -1)
+
+
+def test_log_slice_tells_the_log_s_length_and_whether_the_cap_cut_it(rec: RecordStore) -> None:
+    assert rec.log_slice(RUN, 1, "s", 0) == (b"", LogState(0, 0, False))
+    rec.append_log(RUN, 1, "s", b"aaa\nbbb\n", 10)
+    assert rec.log_slice(RUN, 1, "s", 4) == (b"bbb\n", LogState(8, 0, False))
+    assert rec.log_slice(RUN, 1, "s", 0, limit=5) == (b"aaa\n", LogState(8, 0, False))
+    rec.append_log(RUN, 1, "s", b"ccc\n", 10)
+    whole = b"aaa\nbbb\ncc" + NOTE % 10
+    assert rec.log_slice(RUN, 1, "s", 0, limit=WHOLE) == (whole, LogState(len(whole), 0, True))
+    with pytest.raises(ValueError):
+        rec.log_slice(RUN, 1, "s", -1)
+
+
+# -- progress --------------------------------------------------------------------------------------
+
+
+def _progress(rec: RecordStore, seq: int, name: str, offset: int = 0) -> bytes | None:
+    got = rec.read_progress(RUN, seq, name, offset, limit=WHOLE)
+    return None if got is None else got[0]
+
+
+def test_progress_of_one_attempt_is_appended_and_kept_apart_from_the_log(
+    rec: RecordStore,
+) -> None:
+    assert rec.read_progress(RUN, 1, "build", 0) is None
+    assert rec.put_progress(RUN, 1, "build", 0, b"one\n", 1000) == LogState(4, 0, False)
+    assert rec.put_progress(RUN, 1, "build", 0, b"two\n", 1000) == LogState(8, 0, False)
+    assert rec.read_progress(RUN, 1, "build", 0) == (b"one\ntwo\n", LogState(8, 0, False))
+    assert rec.read_progress(RUN, 1, "build", 4) == (b"two\n", LogState(8, 0, False))
+    assert rec.read_progress(RUN, 1, "build", 99) == (b"", LogState(8, 0, False))
+    assert _log(rec, 1, "build") == b""
+    rec.append_log(RUN, 1, "build", b"final\n", 1000)
+    assert _progress(rec, 1, "build") == b"one\ntwo\n"
+    assert rec.put_progress(RUN, 1, "build", 0, b"", 1000) == LogState(8, 0, False)
+
+
+def test_progress_of_different_steps_and_names_is_apart(rec: RecordStore) -> None:
+    rec.put_progress(RUN, 1, "a", 0, b"1a", 10)
+    rec.put_progress(RUN, 2, "a", 5, b"2a", 10)
+    rec.put_progress(RUN, 1, "a.b", 0, b"1ab", 10)
+    assert [_progress(rec, 1, "a"), _progress(rec, 2, "a"), _progress(rec, 1, "a.b")] == [
+        b"1a",
+        b"2a",
+        b"1ab",
+    ]
+    assert rec.read_progress(RUN, 3, "a", 0) is None
+    assert rec.read_progress("nobody", 1, "a", 0) is None
+
+
+def test_a_chunk_of_a_lower_attempt_changes_nothing(rec: RecordStore) -> None:
+    rec.put_progress(RUN, 1, "build", 2, b"aa\n", 1000)
+    late = rec.put_progress(RUN, 1, "build", 1, b"cc\n", 1000)
+    assert late == LogState(3, 2, False)
+    assert rec.read_progress(RUN, 1, "build", 0) == (b"aa\n", LogState(3, 2, False))
+
+
+def test_a_chunk_of_a_higher_attempt_starts_the_progress_afresh(rec: RecordStore) -> None:
+    rec.put_progress(RUN, 1, "build", 0, b"old old\n", 1000)
+    assert rec.put_progress(RUN, 1, "build", 1, b"new\n", 1000) == LogState(4, 1, False)
+    assert rec.read_progress(RUN, 1, "build", 0) == (b"new\n", LogState(4, 1, False))
+    assert rec.put_progress(RUN, 1, "build", 0, b"stale\n", 1000) == LogState(4, 1, False)
+    assert rec.put_progress(RUN, 1, "build", 7, b"", 1000) == LogState(0, 7, False)
+    assert rec.read_progress(RUN, 1, "build", 0) == (b"", LogState(0, 7, False))
+
+
+def test_progress_within_the_cap_is_stored_as_sent(rec: RecordStore) -> None:
+    assert rec.put_progress(RUN, 1, "s", 0, b"half a li", 20) == LogState(9, 0, False)
+    assert rec.put_progress(RUN, 1, "s", 0, b"ne\n" + b"x" * 8, 20) == LogState(20, 0, False)
+    assert _progress(rec, 1, "s") == b"half a line\n" + b"x" * 8
+
+
+def test_progress_past_the_cap_keeps_whole_lines_then_one_cap_line(rec: RecordStore) -> None:
+    state = rec.put_progress(RUN, 1, "s", 0, b"aaaa\nbbbb\ncc", 10)
+    body = b"aaaa\nbbbb\n" + CAPPED % 10
+    assert state == LogState(len(body), 0, True)
+    assert _progress(rec, 1, "s") == body
+    for more in (b"more\n", b"", b"x" * 100):
+        assert rec.put_progress(RUN, 1, "s", 0, more, 10) == LogState(len(body), 0, True)
+    assert rec.read_progress(RUN, 1, "s", 0, limit=WHOLE) == (body, LogState(len(body), 0, True))
+
+
+def test_the_cap_line_closes_a_half_line_first(rec: RecordStore) -> None:
+    rec.put_progress(RUN, 1, "s", 0, b"aaaa\nbb", 200)
+    state = rec.put_progress(RUN, 1, "s", 0, b"x" * 300, 200)  # no newline fits: none of it
+    body = b"aaaa\nbb\n" + CAPPED % 200
+    assert state == LogState(len(body), 0, True) and len(body) < 200
+    assert _progress(rec, 1, "s") == body
+
+
+def test_a_first_chunk_past_the_cap_without_a_newline_is_only_the_cap_line(
+    rec: RecordStore,
+) -> None:
+    assert rec.put_progress(RUN, 1, "s", 3, b"y" * 50, 20) == LogState(len(CAPPED % 20), 3, True)
+    assert _progress(rec, 1, "s") == CAPPED % 20
+    assert rec.put_progress(RUN, 1, "s", 4, b"fresh\n", 20) == LogState(6, 4, False)
+
+
+def test_progress_that_only_looks_like_a_cap_line_inside_a_line_is_not_capped(
+    rec: RecordStore,
+) -> None:
+    text = b"say " + CAPPED % 5
+    assert rec.put_progress(RUN, 1, "s", 0, text, 1000) == LogState(len(text), 0, False)
+    assert rec.put_progress(RUN, 1, "s", 0, b"on\n", 1000) == LogState(len(text) + 3, 0, False)
+
+
+def test_read_progress_limit_cuts_at_a_newline(rec: RecordStore) -> None:
+    rec.put_progress(RUN, 1, "s", 0, b"aaa\nbbb\nccc", 1000)
+    state = LogState(11, 0, False)
+    assert rec.read_progress(RUN, 1, "s", 0, limit=6) == (b"aaa\n", state)
+    assert rec.read_progress(RUN, 1, "s", 0, limit=11) == (b"aaa\nbbb\nccc", state)
+    assert rec.read_progress(RUN, 1, "s", 8, limit=2) == (b"cc", state)
+    assert rec.read_progress(RUN, 1, "s", 0, limit=0) == (b"", state)
+    with pytest.raises(ValueError):
+        rec.read_progress(RUN, 1, "s", -1)
+
+
+def test_concurrent_progress_chunks_threads(rec: RecordStore) -> None:
+    line = b"0123456789abcdef\n"
+    n_threads, per = 8, 40
+    barrier = threading.Barrier(n_threads)
+
+    def worker(i: int) -> None:
+        barrier.wait()
+        for _ in range(per):
+            rec.put_progress(RUN, 1, "c", 0, b"%d:" % i + line, 1 << 30)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(n_threads)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    data = _progress(rec, 1, "c")
+    assert data is not None and len(data) == n_threads * per * (len(line) + 2)
+    lines = data.splitlines(keepends=True)
+    assert all(lines.count(b"%d:" % i + line) == per for i in range(n_threads))
+
+
+def test_the_seal_drops_progress_and_refuses_more(rec: RecordStore) -> None:
+    rec.put_progress(RUN, 1, "build", 0, b"RAW TRANSCRIPT\n", 1000)
+    rec.append_log(RUN, 1, "build", b"final\n", 1000)
+    _seal(rec)
+    assert rec.read_progress(RUN, 1, "build", 0) is None
+    files = _files(rec)
+    assert files["logs/01-build.log"] == b"final\n"
+    assert not [p for p, data in files.items() if b"RAW TRANSCRIPT" in data]
+    assert "logs/01-build.log" in _verify_sums(files)
+    with pytest.raises(RecordSealed):
+        rec.put_progress(RUN, 1, "build", 0, b"late\n", 1000)
+    assert rec.read_progress(RUN, 1, "build", 0) is None
+    _seal(rec)  # again: nothing changes
+    assert _files(rec) == files
 
 
 # -- blobs ---------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """The filesystem Record store (SPEC §11) on disk: its directory layout, atomic writes, locks that hold
-across processes, a half-done seal, modes, the tar of the directory. What every backend does alike
+across processes, a half-done seal, modes, the tar of the directory, and where progress chunks of
+live logs live (SPEC §19.4). What every backend does alike
 through ``RecordStore`` is in tests/records."""
 
 from __future__ import annotations
@@ -113,6 +114,81 @@ def test_concurrent_appends_processes(rec: FilesystemRecords) -> None:
         p.join(30)
         assert p.exitcode == 0
     data = (rec.path(RUN) / "logs" / "01-p.log").read_bytes()
+    assert len(data) == sum(40 * len(b"proc%d-line\n" % i) for i in range(4))
+    assert all(line.startswith(b"proc") and line.endswith(b"-line") for line in data.splitlines())
+
+
+# -- progress ------------------------------------------------------------------------------------
+
+
+def test_progress_lives_beside_the_record_never_inside_it(rec: FilesystemRecords) -> None:
+    rec.put_progress(RUN, 1, "build.step", 2, b"hello\n", 1000)
+    d = rec.root / ".progress" / record_dir_name(RUN)
+    assert rec.progress_path(RUN) == d
+    assert [p.name for p in d.iterdir()] == ["01-build.step.2.log"]
+    assert (d / "01-build.step.2.log").read_bytes() == b"hello\n"
+    assert _mode(d) == 0o700 and _mode(d / "01-build.step.2.log") == 0o600  # a raw transcript
+    assert not [p for p in rec.path(RUN).rglob("*") if p.is_file() and p.name != "manifest.json"]
+
+
+def test_a_higher_attempt_removes_the_older_progress_files(rec: FilesystemRecords) -> None:
+    rec.put_progress(RUN, 1, "build", 0, b"old\n", 1000)
+    rec.put_progress(RUN, 2, "build", 0, b"other step\n", 1000)
+    rec.put_progress(RUN, 1, "build", 3, b"new\n", 1000)
+    names = sorted(p.name for p in rec.progress_path(RUN).iterdir())
+    assert names == ["01-build.3.log", "02-build.0.log"]
+
+
+def test_files_in_the_progress_directory_that_name_no_attempt_are_ignored(
+    rec: FilesystemRecords,
+) -> None:
+    rec.put_progress(RUN, 1, "build", 1, b"x\n", 1000)
+    d = rec.progress_path(RUN)
+    for junk in ("garbage.txt", "01-build.log", "01-build.x.log", "01-build.9.tmp", ".tmp-01"):
+        (d / junk).write_bytes(b"junk\n")
+    assert rec.put_progress(RUN, 1, "build", 1, b"y\n", 1000).total == 4
+    assert rec.read_progress(RUN, 1, "build", 0) == (b"x\ny\n", (4, 1, False))
+
+
+def test_the_seal_removes_the_progress_directory_and_the_tar_never_holds_it(
+    rec: FilesystemRecords,
+) -> None:
+    rec.put_progress(RUN, 1, "build", 0, b"RAW\n", 1000)
+    _seal(rec)
+    assert not rec.progress_path(RUN).exists()
+    with tarfile.open(fileobj=io.BytesIO(b"".join(rec.tar_stream(RUN))), mode="r:") as tar:
+        assert not [n for n in tar.getnames() if "progress" in n]
+    with pytest.raises(RecordSealed):
+        rec.put_progress(RUN, 1, "build", 0, b"late\n", 1000)
+    assert not rec.progress_path(RUN).exists()
+
+
+def test_a_seal_again_drops_progress_left_by_a_seal_that_stopped_halfway(
+    rec: FilesystemRecords,
+) -> None:
+    _seal(rec)
+    left = rec.progress_path(RUN) / "01-build.0.log"  # as if written before a crash mid-seal
+    left.parent.mkdir(parents=True)
+    left.write_bytes(b"x\n")
+    _seal(rec)
+    assert not rec.progress_path(RUN).exists()
+
+
+def _progress_worker(root: str, i: int) -> None:
+    r = FilesystemRecords(root)
+    for _ in range(40):
+        r.put_progress(RUN, 1, "p", 0, b"proc%d-line\n" % i, 1 << 30)
+
+
+def test_concurrent_progress_chunks_processes(rec: FilesystemRecords) -> None:
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_progress_worker, args=(str(rec.root), i)) for i in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(30)
+        assert p.exitcode == 0
+    data = (rec.progress_path(RUN) / "01-p.0.log").read_bytes()
     assert len(data) == sum(40 * len(b"proc%d-line\n" % i) for i in range(4))
     assert all(line.startswith(b"proc") and line.endswith(b"-line") for line in data.splitlines())
 
