@@ -88,6 +88,8 @@ class Run(Base):
     warnings: Mapped[Any] = mapped_column(JSONB, server_default=text("'[]'::jsonb"))
     ledger_scope: Mapped[str] = mapped_column(Text, server_default=text("'run'"))
     queue_timeout_seconds: Mapped[int | None] = mapped_column(Integer)
+    # SPEC §19.1: attempts count from 0; runs created before that revision count from 1.
+    attempt_base: Mapped[int] = mapped_column(Integer, server_default=text("0"))
     created_at: Mapped[datetime] = mapped_column(server_default=func.now())
     promoted_at: Mapped[datetime | None] = mapped_column()
     ended_at: Mapped[datetime | None] = mapped_column()
@@ -131,7 +133,7 @@ class Step(Base):
     node_id: Mapped[str | None] = mapped_column(Text)
     needs: Mapped[list[int]] = mapped_column(ARRAY(Integer), server_default=text("'{}'"))
     state: Mapped[str] = mapped_column(Text, server_default=text("'PENDING'"))
-    attempt: Mapped[int] = mapped_column(Integer, server_default=text("1"))
+    attempt: Mapped[int] = mapped_column(Integer, server_default=text("0"))
     spec: Mapped[Any] = mapped_column(JSONB)
     # SPEC §4: restart detection compares the advertised instance with the one that claimed.
     claimed_instance: Mapped[str | None] = mapped_column(Text)

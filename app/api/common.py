@@ -13,6 +13,7 @@ from flask_smorest import Blueprint
 from marshmallow import ValidationError
 from webargs.flaskparser import FlaskParser
 
+from app.api.schemas import AgentBody
 from app.context import Caller, Context
 from app.contract import check_no_nul, parse_json
 from app.errors import BadRequest, Forbidden, PayloadTooLarge, Unauthorized
@@ -60,7 +61,8 @@ class MediatorParser(FlaskParser):
         raise BadRequest("body is not valid JSON")
 
     def load_json(self, req: Any, schema: Any) -> Any:
-        body = json_body()
+        # A node agent's body is never refused for its text: its schema turns NUL into U+FFFD.
+        body = json_body(nul_allowed=isinstance(schema, AgentBody))
         if not isinstance(body, dict):
             raise BadRequest("body must be a JSON object")
         return body
@@ -70,14 +72,15 @@ class MediatorBlueprint(Blueprint):
     ARGUMENTS_PARSER = MediatorParser()
 
 
-def json_body(*, contract: bool = False) -> Any:
+def json_body(*, contract: bool = False, nul_allowed: bool = False) -> Any:
     """The request body as JSON, bounded by ``max_body_bytes`` (413 over it) and by depth, with
     no NUL in any string; a body that is not JSON is a 400 (SPEC §2). ``contract``: the contract
-    validation checks NUL itself, in its fixed order (SPEC §3)."""
+    validation checks NUL itself, in its fixed order (SPEC §3); ``nul_allowed``: the caller
+    replaces NUL itself (adverts and results, SPEC §19.3)."""
     if "mediator_json" in g:
         return g.mediator_json
     body = parse_json(bounded_body(ctx().config["max_body_bytes"]))
-    if not contract:
+    if not (contract or nul_allowed):
         check_no_nul(body)
     g.mediator_json = body
     return body

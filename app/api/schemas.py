@@ -3,10 +3,31 @@ them (route 21). Request schemas validate; response schemas document what the se
 
 from __future__ import annotations
 
-from marshmallow import EXCLUDE, INCLUDE, Schema, fields, validate
+from typing import Any
+
+from marshmallow import EXCLUDE, INCLUDE, Schema, fields, pre_load, validate
 
 NAME = validate.And(validate.Length(min=1, max=200), validate.Regexp(r"^[A-Za-z0-9._:@-]+$"))
 CAPABILITY = validate.And(validate.Length(min=1, max=200), validate.Regexp(r"^[a-z][a-z0-9._-]*$"))
+
+
+def without_nul(value: Any) -> Any:
+    """Every NUL in the strings of a JSON value (keys included) as U+FFFD (SPEC §19.3)."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd")
+    if isinstance(value, list):
+        return [without_nul(v) for v in value]
+    if isinstance(value, dict):
+        return {without_nul(k): without_nul(v) for k, v in value.items()}
+    return value
+
+
+class AgentBody(Schema):
+    """What a node agent sends is never refused for its text: a NUL becomes U+FFFD first."""
+
+    @pre_load
+    def _without_nul(self, data: Any, **_: Any) -> Any:
+        return without_nul(data)
 
 
 class CapabilitySchema(Schema):
@@ -14,10 +35,12 @@ class CapabilitySchema(Schema):
         unknown = EXCLUDE
 
     capability = fields.String(required=True, validate=CAPABILITY)
+    # ``attrs: null`` is ``{}`` (SPEC §19.2).
     attrs = fields.Dict(
         keys=fields.String(validate=validate.Length(min=1, max=200)),
         values=fields.String(validate=validate.Length(max=1024)),
         load_default=dict,
+        allow_none=True,
     )
 
 
@@ -29,8 +52,9 @@ class PolicySchema(Schema):
     drain = fields.Raw(load_default="", allow_none=True)
 
 
-class NodeAdvertSchema(Schema):
-    """``POST /v1/nodes``; extra fields of older agents are ignored."""
+class NodeAdvertSchema(AgentBody):
+    """``POST /v1/nodes``; extra fields of older agents are ignored. ``capabilities: null`` is no
+    capabilities: the advert is taken and leases renew, the node gets no new work (SPEC §19.2)."""
 
     class Meta:
         unknown = EXCLUDE
@@ -41,7 +65,10 @@ class NodeAdvertSchema(Schema):
     label = fields.String(allow_none=True, validate=validate.Length(max=200))
     instance = fields.String(allow_none=True, validate=validate.Length(max=200))
     capabilities = fields.List(
-        fields.Nested(CapabilitySchema), load_default=list, validate=validate.Length(max=100)
+        fields.Nested(CapabilitySchema),
+        load_default=list,
+        allow_none=True,
+        validate=validate.Length(max=100),
     )
     policy = fields.Nested(PolicySchema, allow_none=True)
 
@@ -168,8 +195,11 @@ class ErrorBodySchema(Schema):
     error = fields.Nested(ErrorDetailSchema)
 
 
-class ResultSchema(Schema):
-    """``POST …/steps/{seq}/result`` from a node agent."""
+class ResultSchema(AgentBody):
+    """``POST …/steps/{seq}/result`` from a node agent. Only the fields the Mediator decides on
+    (``node``, ``exit_code``, ``produced``) are refused for their type; ``error`` of any length
+    within the body limit is taken (stored cut at 64 KiB), and the newer fields are kept when
+    well-formed, else dropped with a log line (SPEC §19.3)."""
 
     class Meta:
         unknown = EXCLUDE
@@ -181,10 +211,13 @@ class ResultSchema(Schema):
         load_default=list,
         validate=validate.Length(max=500),
     )
-    error = fields.String(allow_none=True, validate=validate.Length(max=4096))
+    error = fields.String(allow_none=True)
     harness = fields.Raw(allow_none=True)
     workspace = fields.Raw(allow_none=True)
     changed = fields.Raw(allow_none=True)
+    exited_at = fields.Raw(allow_none=True)
+    diagnostics = fields.Raw(allow_none=True)
+    environment = fields.Raw(allow_none=True)
     nonce = fields.String(allow_none=True, validate=validate.Length(max=200))
 
 
@@ -206,12 +239,14 @@ class ClaimSchema(Schema):
     agent = fields.Dict()
     env = fields.List(fields.String())
     collect = fields.Dict()
-    workspace = fields.Dict(allow_none=True)
+    workspace = fields.Dict()
     in_ = fields.Dict(data_key="in")
     out = fields.List(fields.String())
     schema = fields.Dict()
     attempt = fields.Integer()
     requester = fields.String(allow_none=True)
+    feedback = fields.List(fields.String())
+    check_changed = fields.List(fields.String())
     ledger = fields.List(fields.Dict())
     lease = fields.Nested(LeaseSchema)
 

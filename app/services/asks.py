@@ -6,7 +6,7 @@ from typing import Any
 
 from app.context import Caller, Context
 from app.contract import parse_json
-from app.errors import Conflict, Forbidden, Unprocessable
+from app.errors import BadRequest, Conflict, Forbidden, Unprocessable
 from app.services.execution import Picture
 from app.services.finish import finish_reply
 from app.services.notify import AfterCommit
@@ -52,15 +52,20 @@ def list_asks(ctx: Context, caller: Caller) -> dict[str, Any]:
 
 
 def _shown(ctx: Context, s: Any, run_id: str, name: str) -> dict[str, Any]:
-    """An artifact inlined for the answerer, cut at 32 KiB."""
+    """An artifact inlined for the answerer: a JSON value as itself, anything else (or anything
+    over 32 KiB, then cut and marked ``truncated``) as a string (SPEC §10, §19.7)."""
     blob = newest_blob(s, run_id, name)
     data = ctx.records.read_blob(run_id, blob.seq, blob.attempt, name) if blob else None
     if data is None:
         return {"name": name, "missing": True}
-    item: dict[str, Any] = {"name": name, "content": data[:SHOWN_LIMIT].decode("utf-8", "replace")}
     if len(data) > SHOWN_LIMIT:
-        item["truncated"] = True
-    return item
+        text = data[:SHOWN_LIMIT].decode("utf-8", "replace")
+        return {"name": name, "content": text, "truncated": True}
+    try:
+        # A JSON artifact is inlined as the JSON value itself; text stays a string (SPEC §19.7).
+        return {"name": name, "content": parse_json(data)}
+    except BadRequest:
+        return {"name": name, "content": data.decode("utf-8", "replace")}
 
 
 @retrying

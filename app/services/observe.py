@@ -29,9 +29,10 @@ def _step_view(st: Step, ids: dict[int, str]) -> dict[str, Any]:
         "kind": st.kind,
         "state": st.state,
         "needs": [ids[n] for n in st.needs if n in ids],
-        "attempt": st.attempt,
         "chosen": st.chosen,
     }
+    if st.attempt:  # omitted on a first attempt (SPEC §19.1)
+        out["attempt"] = st.attempt
     if st.uses:
         out["uses"] = st.uses
     if st.node_id:

@@ -216,16 +216,21 @@ def get_blob(ctx: Context, run_id: str, name: str) -> bytes:
 
 
 def ledger(ctx: Context, run_id: str) -> dict[str, Any]:
-    """Artifacts this run can see; ``ledger.scope: work`` puts earlier runs of the same work
-    first (SPEC §11)."""
+    """``GET /v1/runs/{id}/ledger`` (SPEC §11)."""
     with ctx.db.read() as s:
         run = get_run(s, run_id)
         if run is None:
             raise NotFound(f"no such run: {run_id}")
-        runs = [run_id]
-        if run.ledger_scope == "work" and run.work_id:
-            runs = earlier_runs_of_work(s, run.work_id, run_id) + [run_id]
-        blobs = blobs_of_runs(s, runs)
+        return {"entries": ledger_entries(s, run)}
+
+
+def ledger_entries(s: Session, run: Run) -> list[dict[str, Any]]:
+    """Artifacts this run can see; ``ledger.scope: work`` puts earlier runs of the same work
+    first (SPEC §11). Also the claim's ``ledger`` for a step with ``see.ledger: "list"``."""
+    runs = [run.run_id]
+    if run.ledger_scope == "work" and run.work_id:
+        runs = earlier_runs_of_work(s, run.work_id, run.run_id) + [run.run_id]
+    blobs = blobs_of_runs(s, runs)
     order = {r: i for i, r in enumerate(runs)}
     entries = []
     for b in sorted(blobs, key=lambda b: (order[b.run_id], b.at, b.seq, b.name)):
@@ -239,10 +244,10 @@ def ledger(ctx: Context, run_id: str) -> dict[str, Any]:
         }
         if b.schema_ok is not None:
             entry["schema_ok"] = b.schema_ok
-        if b.run_id != run_id:
+        if b.run_id != run.run_id:
             entry["run_id"] = b.run_id
         entries.append(entry)
-    return {"entries": entries}
+    return entries
 
 
 def seal_run(ctx: Context, run_id: str) -> bool:

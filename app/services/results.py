@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 from app.context import Context
 from app.contract import parse_json
 from app.errors import BadRequest, NotClaimed
+from app.logs import log
 from app.models import Run, Step
 from app.services.ending import cancel_run_failed
 from app.services.execution import (
@@ -22,9 +23,10 @@ from app.services.execution import (
 )
 from app.services.finish import finish_reply
 from app.services.notify import AfterCommit
+from app.services.records import ledger_entries
 from app.services.tx import retrying
 from app.states import CLAIMED, DONE, FAILED, PENDING, RUN_FINISHED, RUNNING, SKIPPED
-from app.store.blobs import accepted_blob_names, newest_blob
+from app.store.blobs import accepted_blob_names
 from app.store.leases import lease_of_node
 from app.store.nodes import drain_of
 from app.store.runs import get_run, lock_run
@@ -35,12 +37,16 @@ from app.wire import ts
 
 
 def claim_body(ctx: Context, step: Step, node_id: str) -> dict[str, Any]:
+    """The step as the node agent reads it (SPEC §8, §19.6): ``workspace``, ``feedback``,
+    ``check_changed`` and ``attempt`` only when they have a value, ``ledger`` only for a step
+    with ``see.ledger: "list"``."""
     spec = step.spec
     with ctx.db.read() as s:
         run = get_run(s, step.run_id)
         assert run is not None  # a claimed step's run is never deleted while it runs
         lease = lease_of_node(s, node_id)
-        ledger = _ledger_for(s, ctx, run, spec) if (spec.get("in") or {}).get("from") else None
+        see = spec.get("see") or {}
+        ledger = ledger_entries(s, run) if see.get("ledger") == "list" else None
     body: dict[str, Any] = {
         "step_id": f"{step.run_id}#{step.seq:02d}",
         "run_id": step.run_id,
@@ -51,11 +57,9 @@ def claim_body(ctx: Context, step: Step, node_id: str) -> dict[str, Any]:
         step.kind: spec[step.kind],
         "env": spec.get("env") or [],
         "collect": spec.get("collect") or {},
-        "workspace": spec.get("workspace"),
         "in": spec.get("in") or {},
         "out": spec.get("out") or [],
         "schema": spec.get("schema") or {},
-        "attempt": step.attempt,
         "requester": run.principal,
         "envelope_key": step.envelope_key,
         "lease": {
@@ -66,27 +70,28 @@ def claim_body(ctx: Context, step: Step, node_id: str) -> dict[str, Any]:
             "nonce": lease.nonce if lease else None,
         },
     }
+    if spec.get("workspace"):
+        body["workspace"] = spec["workspace"]
+    if step.attempt:
+        body["attempt"] = step.attempt
+    if spec.get("feedback"):
+        body["feedback"] = spec["feedback"]
+    changed = check_changed(run.contract, step.step_id)
+    if changed:
+        body["check_changed"] = changed
     if ledger is not None:
         body["ledger"] = ledger
     return body
 
 
-def _ledger_for(s: Session, ctx: Context, run: Run, spec: dict[str, Any]) -> list[dict[str, Any]]:
-    """The artifacts a step asks for in ``in.from``: where to fetch the newest of each name."""
-    out = []
-    for name in spec["in"]["from"]:
-        blob = newest_blob(s, run.run_id, name)
-        if blob is not None:
-            out.append(
-                {
-                    "name": name,
-                    "seq": blob.seq,
-                    "attempt": blob.attempt,
-                    "bytes": blob.bytes,
-                    "path": f"/v1/runs/{run.run_id}/blob/{name}",
-                }
-            )
-    return out
+def check_changed(contract: dict[str, Any], step_id: str) -> list[str]:
+    """The paths of ``success_when[].changed`` for this step, in order, once each: what the
+    agent checks for change and reports in ``changed`` (SPEC §19.6)."""
+    paths: dict[str, None] = {}
+    for cond in contract.get("success_when") or []:
+        if isinstance(cond, dict) and cond.get("step") == step_id:
+            paths.update(dict.fromkeys(cond.get("changed") or []))
+    return list(paths)
 
 
 def claim_once(ctx: Context, node_id: str, instance: str | None) -> dict[str, Any] | None:
@@ -141,7 +146,7 @@ def _rollback(
     exhausted = []
     loop = st.spec.get("loop")
     if loop and error is None and not _until_met(loop.get("until") or {}, exit_code, produced):
-        if st.attempt < loop["max"]:
+        if _attempts_left(pic.run, st, loop["max"]):
             start = pic.by_id[loop["back_to"]].seq
             return _range(pic, start, st.seq), []
         exhausted.append(st)
@@ -150,10 +155,17 @@ def _rollback(
         for validated in pic.ordered():
             if validated.spec.get("validate_with") != st.step_id:
                 continue
-            if validated.attempt < int(validated.spec.get("max_attempts", 1)):
+            if _attempts_left(pic.run, validated, int(validated.spec.get("max_attempts", 1))):
                 return _range(pic, validated.seq, st.seq), []
             exhausted.append(validated)
     return [], exhausted
+
+
+def _attempts_left(run: Run, st: Step, allowed: int) -> bool:
+    """Whether a reset may happen: N allowed attempts are 0 … N−1, so one more is allowed while
+    attempt + 1 < N (SPEC §19.1), counted from the run's base (1 for runs created before
+    attempts were counted from 0)."""
+    return st.attempt - run.attempt_base + 1 < allowed
 
 
 def _range(pic: Picture, first: int, last: int) -> list[int]:
@@ -305,7 +317,7 @@ def _report(
         if body.get("nonce") is not None and body["nonce"] != lease.nonce:
             # Fencing: a result from an earlier lease of this node (SPEC §8).
             raise NotClaimed(f"lease nonce is not current for {node} in {run_id}")
-        result = {k: body[k] for k in ("harness", "workspace", "changed") if k in body}
+        result = result_document(body, f"{run_id}#{seq:02d}")
         return complete_step(
             s,
             ctx,
@@ -314,11 +326,55 @@ def _report(
             after,
             expect=CLAIMED,
             exit_code=body.get("exit_code"),
-            error=body.get("error") or None,
+            error=bounded_error(body.get("error")),
             reported=[n for n in body.get("produced") or [] if n in (st.spec.get("out") or [])],
             node=node,
-            result=result or None,
+            result=result,
         )
+
+
+ERROR_LIMIT = 64 * 1024
+
+
+def bounded_error(text: str | None) -> str | None:
+    """A result's ``error`` as stored: any length is taken, cut at 64 KiB of UTF-8 with a note
+    saying how long it was (SPEC §19.3); empty is no error."""
+    if not text:
+        return None
+    data = text.encode()
+    if len(data) <= ERROR_LIMIT:
+        return text
+    kept = data[:ERROR_LIMIT].decode(errors="ignore")
+    return kept + f"\n[error truncated at 64 KiB: {len(data)} bytes in all]"
+
+
+# The result fields kept verbatim in the step's document when well-formed (SPEC §19.3).
+_RESULT_FIELDS: dict[str, tuple[type, ...]] = {
+    "harness": (dict, list, str, int, float, bool),
+    "workspace": (str, dict),
+    "changed": (list,),
+    "exited_at": (str,),
+    "diagnostics": (dict, list, str),
+    "environment": (dict, list, str),
+}
+
+
+def result_document(body: dict[str, Any], step: str) -> dict[str, Any] | None:
+    """The newer result fields as the step keeps them; a malformed one is dropped with a log
+    line, never refused (the agent would rerun the step)."""
+    out: dict[str, Any] = {}
+    for key, kinds in _RESULT_FIELDS.items():
+        value: Any = body.get(key)
+        if value is None:
+            continue
+        ok = isinstance(value, kinds)
+        if ok and key == "changed":
+            ok = all(isinstance(p, str) for p in value)
+        if ok:
+            out[key] = value
+        else:
+            log.warning("result field dropped: malformed", step=step, field=key)
+    return out or None
 
 
 def _drains_at_boundary(s: Session, node_id: str | None) -> bool:

@@ -180,8 +180,8 @@ def _claimable(node_id: str):  # type: ignore[no-untyped-def]
 
 
 def held_step(s: Session, node_id: str, instance: str) -> Step | None:
-    """The step this node instance already holds (CLAIMED, run RUNNING, lease held): redelivered
-    unchanged when the earlier claim response was lost."""
+    """The step this node instance already holds (CLAIMED, run RUNNING, lease held and not past
+    its ``not_after``): redelivered unchanged when the earlier claim response was lost."""
     q = (
         select(Step)
         .join(Run, Run.run_id == Step.run_id)
@@ -191,6 +191,7 @@ def held_step(s: Session, node_id: str, instance: str) -> Step | None:
             Step.state == CLAIMED,
             Step.claimed_instance == instance,
             Run.state == RUNNING,
+            Lease.not_after > func.now(),  # SPEC §19.6: never a step whose lease has run out
         )
         .order_by(Run.created_at, Step.seq)
         .limit(1)

@@ -566,7 +566,7 @@ def test_an_answer_is_stored_as_the_out_blob_and_the_step_is_done_by_the_princip
     assert blob.status_code == 200 and blob.data == APPROVE
     row = step_row(sql, "r1", 1)
     assert (row["state"], row["answered_by"]) == ("DONE", "qa@example.com")
-    assert blob_rows(sql, "r1") == [(1, 1, "decision", "qa@example.com", len(APPROVE))]
+    assert blob_rows(sql, "r1") == [(1, 0, "decision", "qa@example.com", len(APPROVE))]
     assert open_asks(client) == []
 
 
@@ -655,14 +655,14 @@ def test_an_ask_step_reset_by_a_rollback_is_asked_again_and_can_be_answered(clie
     rolled = report(client, "r1", 2, "n1", exit_code=1)
     assert rolled.get_json() == {"run_id": "r1", "seq": 2, "rolled_back": True}
 
-    assert attempts(sql, "r1") == {"approve": ("ASKED", 2), "build": ("PENDING", 2)}
+    assert attempts(sql, "r1") == {"approve": ("ASKED", 1), "build": ("PENDING", 1)}
     asks = client.get("/v1/asks").get_json()["asks"]
     assert [(a["run_id"], a["seq"], a["step"]) for a in asks] == [("r1", 1, "approve")]
     again = client.post("/v1/runs/r1/steps/1/answer", json={"go": True})
     assert again.status_code == 200, again.get_json()
     assert again.get_json() == {"run_id": "r1", "seq": 1, "run_state": ""}
     build = claimed(client, "n1")
-    assert (build["name"], build["attempt"]) == ("build", 2)
+    assert (build["name"], build["attempt"]) == ("build", 1)
 
 
 # ---------------------------------------------------------------- deadlines

@@ -288,8 +288,8 @@ def test_a_valid_blob_is_204_and_stored_in_the_record_and_the_ledger(client, sql
     resp = client.put("/v1/runs/r1/steps/1/blob/result.json", data=b'{"ok": true}')
 
     assert resp.status_code == 204 and resp.data == b""
-    assert blob_rows(sql, "r1") == [(1, 1, "result.json", 12)]
-    assert (ctx.records.path("r1") / "blobs" / "01.1-result.json").read_bytes() == b'{"ok": true}'
+    assert blob_rows(sql, "r1") == [(1, 0, "result.json", 12)]
+    assert (ctx.records.path("r1") / "blobs" / "01.0-result.json").read_bytes() == b'{"ok": true}'
 
 
 def test_a_blob_over_max_blob_bytes_is_413_and_nothing_is_stored(client, sql, ctx):
@@ -352,7 +352,7 @@ def test_a_blob_put_after_the_run_finished_is_410_and_changes_nothing(client, sq
 
     assert resp.status_code == 410 and resp.get_json() == GONE
     assert client.get("/v1/runs/r1/blob/result.json").data == b'{"ok": true}'
-    assert blob_rows(sql, "r1") == [(1, 1, "result.json", 12)]
+    assert blob_rows(sql, "r1") == [(1, 0, "result.json", 12)]
 
 
 @pytest.mark.parametrize(
@@ -418,20 +418,20 @@ def test_get_blob_returns_the_newest_attempt_of_that_name(client, sql):
         },
     ]
     submit(client, contract("r1", role("dut"), steps=steps), 201)
-    for attempt, exit_code in ((1, 1), (2, 0)):
+    for attempt, exit_code in ((0, 1), (1, 0)):
         assert claimed(client, "n1", "n1-i")["seq"] == 1
         done(client, "r1", 1, "n1")
         body = claimed(client, "n1", "n1-i")
-        assert (body["seq"], body["attempt"]) == (2, attempt)
+        assert (body["seq"], body.get("attempt", 0)) == (2, attempt)
         data = b"attempt %d\n" % attempt
         assert client.put("/v1/runs/r1/steps/2/blob/out.txt", data=data).status_code == 204
         reply = done(client, "r1", 2, "n1", exit_code=exit_code, produced=["out.txt"])
-        assert reply.get("rolled_back") is (True if attempt == 1 else None)
+        assert reply.get("rolled_back") is (True if attempt == 0 else None)
 
     resp = client.get("/v1/runs/r1/blob/out.txt")
 
-    assert resp.status_code == 200 and resp.data == b"attempt 2\n"
-    assert blob_rows(sql, "r1") == [(2, 1, "out.txt", 10), (2, 2, "out.txt", 10)]
+    assert resp.status_code == 200 and resp.data == b"attempt 1\n"
+    assert blob_rows(sql, "r1") == [(2, 0, "out.txt", 10), (2, 1, "out.txt", 10)]
 
 
 def test_get_blob_of_an_unknown_run_or_name_is_404(client):
@@ -563,11 +563,11 @@ def test_a_finished_run_s_record_is_a_tar_of_its_files_under_run_id(client):
         "run-r1/verdict.json",
         "run-r1/steps/01-boot.json",
         "run-r1/logs/01-step.log",
-        "run-r1/blobs/01.1-result.json",
+        "run-r1/blobs/01.0-result.json",
         "run-r1/SHA256SUMS",
     } <= files
     assert members["run-r1/logs/01-step.log"] == b"booting\nup\n"
-    assert members["run-r1/blobs/01.1-result.json"] == b'{"ok": true}'
+    assert members["run-r1/blobs/01.0-result.json"] == b'{"ok": true}'
     assert json.loads(members["run-r1/verdict.json"])["state"] == "SUCCEEDED"
     step = json.loads(members["run-r1/steps/01-boot.json"])
     assert (step["state"], step["node"], step["exit_code"]) == ("DONE", "n1", 0)
@@ -648,8 +648,8 @@ def test_the_ledger_lists_each_stored_artifact_with_its_metadata(client, sql):
     entries = sorted(resp.get_json()["entries"], key=lambda e: e["name"])
     ats = [e.pop("at") for e in entries]
     assert entries == [
-        {"seq": 1, "attempt": 1, "name": "boot.bin", "by": "n1", "bytes": 100},
-        {"seq": 1, "attempt": 1, "name": "result.json", "by": "n1", "bytes": 12, "schema_ok": True},
+        {"seq": 1, "attempt": 0, "name": "boot.bin", "by": "n1", "bytes": 100},
+        {"seq": 1, "attempt": 0, "name": "result.json", "by": "n1", "bytes": 12, "schema_ok": True},
     ]
     assert all(at.endswith("Z") for at in ats)
 

@@ -57,7 +57,7 @@ def test_a_claim_makes_a_pending_step_claimed_with_started_at(client, sql):
 
     body = claimed(client, "n1")
 
-    assert body["step_id"] == "r1#01" and body["attempt"] == 1
+    assert body["step_id"] == "r1#01" and "attempt" not in body
     row = step_rows(sql, "r1")["flash"]
     assert row["state"] == "CLAIMED" and row["started_at"] is not None and row["ended_at"] is None
 
@@ -402,7 +402,7 @@ def test_an_at_boundary_drain_cancels_the_run_instead_of_rolling_its_loop_back(c
 # ---------------------------------------------------------------- the run view of steps (SPEC §14)
 
 
-def test_the_run_view_shows_each_step_with_kind_attempt_chosen_and_times(client, sql):
+def test_the_run_view_shows_each_step_with_kind_chosen_and_times_and_no_attempt_0(client, sql):
     advertise(client, "n1", cap("board"))
     submit(client, two_steps("r1"), 201)
     claimed(client, "n1")
@@ -414,7 +414,7 @@ def test_the_run_view_shows_each_step_with_kind_attempt_chosen_and_times(client,
     flash, boot = steps
     assert (flash["seq"], flash["id"], flash["kind"], flash["state"]) == (1, "flash", "run", "DONE")
     assert (boot["seq"], boot["id"], boot["kind"], boot["state"]) == (2, "boot", "run", "CLAIMED")
-    assert flash["attempt"] == 1 and flash["chosen"] is False and flash["node"] == "n1"
+    assert "attempt" not in flash and flash["chosen"] is False and flash["node"] == "n1"
     assert flash["needs"] == [] and boot["needs"] == ["flash"]
     assert flash["started_at"].endswith("Z") and flash["ended_at"] >= flash["started_at"]
     assert boot["started_at"].endswith("Z") and "ended_at" not in boot
@@ -428,4 +428,4 @@ def test_the_run_view_of_a_pending_step_has_no_times(client):
 
     assert [s["state"] for s in steps] == ["PENDING", "PENDING"]
     assert all("started_at" not in s and "ended_at" not in s for s in steps)
-    assert all(s["attempt"] == 1 and s["chosen"] is False for s in steps)
+    assert all("attempt" not in s and s["chosen"] is False for s in steps)

@@ -71,9 +71,9 @@ def test_a_loop_with_until_unmet_resets_back_to_through_itself_with_attempt_plus
     assert resp.status_code == 200
     assert resp.get_json() == {"run_id": "r1", "seq": 2, "rolled_back": True}
     assert attempts(sql, "r1") == {
-        "build": ("PENDING", 2),
-        "test": ("PENDING", 2),
-        "after": ("PENDING", 1),
+        "build": ("PENDING", 1),
+        "test": ("PENDING", 1),
+        "after": ("PENDING", 0),
     }
     steps = step_rows(sql, "r1")
     assert steps["test"]["exit_code"] is None and steps["test"]["started_at"] is None
@@ -89,7 +89,7 @@ def test_a_rolled_back_step_is_claimed_again_with_its_new_attempt(client, sql):
 
     body = claimed(client, "n1")
 
-    assert (body["name"], body["attempt"]) == ("build", 2)
+    assert (body["name"], body["attempt"]) == ("build", 1)
 
 
 def test_a_loop_rollback_wakes_nothing(client, sql):
@@ -128,9 +128,9 @@ def test_a_loop_with_until_met_goes_on(client, sql):
 
     assert resp.get_json() == {"run_id": "r1", "seq": 2, "run_state": ""}
     assert attempts(sql, "r1") == {
-        "build": ("DONE", 1),
-        "test": ("DONE", 1),
-        "after": ("PENDING", 1),
+        "build": ("DONE", 0),
+        "test": ("DONE", 0),
+        "after": ("PENDING", 0),
     }
     assert claimed(client, "n1")["name"] == "after"
 
@@ -156,7 +156,7 @@ def test_a_loop_until_produced_is_unmet_by_a_blob_its_schema_rejected(client, sq
     reply = done(client, "r1", 2, "n1", exit_code=0, produced=["report.json"])
 
     assert reply == {"run_id": "r1", "seq": 2, "rolled_back": True}
-    assert attempts(sql, "r1")["test"] == ("PENDING", 2)
+    assert attempts(sql, "r1")["test"] == ("PENDING", 1)
 
 
 def test_a_loop_at_its_max_leaves_the_step_done_and_the_run_goes_on(client, sql):
@@ -170,9 +170,9 @@ def test_a_loop_at_its_max_leaves_the_step_done_and_the_run_goes_on(client, sql)
 
     assert resp.get_json() == {"run_id": "r1", "seq": 2, "run_state": ""}
     assert attempts(sql, "r1") == {
-        "build": ("DONE", 2),
-        "test": ("DONE", 2),
-        "after": ("PENDING", 1),
+        "build": ("DONE", 1),
+        "test": ("DONE", 1),
+        "after": ("PENDING", 0),
     }
     assert step_rows(sql, "r1")["test"]["exit_code"] == 1
     assert claimed(client, "n1")["name"] == "after"
@@ -250,11 +250,11 @@ def test_a_loop_rollback_leaves_an_acquire_step_in_its_range_done(client, sql):
 
     assert reply["rolled_back"] is True
     assert attempts(sql, "r1") == {
-        "prep": ("PENDING", 2),
-        "grab": ("DONE", 1),
-        "check": ("PENDING", 2),
-        "measure": ("PENDING", 1),
-        "fallback": ("SKIPPED", 1),
+        "prep": ("PENDING", 1),
+        "grab": ("DONE", 0),
+        "check": ("PENDING", 1),
+        "measure": ("PENDING", 0),
+        "fallback": ("SKIPPED", 0),
     }
     assert leases(sql) == [("n1", "r1"), ("s1", "r1")]
 
@@ -297,11 +297,11 @@ def test_a_loop_rollback_keeps_the_branch_an_acquire_did_not_take_skipped(client
 
     # The acquire is not done again, so its decision stands: the fallback branch is not run.
     assert attempts(sql, "r1") == {
-        "prep": ("PENDING", 2),
-        "grab": ("DONE", 1),
-        "measure": ("PENDING", 2),
-        "fallback": ("SKIPPED", 1),
-        "check": ("PENDING", 2),
+        "prep": ("PENDING", 1),
+        "grab": ("DONE", 0),
+        "measure": ("PENDING", 1),
+        "fallback": ("SKIPPED", 0),
+        "check": ("PENDING", 1),
     }
 
 
@@ -341,10 +341,10 @@ def test_a_loop_rollback_inside_a_dispatched_branch_keeps_the_other_branch_skipp
 
     # triage is before the loop and is not asked again: its choice stands.
     assert attempts(sql, "r1") == {
-        "triage": ("DONE", 1),
-        "fast": ("PENDING", 2),
-        "slow": ("SKIPPED", 1),
-        "check": ("PENDING", 2),
+        "triage": ("DONE", 0),
+        "fast": ("PENDING", 1),
+        "slow": ("SKIPPED", 0),
+        "check": ("PENDING", 1),
     }
     view = client.get("/v1/runs/r1").get_json()
     assert {st["id"]: st["chosen"] for st in view["steps"]} == {
@@ -398,9 +398,9 @@ def test_a_validator_with_a_nonzero_exit_resets_the_validated_step_through_itsel
     assert resp.status_code == 200
     assert resp.get_json() == {"run_id": "r1", "seq": 3, "rolled_back": True}
     assert attempts(sql, "r1") == {
-        "flash": ("PENDING", 2),
-        "boot": ("PENDING", 2),
-        "verify": ("PENDING", 2),
+        "flash": ("PENDING", 1),
+        "boot": ("PENDING", 1),
+        "verify": ("PENDING", 1),
     }
     assert (claimed(client, "n1")["name"], run_row(sql, "r1")["state"]) == ("flash", "RUNNING")
 
@@ -413,7 +413,7 @@ def test_a_validator_that_reports_an_error_resets_instead_of_failing(client, sql
     resp = report(client, "r1", 3, "n1", exit_code=None, error="verify: board did not answer")
 
     assert resp.get_json() == {"run_id": "r1", "seq": 3, "rolled_back": True}
-    assert attempts(sql, "r1")["verify"] == ("PENDING", 2)
+    assert attempts(sql, "r1")["verify"] == ("PENDING", 1)
     assert run_row(sql, "r1")["state"] == "RUNNING"
 
 
@@ -438,7 +438,7 @@ def test_a_validator_that_passes_lets_the_run_succeed_on_the_first_attempt(clien
     reply = done(client, "r1", 3, "n1", exit_code=0)
 
     assert reply["run_state"] == "SUCCEEDED"
-    assert attempts(sql, "r1") == {"flash": ("DONE", 1), "boot": ("DONE", 1), "verify": ("DONE", 1)}
+    assert attempts(sql, "r1") == {"flash": ("DONE", 0), "boot": ("DONE", 0), "verify": ("DONE", 0)}
 
 
 def test_a_validator_failing_at_max_attempts_no_longer_rolls_back(client, sql):
@@ -451,7 +451,7 @@ def test_a_validator_failing_at_max_attempts_no_longer_rolls_back(client, sql):
     resp = report(client, "r1", 3, "n1", exit_code=2)
 
     assert "rolled_back" not in resp.get_json()
-    assert attempts(sql, "r1") == {"flash": ("DONE", 2), "boot": ("DONE", 2), "verify": ("DONE", 2)}
+    assert attempts(sql, "r1") == {"flash": ("DONE", 1), "boot": ("DONE", 1), "verify": ("DONE", 1)}
 
 
 def test_a_validated_step_out_of_attempts_fails_within_attempts(client, sql):
@@ -497,7 +497,7 @@ def test_max_attempts_defaults_to_one_so_a_failing_validator_does_not_roll_back(
     reply = report(client, "r1", 3, "n1", exit_code=2).get_json()
 
     assert "rolled_back" not in reply
-    assert attempts(sql, "r1")["flash"] == ("DONE", 1)
+    assert attempts(sql, "r1")["flash"] == ("DONE", 0)
 
 
 # ---------------------------------------------------------------- dispatch
@@ -956,10 +956,10 @@ def test_an_acquire_whose_lease_insert_meets_a_concurrent_lease_means_unavailabl
     assert resp.status_code == 200, resp.get_json()
     assert resp.get_json() == {"run_id": "r1", "seq": 1, "run_state": ""}
     assert attempts(sql, "r1") == {
-        "prep": ("DONE", 1),
-        "get-scope": ("DONE", 1),
-        "with-scope": ("SKIPPED", 1),
-        "without-scope": ("PENDING", 1),
+        "prep": ("DONE", 0),
+        "get-scope": ("DONE", 0),
+        "with-scope": ("SKIPPED", 0),
+        "without-scope": ("PENDING", 0),
     }
     blob = client.get("/v1/runs/r1/blob/get-scope")
     assert blob.status_code == 200 and json.loads(blob.data) == {"state": "unavailable"}

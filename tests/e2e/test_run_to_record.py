@@ -76,7 +76,7 @@ def test_a_two_step_run_goes_from_submit_to_a_sealed_record(client, sql):
             "run-kernel-1/SHA256SUMS",
             "run-kernel-1/manifest.json",
         } <= names
-        assert tar.extractfile("run-kernel-1/blobs/02.1-result.json").read() == b'{"ok": true}'
+        assert tar.extractfile("run-kernel-1/blobs/02.0-result.json").read() == b'{"ok": true}'
         assert tar.extractfile("run-kernel-1/logs/01-step.log").read() == b"flashing\n"
     ledger = client.get("/v1/runs/kernel-1/ledger").get_json()["entries"]
     assert [(e["seq"], e["name"], e["bytes"], e.get("schema_ok")) for e in ledger] == [
