@@ -1,0 +1,3 @@
+"""Compatibility suite (SPEC §19): the original fleet's node agent (enode) and submitter CLI
+(runctl) played against a real Mediator, request for request as their Go code builds them, each
+answer decoded the way their Go types decode it."""
