@@ -12,6 +12,7 @@ from typing import NamedTuple
 from app.context import Context
 from app.contract.types import role_from_wire
 from app.errors import ConfigError
+from app.faults import fault
 from app.logs import log
 from app.match import Advert, Reject, candidate_order, match, width_exceeded
 from app.services.execution import start_steps
@@ -64,6 +65,16 @@ class ScanReport:
     queued: int = 0  # QUEUED runs when the scan began
     errors: int = 0
     seconds: float = 0.0
+    # Nodes freed by the scan's own promotions (a run that ended inside its promotion) and runs
+    # that met a taken node twice: the queue must be looked at again with a fresh snapshot.
+    freed: set[str] = field(default_factory=set)
+    again: bool = False
+    passes: int = 0
+
+
+# A scan looks again while its last pass freed nodes or met a node taken twice; each pass
+# promotes or gives up on at least one run, and past this bound the reaper's wake takes over.
+MAX_PASSES = 8
 
 
 @retrying
@@ -94,6 +105,7 @@ def promote(
             bind_steps(s, run.run_id, node_for_role(assignment))
             add_event(s, run.run_id, QUEUED, RUNNING, f"promoted: {cause}", None)
             start_steps(s, ctx, run.run_id, after)
+            fault("promote.before_commit")
     except NotQueued:
         return Promotion(Outcome.NOT_QUEUED, [], set(), set())
     except NodeTaken:
@@ -106,6 +118,10 @@ def promote(
 
 
 def _scan(ctx: Context, report: ScanReport) -> None:
+    """One pass over the queue: the head of each shape in arrival order, each shape until its
+    oldest run does not fit."""
+    report.passes += 1
+    report.again = False
     timeout = ctx.config["database.statement_timeout_seconds"]
     with ctx.db.begin() as s:
         set_statement_timeout(s, timeout)
@@ -127,12 +143,15 @@ def _scan(ctx: Context, report: ScanReport) -> None:
         _, _, run = heapq.heappop(heap)
         report.looked += 1
         try:
-            outcome, nodes, claim_nodes, _ = promote(ctx, run, adverts, unavailable, report.cause)
+            outcome, nodes, claim_nodes, freed = promote(
+                ctx, run, adverts, unavailable, report.cause
+            )
         except Exception:
-            # Failure isolation: one bad run must not stop the scan.
+            # Failure isolation: one bad run must not stop the scan (its error leaves a wake
+            # debt, see wake_queued).
             log.exception("promotion failed", run_id=run.run_id, cause=report.cause)
             report.errors += 1
-            outcome, nodes, claim_nodes = Outcome.NOT_QUEUED, [], set()
+            outcome, nodes, claim_nodes, freed = Outcome.NOT_QUEUED, [], set(), set()
         if outcome in (Outcome.NO_FIT, Outcome.WIDTH_CAP):
             continue
         if outcome is Outcome.NODE_TAKEN:
@@ -144,10 +163,20 @@ def _scan(ctx: Context, report: ScanReport) -> None:
                 retried_taken.add(run.run_id)
                 heapq.heappush(heap, (run.created_at, run.run_id, run))
                 continue
+            # Taken twice: a younger run of its shape must not pass it, so the shape waits for
+            # the next pass, which starts from a fresh snapshot of the fleet.
+            report.again = True
+            continue
         if outcome is Outcome.PROMOTED:
             unavailable.update(nodes)
             report.promoted.append(run.run_id)
             report.claim_nodes |= claim_nodes
+            if freed:
+                # The run ended inside its promotion: its nodes are free again for this pass,
+                # and the shapes this pass already gave up on get another look.
+                unavailable -= freed
+                report.freed |= freed
+                report.again = True
         with ctx.db.begin() as s:
             nxt = next_queued_of_shape(s, run.requires_key, run)
         if nxt is not None:
@@ -168,9 +197,15 @@ def wake_queued(ctx: Context, cause: str, *, notify: bool = True) -> ScanReport:
         return report
     try:
         _scan(ctx, report)
+        while report.again and report.passes < MAX_PASSES:
+            _scan(ctx, report)
     finally:
         ctx.gate.leave()
         report.seconds = time.monotonic() - started
+    if report.errors or report.again:
+        # SPEC §7: a scan that could not finish its work leaves a debt the reaper pays.
+        why = "promotion errors" if report.errors else "the queue changed during the scan"
+        _record_debt(ctx, f"{cause}: {why}")
     if notify:
         notify_claimable(ctx, report.claim_nodes)
     log.info(
@@ -181,9 +216,18 @@ def wake_queued(ctx: Context, cause: str, *, notify: bool = True) -> ScanReport:
         looked=report.looked,
         promoted=len(report.promoted),
         errors=report.errors,
+        passes=report.passes,
         ms=round(report.seconds * 1000, 1),
     )
     return report
+
+
+def _record_debt(ctx: Context, why: str) -> None:
+    try:
+        with ctx.db.begin() as s:
+            set_wake_debt(s, why)
+    except Exception:
+        log.exception("could not record the wake debt", why=why)
 
 
 def wake_after_commit(ctx: Context, cause: str, *, notify: bool = True) -> ScanReport | None:
@@ -193,9 +237,5 @@ def wake_after_commit(ctx: Context, cause: str, *, notify: bool = True) -> ScanR
         return wake_queued(ctx, cause, notify=notify)
     except Exception as exc:
         log.exception("wake scan failed", cause=cause)
-        try:
-            with ctx.db.begin() as s:
-                set_wake_debt(s, f"{cause}: {type(exc).__name__}")
-        except Exception:
-            log.exception("could not record the wake debt", cause=cause)
+        _record_debt(ctx, f"{cause}: {type(exc).__name__}")
         return None

@@ -1,0 +1,99 @@
+"""What a wake scan must not leave behind (SPEC §7): nodes freed by a run that ends inside its own
+promotion are seen by the same scan, and a scan whose promotion failed on a transient error leaves
+a wake debt that the reaper's next pass pays."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+import pytest
+
+from app.config import to_libpq_url
+from app.services.reaper import reap_pass
+from tests.helpers import advertise, cap, contract, one_step, role, state_of, submit
+from tests.rows import leases, scalar
+
+
+def crossing_acquires(run_id: str) -> dict[str, Any]:
+    """Two acquire steps over the same two targets: the scope is got (its ``unavailable`` target,
+    ``probe_only``, is SKIPPED), the probe is not (its ``acquired`` target, ``scope_only``, is
+    SKIPPED). Every step settles at once, so the run ends inside the transaction that promotes
+    it."""
+    return contract(
+        run_id,
+        role("dut"),
+        steps=[
+            {
+                "id": "grab_scope",
+                "acquire": {
+                    "want": {"as": "scope", "capability": "scope"},
+                    "acquired": "scope_only",
+                    "unavailable": "probe_only",
+                },
+            },
+            {
+                "id": "grab_probe",
+                "acquire": {
+                    "want": {"as": "probe", "capability": "probe"},
+                    "acquired": "scope_only",
+                    "unavailable": "probe_only",
+                },
+            },
+            {"id": "scope_only", "uses": "dut", "run": ["measure"]},
+            {"id": "probe_only", "uses": "dut", "run": ["probe"]},
+        ],
+    )
+
+
+def test_a_run_that_ends_inside_its_promotion_frees_its_nodes_for_the_same_scan(client, sql):
+    advertise(client, "n1", cap("board"))
+    advertise(client, "s1", cap("scope"))
+    submit(client, one_step("holder"), 201)
+    accepted = submit(client, crossing_acquires("instant"), 202).get_json()
+    assert accepted["state"] == "QUEUED" and accepted["warnings"]
+    submit(client, one_step("next"), 202)
+
+    # The holder's cancel frees n1: "instant" is promoted, ends at once and frees n1 (and s1)
+    # again; the same wake must then place "next" on n1.
+    assert client.post("/v1/runs/holder/cancel").status_code == 200
+
+    assert state_of(client, "instant") == "SUCCEEDED"
+    assert state_of(client, "next") == "RUNNING"
+    assert leases(sql) == [("n1", "next")]
+
+
+@pytest.fixture
+def config_overrides() -> dict[str, Any]:
+    return {"database.statement_timeout_seconds": 0.3}
+
+
+@contextmanager
+def run_row_locked(db_url: str, run_id: str) -> Iterator[None]:
+    """Another session holds the run's row lock: the promotion's conditional UPDATE waits on it
+    and fails on the scan's statement timeout (a transient error)."""
+    with psycopg.connect(to_libpq_url(db_url)) as conn:
+        conn.execute("SET idle_in_transaction_session_timeout = '10s'")
+        conn.execute("SELECT 1 FROM runs WHERE run_id = %s FOR UPDATE", (run_id,))
+        yield
+        conn.rollback()
+
+
+def test_a_promotion_that_fails_on_a_transient_error_leaves_a_debt_the_reaper_pays(
+    client, ctx, sql, db_url
+):
+    advertise(client, "n1", cap("board"))
+    submit(client, one_step("holder"), 201)
+    submit(client, one_step("waiting"), 202)
+
+    with run_row_locked(db_url, "waiting"):
+        assert client.post("/v1/runs/holder/cancel").status_code == 200
+
+    assert state_of(client, "waiting") == "QUEUED"  # its promotion timed out
+    assert scalar(sql, "SELECT count(*) FROM wake_debt") == 1
+    report = reap_pass(ctx)
+    assert report.woke
+    assert state_of(client, "waiting") == "RUNNING"
+    assert scalar(sql, "SELECT count(*) FROM wake_debt") == 0
