@@ -21,6 +21,7 @@ from app.context import Context
 from app.errors import MediatorError, Unavailable, error_body
 from app.logs import configure_logging, log
 from app.migrate import schema_problem
+from app.services.queue import wake_after_commit
 
 
 def _error(status: int, reason: str, headers: Mapping[str, str] | None = None) -> Response:
@@ -75,6 +76,9 @@ class SchemaGuard:
         self._ok = False
         self._lock = threading.Lock()
         self._checked_at = 0.0
+        # The start-up wake this process skipped on a schema that was not ready: owed to the
+        # first check that finds it ready (ops migrated while the worker was serving 503).
+        self.wake_owed = False  # set by start-up before its first check
 
     def check(self) -> None:
         if self._ok:
@@ -92,6 +96,9 @@ class SchemaGuard:
                 log.error("refusing to serve", reason=problem)
                 raise Unavailable(problem)
             self._ok = True
+            owed, self.wake_owed = self.wake_owed, False
+        if owed:
+            wake_after_commit(self.context, "start-up")
 
 
 def create_app(config: Config | Mapping[str, Any] | None = None) -> Flask:
@@ -159,12 +166,15 @@ def startup(app: Flask) -> None:
     """Once per serving process, after fork: verify the schema, then wake the queue (SPEC §7 wake
     point 6: a worker that crashed between a commit and its wake is replaced by one that scans).
     Failure is logged and start-up continues."""
-    from app.services.queue import wake_after_commit
-
-    context: Context = app.extensions["mediator"]
+    guard: SchemaGuard = app.extensions["mediator.schema"]
+    # The wake is owed before the first check: the check that finds the schema ready pays it,
+    # now or, on a schema ops have not migrated yet, on the first request after they did.
+    guard.wake_owed = True
     try:
-        app.extensions["mediator.schema"].check()
+        guard.check()
     except Exception as exc:
         log.error("start-up: schema not ready; serving 503 until it is", reason=str(exc))
         return
-    wake_after_commit(context, "start-up")
+    if guard.wake_owed:  # the schema was found ready before start-up ran
+        guard.wake_owed = False
+        wake_after_commit(app.extensions["mediator"], "start-up")

@@ -19,6 +19,7 @@ import threading
 from collections.abc import Callable
 
 from sqlalchemy import Connection, func, select
+from sqlalchemy.exc import InterfaceError, OperationalError
 
 # Two fixed keys in one namespace of the bigint advisory-lock space ("Mediat" + 1 / 2).
 WAITING_LOCK = 0x4D6564696174_0001
@@ -63,13 +64,22 @@ class ScanGate:
             self._drop()
             raise
 
+    def _first_call(self, fn: object, key: int) -> bool:
+        """The first statement of a turn, on a session the database may have dropped meanwhile
+        (a restart, a failover, a reset connection): a dead session is replaced once and the
+        statement tried again. Nothing is lost by that: this turn holds no lock yet."""
+        try:
+            return self._call(fn, key)
+        except (OperationalError, InterfaceError):
+            return self._call(fn, key)
+
     def enter(self) -> bool:
         """Wait for this caller's turn to scan; False means skip: a scan that starts later is
         already waiting. After True the caller must call :meth:`leave` (in a ``finally``)."""
         with self._mutex:
             if self._waiter:
                 return False
-            if not self._call(func.pg_try_advisory_lock, WAITING_LOCK):
+            if not self._first_call(func.pg_try_advisory_lock, WAITING_LOCK):
                 return False
             self._waiter = True
         try:

@@ -97,3 +97,23 @@ def test_a_promotion_that_fails_on_a_transient_error_leaves_a_debt_the_reaper_pa
     assert report.woke
     assert state_of(client, "waiting") == "RUNNING"
     assert scalar(sql, "SELECT count(*) FROM wake_debt") == 0
+
+
+def test_after_the_database_drops_every_connection_the_freeing_request_still_promotes(client, sql):
+    """A restart, a failover or a reset proxy ends every session: the scan gate's dead session
+    is replaced and the pool's dead connections are not handed out, so the next freeing request
+    answers as usual and promotes by itself (no wake debt left for the reaper)."""
+    advertise(client, "n1", cap("board"))  # the advert's wake opens the gate's session
+    submit(client, one_step("holder"), 201)
+    submit(client, one_step("waiting"), 202)
+    ended = scalar(
+        sql,
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+        " WHERE datname = current_database() AND pid <> pg_backend_pid()",
+    )
+    assert ended >= 2  # at least the pool's connection and the gate's session
+
+    assert client.post("/v1/runs/holder/cancel").status_code == 200
+
+    assert state_of(client, "waiting") == "RUNNING"
+    assert scalar(sql, "SELECT count(*) FROM wake_debt") == 0

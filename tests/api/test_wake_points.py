@@ -23,6 +23,7 @@ from app.config import to_libpq_url
 from app.services.reaper import reap_pass
 from tests.agent import claim
 from tests.apps import TOKEN, app_on, client_of, gunicorn_on
+from tests.concurrency.common import await_condition
 from tests.helpers import advertise, cap, contract, role, state_of, submit
 from tests.rows import leases, scalar
 
@@ -339,3 +340,28 @@ def test_a_reaper_pass_after_a_failed_pass_scans_once_without_wake_debt(client, 
     assert report.woke
     assert state_of(client, "r2") == "RUNNING"
     assert leases(sql) == [("n1", "r2")]
+
+
+def test_a_worker_started_on_an_old_schema_wakes_once_ops_have_migrated(
+    fresh_db_url, tmp_path, sql
+):
+    """Wake point 6 is not lost to a schema that was not ready at start-up: the worker serves 503
+    meanwhile, and the first request after ops migrated pays the start-up wake it skipped."""
+    with app_on(fresh_db_url, tmp_path / "records") as first:
+        r1_running_on_n1_and_r2_queued(client_of(first))
+    with psycopg.connect(to_libpq_url(fresh_db_url), autocommit=True) as conn:
+        free_n1_without_a_wake(conn)
+        current = scalar(conn, "select version_num from alembic_version")
+        conn.execute("update alembic_version set version_num = '0000_older'")
+        with app_on(fresh_db_url, tmp_path / "records") as worker:
+            client = client_of(worker)
+            startup(worker)
+            assert client.get("/v1/runs/r2").status_code == 503
+            conn.execute("update alembic_version set version_num = %s", (current,))  # migrated
+            # The worker looks at the schema again at most once a second while it is not right.
+            await_condition(
+                lambda: client.get("/v1/runs/r2").status_code == 200, "the schema seen as current"
+            )
+
+            assert state_of(client, "r2") == "RUNNING"
+            assert scalar(conn, "select node_id from leases where run_id = 'r2'") == "n1"
