@@ -117,3 +117,51 @@ def test_after_the_database_drops_every_connection_the_freeing_request_still_pro
 
     assert state_of(client, "waiting") == "RUNNING"
     assert scalar(sql, "SELECT count(*) FROM wake_debt") == 0
+
+
+@contextmanager
+def node_stolen_whenever_granted_to(sql: Any, run_id: str, thief: str) -> Iterator[None]:
+    """Each time a transaction grants a node to ``run_id``, another run's lease on that node is
+    inserted just before (a trigger): the grant always meets a taken node, as if another scan
+    kept winning the race. The trigger is gone when the block ends."""
+    sql.execute(
+        """
+        CREATE FUNCTION test_steal_node() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            IF NEW.run_id = '%s' THEN
+                INSERT INTO leases (node_id, run_id, role, capability, not_after, nonce)
+                VALUES (NEW.node_id, '%s', 'dut', 'board', now() + interval '1 hour', 'x');
+            END IF;
+            RETURN NEW;
+        END $$
+        """
+        % (run_id, thief)
+    )
+    sql.execute(
+        "CREATE TRIGGER test_steal_node BEFORE INSERT ON leases"
+        " FOR EACH ROW EXECUTE FUNCTION test_steal_node()"
+    )
+    try:
+        yield
+    finally:
+        sql.execute("DROP TRIGGER test_steal_node ON leases")
+        sql.execute("DROP FUNCTION test_steal_node()")
+
+
+def test_a_run_that_meets_a_taken_node_twice_is_not_passed_by_a_younger_run_of_its_shape(
+    client, ctx, sql
+):
+    advertise(client, "n1", cap("board"))
+    submit(client, one_step("holder"), 201)
+    submit(client, one_step("old"), 202)
+    submit(client, one_step("young"), 202)
+
+    with node_stolen_whenever_granted_to(sql, "old", thief="holder"):
+        assert client.post("/v1/runs/holder/cancel").status_code == 200
+        assert state_of(client, "young") == "QUEUED"  # it did not pass "old"
+        assert state_of(client, "old") == "QUEUED"
+        assert scalar(sql, "SELECT count(*) FROM wake_debt") == 1  # someone looks again
+
+    assert reap_pass(ctx).woke
+    assert state_of(client, "old") == "RUNNING"
+    assert state_of(client, "young") == "QUEUED"
