@@ -125,17 +125,16 @@ def node_stolen_whenever_granted_to(sql: Any, run_id: str, thief: str) -> Iterat
     inserted just before (a trigger): the grant always meets a taken node, as if another scan
     kept winning the race. The trigger is gone when the block ends."""
     sql.execute(
-        """
+        f"""
         CREATE FUNCTION test_steal_node() RETURNS trigger LANGUAGE plpgsql AS $$
         BEGIN
-            IF NEW.run_id = '%s' THEN
+            IF NEW.run_id = '{run_id}' THEN
                 INSERT INTO leases (node_id, run_id, role, capability, not_after, nonce)
-                VALUES (NEW.node_id, '%s', 'dut', 'board', now() + interval '1 hour', 'x');
+                VALUES (NEW.node_id, '{thief}', 'dut', 'board', now() + interval '1 hour', 'x');
             END IF;
             RETURN NEW;
         END $$
         """
-        % (run_id, thief)
     )
     sql.execute(
         "CREATE TRIGGER test_steal_node BEFORE INSERT ON leases"
