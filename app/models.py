@@ -138,7 +138,8 @@ class Step(Base):
     # SPEC §4: restart detection compares the advertised instance with the one that claimed.
     claimed_instance: Mapped[str | None] = mapped_column(Text)
     envelope_key: Mapped[str | None] = mapped_column(Text)
-    exit_code: Mapped[int | None] = mapped_column(Integer)
+    # Any exit code an operating system reports (SPEC §18): Windows codes exceed 32 bits.
+    exit_code: Mapped[int | None] = mapped_column(BigInteger)
     produced: Mapped[Any | None] = mapped_column(NULLABLE_JSONB)
     error: Mapped[str | None] = mapped_column(Text)
     result: Mapped[Any | None] = mapped_column(NULLABLE_JSONB)

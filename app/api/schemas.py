@@ -8,6 +8,8 @@ from typing import Any
 from marshmallow import EXCLUDE, INCLUDE, Schema, fields, pre_load, validate
 
 NAME = validate.And(validate.Length(min=1, max=200), validate.Regexp(r"^[A-Za-z0-9._:@-]+$"))
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+INT64_ERROR = "must be a signed 64-bit integer, got {input}"
 CAPABILITY = validate.And(validate.Length(min=1, max=200), validate.Regexp(r"^[a-z][a-z0-9._-]*$"))
 
 
@@ -205,7 +207,13 @@ class ResultSchema(AgentBody):
         unknown = EXCLUDE
 
     node = fields.String(required=True, validate=NAME)
-    exit_code = fields.Integer(allow_none=True, strict=True)
+    # Any exit code an operating system reports (Windows: 0xC0000005 is 3221225477); the column
+    # is a bigint, so beyond 64 bits is a 400 (SPEC §18).
+    exit_code = fields.Integer(
+        allow_none=True,
+        strict=True,
+        validate=validate.Range(min=INT64_MIN, max=INT64_MAX, error=INT64_ERROR),
+    )
     produced = fields.List(
         fields.String(validate=validate.Length(max=200)),
         load_default=list,
