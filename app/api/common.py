@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import hmac
+import re
 from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
 
@@ -17,6 +18,8 @@ from app.api.schemas import AgentBody
 from app.context import Caller, Context
 from app.contract import check_no_nul, parse_json
 from app.errors import BadRequest, Forbidden, PayloadTooLarge, Unauthorized
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 ALL_ROLES = frozenset({"submitter", "node", "answerer", "reader", "operator"})
 
@@ -111,10 +114,32 @@ def authenticate() -> Caller:
         raise Unauthorized()
     if not hmac.compare_digest(_token_digest(secret.strip()), _token_digest(legacy)):
         raise Unauthorized()
-    principal = request.headers.get("X-Enode-Principal") or None
-    if principal is not None and (len(principal) > 200 or "\x00" in principal):
-        raise BadRequest("X-Enode-Principal must be at most 200 characters, without NUL")
+    principal = header_text("X-Enode-Principal")
     return Caller(token_name="token", roles=ALL_ROLES, principal=principal)
+
+
+def _unstorable(text: str) -> bool:
+    """Whether PostgreSQL would refuse ``text``: no text value holds a NUL, and a lone surrogate
+    has no UTF-8 encoding."""
+    return "\x00" in text or _SURROGATE.search(text) is not None
+
+
+def query_text(name: str) -> str | None:
+    """The query parameter ``name`` (None when absent), as text the database can compare: one it
+    would refuse is a 400 naming the parameter, never a 500 (SPEC §13)."""
+    value = request.args.get(name)
+    if value is not None and _unstorable(value):
+        raise BadRequest(f"{name} must not contain a NUL character, got {value!r}")
+    return value
+
+
+def header_text(name: str, max_length: int = 200) -> str | None:
+    """The header ``name`` (None when absent or empty), at most ``max_length`` characters the
+    database can store; else a 400 naming the header (SPEC §13)."""
+    value = request.headers.get(name) or None
+    if value is not None and (len(value) > max_length or _unstorable(value)):
+        raise BadRequest(f"{name} must be at most {max_length} characters, without NUL")
+    return value
 
 
 def caller() -> Caller:

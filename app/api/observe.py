@@ -7,7 +7,7 @@ from typing import Any
 
 from flask import request
 
-from app.api.common import ctx, doc_json, make_blueprint
+from app.api.common import ctx, doc_json, make_blueprint, query_text
 from app.api.schemas import (
     CapabilitiesSchema,
     ErrorBodySchema,
@@ -58,35 +58,36 @@ def _limit(text: str | None) -> int:
     responses={"200": doc_json(RunListSchema), "400": doc_json(ErrorBodySchema, "bad filter")},
 )
 def get_runs() -> dict[str, Any]:
-    args = request.args
     # A state no run can have (runctl offers CANCELLED) lists no runs (SPEC §19.8).
-    state = args.get("state") or None
+    state = query_text("state") or None
     since = None
-    if args.get("since"):
+    since_text = query_text("since")
+    if since_text:
         try:
-            since = parse_ts(args["since"])
+            since = parse_ts(since_text)
         except ValueError:
-            raise BadRequest(f"since must be an RFC 3339 time, got {args['since']!r}") from None
+            raise BadRequest(f"since must be an RFC 3339 time, got {since_text!r}") from None
     before = None
-    if args.get("before"):
-        stamp, _, run_id = args["before"].partition(",")
+    before_text = query_text("before")
+    if before_text:
+        stamp, _, run_id = before_text.partition(",")
         try:
             before = (parse_ts(stamp), run_id)
         except ValueError:
             raise BadRequest(
-                f"before must be the cursor <created_at>,<run_id>, got {args['before']!r}"
+                f"before must be the cursor <created_at>,<run_id>, got {before_text!r}"
             ) from None
         if not run_id:
             raise BadRequest(
-                f"before must be the cursor <created_at>,<run_id>, got {args['before']!r}"
+                f"before must be the cursor <created_at>,<run_id>, got {before_text!r}"
             )
     return runs_list(
         ctx(),
         state=state,
         since=since,
-        work=args.get("work") or None,
+        work=query_text("work") or None,
         before=before,
-        limit=_limit(args.get("limit")),
+        limit=_limit(query_text("limit")),
     )
 
 

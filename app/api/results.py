@@ -11,6 +11,7 @@ from app.api.common import (
     caller,
     ctx,
     doc_json,
+    header_text,
     make_blueprint,
     requires_node,
     requires_role,
@@ -84,9 +85,7 @@ def post_claim(node_id: str) -> Any:
     requires_node(node_id)
     if not is_valid_id(node_id):  # node ids share the run_id grammar (SPEC §3, §13)
         raise BadRequest(f"node_id must be 1-200 characters of [A-Za-z0-9._:@-], got {node_id!r}")
-    instance = request.headers.get("X-Enode-Instance") or None
-    if instance is not None and (len(instance) > 200 or "\x00" in instance):
-        raise BadRequest("X-Enode-Instance must be at most 200 characters, without NUL")
+    instance = header_text("X-Enode-Instance")
     wait = ctx().config["claim.long_poll_seconds"]
     asked = request.args.get("wait")
     if asked is not None:

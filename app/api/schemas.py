@@ -3,6 +3,7 @@ them (route 21). Request schemas validate; response schemas document what the se
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from marshmallow import EXCLUDE, INCLUDE, Schema, fields, pre_load, validate
@@ -13,10 +14,14 @@ INT64_ERROR = "must be a signed 64-bit integer, got {input}"
 CAPABILITY = validate.And(validate.Length(min=1, max=200), validate.Regexp(r"^[a-z][a-z0-9._-]*$"))
 
 
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
 def without_nul(value: Any) -> Any:
-    """Every NUL in the strings of a JSON value (keys included) as U+FFFD (SPEC §19.3)."""
+    """Every NUL in the strings of a JSON value (keys included) as U+FFFD (SPEC §19.3), and every
+    lone surrogate (JSON's ``"\\ud800"``) too: PostgreSQL can store neither."""
     if isinstance(value, str):
-        return value.replace("\x00", "\ufffd")
+        return _UNSTORABLE.sub("\ufffd", value)
     if isinstance(value, list):
         return [without_nul(v) for v in value]
     if isinstance(value, dict):

@@ -27,6 +27,7 @@ NAME_RULE = "1-200 characters of [A-Za-z0-9._:@-]"
 DURATION_RULE = 'a duration like "30m" or "4h"'
 
 _NAME_RE = re.compile(r"[A-Za-z0-9._:@-]{1,200}")
+_SURROGATE_RE = re.compile("[\ud800-\udfff]")  # only a lone one survives json.loads
 _CAPABILITY_RE = re.compile(r"[a-z][a-z0-9._-]{0,199}")
 # One term of a duration as Go's time.ParseDuration reads it ("1.5h", "250ms", ".5s"), plus the
 # day that this server took before Go durations were. Longer units first: "ms" before "m".
@@ -329,20 +330,32 @@ def check_json_depth(obj: object, max_depth: int = MAX_DEPTH) -> None:
         stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
 
 
+def _unstorable(text: str) -> str | None:
+    """What keeps PostgreSQL from storing ``text`` in a text or jsonb value, or None: a NUL, or
+    a lone surrogate (JSON's ``"\\ud800"``), which has no UTF-8 encoding."""
+    if "\x00" in text:
+        return "a NUL character"
+    if _SURROGATE_RE.search(text) is not None:
+        return "a lone surrogate"
+    return None
+
+
 def check_no_nul(obj: object) -> None:
-    """Raise ``BadRequest`` naming the field when a key or string holds a NUL character, which
-    no PostgreSQL text or jsonb value can store (SPEC §13: a 4xx, never a 500). Iterative, like
-    :func:`check_json_depth`, which bounds the depth first."""
+    """Raise ``BadRequest`` naming the field when a key or string holds a NUL character or a lone
+    surrogate, which no PostgreSQL text or jsonb value can store (SPEC §13: a 4xx, never a 500).
+    Iterative, like :func:`check_json_depth`, which bounds the depth first."""
     stack: list[tuple[object, str]] = [(obj, "")]
     while stack:
         node, path = stack.pop()
         if isinstance(node, str):
-            if "\x00" in node:
-                raise BadRequest(f"{path or 'body'}: a string may not contain a NUL character")
+            problem = _unstorable(node)
+            if problem:
+                raise BadRequest(f"{path or 'body'}: a string may not contain {problem}")
         elif isinstance(node, dict):
             for key, child in node.items():
-                if "\x00" in key:
-                    raise BadRequest(f"{path or 'body'}: a key may not contain a NUL character")
+                problem = _unstorable(key)
+                if problem:
+                    raise BadRequest(f"{path or 'body'}: a key may not contain {problem}")
                 stack.append((child, f"{path}.{key}" if path else key))
         elif isinstance(node, list):
             stack.extend((child, f"{path}[{i}]") for i, child in enumerate(node))

@@ -11,6 +11,8 @@ from typing import Any
 import psycopg
 import pytest
 from alembic import command
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from app.config import to_libpq_url
 from app.migrate import alembic_config
@@ -239,3 +241,150 @@ def test_a_limit_that_fits_twelve_digits_is_clamped_to_1000(client):
     resp = client.get("/v1/runs?limit=999999999999")
 
     assert resp.status_code == 200 and len(resp.get_json()["runs"]) == 1
+
+
+# ------------------------------------------------------------------ NUL in queries and headers
+
+
+@pytest.mark.parametrize(
+    ("query", "parameter"),
+    [
+        ("work=%00", "work"),
+        ("work=g%3A1%00", "work"),
+        ("state=RUNNING%00", "state"),
+        ("since=%00", "since"),
+        ("since=2026-01-01T00:00:00Z%00", "since"),
+        ("before=2026-01-01T00:00:00Z,a%00", "before"),
+        ("before=%002026-01-01T00:00:00Z,a", "before"),
+        ("limit=1%00", "limit"),
+    ],
+)
+def test_a_nul_in_a_run_list_parameter_is_a_400_naming_it(client, query, parameter):
+    placed(client)
+
+    resp = client.get(f"/v1/runs?{query}")
+
+    assert resp.status_code == 400, resp.get_json()
+    assert error_of(resp).startswith(f"{parameter} must "), error_of(resp)
+
+
+@pytest.mark.parametrize(
+    ("method", "url", "header"),
+    [
+        ("GET", "/v1/runs", "X-Enode-Principal"),
+        ("POST", "/v1/runs/r1/cancel", "X-Enode-Principal"),
+        ("POST", "/v1/nodes/n1/claim?wait=0", "X-Enode-Instance"),
+    ],
+)
+def test_a_nul_in_a_header_is_a_400_naming_the_header(client, sql, method, url, header):
+    placed(client)
+
+    resp = client.open(url, method=method, headers={header: "qa\x00@example.com"})
+
+    assert resp.status_code == 400
+    assert error_of(resp) == f"{header} must be at most 200 characters, without NUL"
+    assert one(sql, "select state from runs")["state"] == "RUNNING"
+
+
+def _routes(app: Any) -> list[tuple[str, str]]:
+    """Every /v1 route with a path parameter, as (method, rule)."""
+    out = []
+    for rule in app.url_map.iter_rules():
+        if not rule.rule.startswith("/v1/") or not rule.arguments:
+            continue
+        for method in sorted((rule.methods or set()) - {"HEAD", "OPTIONS"}):
+            out.append((method, rule.rule))
+    return out
+
+
+_VALID = {"run_id": "r1", "seq": "1", "name": "result.json", "node_id": "n1"}
+_BODIES: dict[str, Any] = {"result": {"node": "n1", "exit_code": 0}, "answer": {"ok": True}}
+
+
+@pytest.mark.parametrize("bad", ["a%00b", "%00", "a%0Ab", "%C2%85", "a%ED%A0%80"])
+def test_a_nul_or_control_character_in_any_path_parameter_is_a_4xx_never_a_5xx(
+    app, client, sql, bad
+):
+    placed(client)
+    routes = _routes(app)
+    assert len(routes) >= 12, routes
+    seen = []
+    for method, rule in routes:
+        for arg in sorted({a for a in _VALID if f"<{a}>" in rule}):
+            url = rule
+            for name, value in _VALID.items():
+                url = url.replace(f"<{name}>", bad if name == arg else value)
+            kind = rule.rsplit("/", 1)[-1]
+            if method == "PUT":
+                resp = client.open(url, method=method, data=b"{}")
+            else:
+                resp = client.open(url, method=method, json=_BODIES.get(kind))
+            seen.append((method, url, resp.status_code))
+
+    # Bytes that are not UTF-8 (a surrogate's encoding) reach the app as U+FFFD, which a blob
+    # name may hold; every other value here is refused.
+    refused = [s for s in seen if bad != "a%ED%A0%80" or "/blob/" not in s[1]]
+    assert [s for s in seen if s[2] >= 500] == []
+    assert [s for s in refused if not 400 <= s[2] < 500] == []
+    assert one(sql, "select state from runs")["state"] == "RUNNING"
+
+
+@settings(
+    max_examples=120,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    parameter=st.sampled_from(["state", "since", "work", "limit", "before"]),
+    value=st.text(max_size=40)
+    | st.sampled_from(
+        ["2026-01-01T00:00:00+23:59", "0001-01-01T00:00:00+14:00,a", "9999-12-31T23:59:59-23:59,x"]
+    ),
+)
+def test_any_run_list_parameter_is_answered_200_or_400_never_a_5xx(client, parameter, value):
+    resp = client.get("/v1/runs", query_string={parameter: value})
+
+    assert resp.status_code in (200, 400), (parameter, value, resp.get_json(silent=True))
+    if resp.status_code == 400:
+        assert error_of(resp).startswith(parameter), (parameter, value, error_of(resp))
+
+
+# ------------------------------------------------------------------ lone surrogates in bodies
+
+
+def test_a_lone_surrogate_in_a_contract_is_a_400_naming_the_field_and_stores_nothing(client, sql):
+    advertise(client, "n1", cap("board"))
+    raw = (
+        '{"run_id": "r1", "requires": [{"as": "dut", "capability": "board"}],'
+        ' "steps": [{"id": "s", "uses": "dut", "run": ["echo", "\\ud800"]}]}'
+    )
+
+    resp = client.post("/v1/runs", data=raw, content_type="application/json")
+    dry = client.post("/v1/runs/dry-run", data=raw, content_type="application/json")
+
+    assert resp.status_code == 400
+    assert error_of(resp) == "steps[0].run[1]: a string may not contain a lone surrogate"
+    assert (dry.status_code, error_of(dry)) == (400, error_of(resp))
+    assert find_run(sql, "r1") is None
+
+
+def test_a_lone_surrogate_in_an_advert_or_a_result_becomes_u_fffd_like_a_nul(client, sql):
+    raw = (
+        '{"node_id": "n1", "label": "lab \\udc80", "capabilities":'
+        ' [{"capability": "board", "attrs": {"room\\ud800": "b\\udfff"}}]}'
+    )
+    assert client.post("/v1/nodes", data=raw, content_type="application/json").status_code == 200
+    submit(client, contract("r1", role("dut")), 201)
+    step = claimed(client, "n1")
+    result = '{"node": "n1", "exit_code": 0, "produced": [], "error": "", "diagnostics": "\\ud83d"}'
+
+    resp = client.post(
+        f"/v1/runs/r1/steps/{step['seq']}/result", data=result, content_type="application/json"
+    )
+
+    assert resp.status_code == 200, resp.get_json()
+    node = one(sql, "select label, capabilities from nodes")
+    assert node["label"] == "lab \ufffd"
+    assert node["capabilities"] == [{"capability": "board", "attrs": {"room\ufffd": "b\ufffd"}}]
+    assert step_row(sql, "r1", 1, "result")["result"]["diagnostics"] == "\ufffd"
