@@ -27,6 +27,7 @@ NAME_RULE = "1-200 characters of [A-Za-z0-9._:@-]"
 DURATION_RULE = 'a duration like "30m" or "4h"'
 
 _NAME_RE = re.compile(r"[A-Za-z0-9._:@-]{1,200}")
+_CONTROL_RE = re.compile("[\x00-\x1f\x7f-\x9f]")  # C0, DEL and C1
 _SURROGATE_RE = re.compile("[\ud800-\udfff]")  # only a lone one survives json.loads
 _CAPABILITY_RE = re.compile(r"[a-z][a-z0-9._-]{0,199}")
 # One term of a duration as Go's time.ParseDuration reads it ("1.5h", "250ms", ".5s"), plus the
@@ -185,26 +186,38 @@ def check_name_list(value: object, path: str, what: str) -> list[str]:
     return names
 
 
-def is_artifact_name(name: object) -> bool:
-    # Artifact names become file names in the Record: they must not escape its directory (SPEC §13),
-    # and names starting with "_" are the Mediator's own (SPEC §3).
+def has_control_character(text: str) -> bool:
+    """Whether ``text`` holds a C0 control character, DEL or a C1 control character. Names only:
+    prompts and other texts may hold newlines (SPEC §19.5)."""
+    return _CONTROL_RE.search(text) is not None
+
+
+def _is_safe_file_name(name: str) -> bool:
     return (
-        isinstance(name, str)
-        and 1 <= len(name) <= MAX_NAME
+        1 <= len(name) <= MAX_NAME
         and not name.startswith("_")
         and not any(c in name for c in "/\\\x00")
         and name.strip(".") != ""
     )
 
 
+def is_artifact_name(name: object) -> bool:
+    # Artifact names become file names in the Record: they must not escape its directory (SPEC §13),
+    # and names starting with "_" are the Mediator's own (SPEC §3). A control character would
+    # split the name's line in the sealed Record's SHA256SUMS (a newline) or hide in a listing.
+    return isinstance(name, str) and _is_safe_file_name(name) and not has_control_character(name)
+
+
 def check_artifact_names(value: object, path: str) -> list[str]:
     names = check_str_list(value, path, "artifact names")
     for i, name in enumerate(names):
-        if not is_artifact_name(name):
+        if not _is_safe_file_name(name):
             fail(
                 f"{path}[{i}] must be an artifact name (1-200 characters, not starting with "
                 f'"_", no "/", "\\" or NUL, not only dots), got {quote(name)}'
             )
+        if has_control_character(name):
+            fail(f"{path}[{i}] must not contain a control character, got {quote(name)}")
     return names
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import unicodedata
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -12,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from app.context import Caller, Context
 from app.contract import parse_json
+from app.contract.fields import has_control_character
 from app.errors import BadRequest, Forbidden, Gone, NotFound, NotSealed, Unprocessable
 from app.logs import log
 from app.models import Run, Step
@@ -159,13 +159,23 @@ def store_blob(
 
 def is_upload_name(name: str) -> bool:
     """A name a step may upload under (SPEC §19.5): one file name of at most 200 bytes, ``_cannot``
-    and other names no contract may declare included, but no separator, control character or
-    name of only dots."""
+    and other names no contract may declare included, but no separator, control character (C0,
+    DEL, C1: a newline would split the name's line in the sealed Record's SHA256SUMS) or name of
+    only dots."""
     try:
         check_name(name)
     except ValueError:
         return False
-    return name.strip(".") != "" and not any(unicodedata.category(c) == "Cc" for c in name)
+    return name.strip(".") != "" and not has_control_character(name)
+
+
+def check_upload_name(name: str) -> None:
+    """A control character is a 400 naming ``name``, like a bad log ``?name=`` (SPEC §18); any
+    other name no upload may have names nothing: 404 (SPEC §13)."""
+    if has_control_character(name):
+        raise BadRequest(f"name must not contain a control character, got {name!r}")
+    if not is_upload_name(name):
+        raise NotFound("not a valid artifact name")
 
 
 @retrying
@@ -176,8 +186,7 @@ def put_blob(ctx: Context, run_id: str, seq: int, name: str, data: bytes, caller
     with ctx.db.read() as s:
         run, step = _run_and_step(s, run_id, seq)
     authorise_node(caller, step)
-    if not is_upload_name(name):
-        raise NotFound("not a valid artifact name")  # SPEC §13: a name in a URL that names nothing
+    check_upload_name(name)
     if run.state in RUN_FINISHED:
         raise Gone()
     schema = (step.spec.get("schema") or {}).get(name)

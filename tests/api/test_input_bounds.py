@@ -6,7 +6,10 @@ the field, never a 500, never a partial write."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from typing import Any
+from urllib.parse import quote
 
 import psycopg
 import pytest
@@ -388,3 +391,151 @@ def test_a_lone_surrogate_in_an_advert_or_a_result_becomes_u_fffd_like_a_nul(cli
     assert node["label"] == "lab \ufffd"
     assert node["capabilities"] == [{"capability": "board", "attrs": {"room\ufffd": "b\ufffd"}}]
     assert step_row(sql, "r1", 1, "result")["result"]["diagnostics"] == "\ufffd"
+
+
+# ------------------------------------------------------------------ control characters in names
+
+CONTROL = ["\n", "\r", "\t", "\x1b", "\x7f", "\x85", "\x9f"]
+CONTROL_IDS = ["LF", "CR", "TAB", "ESC", "DEL", "NEL", "APC"]
+
+
+def _named(where: str, name: str) -> tuple[dict[str, Any], str]:
+    """A contract that uses ``name`` as an artifact name at ``where``; the field's path."""
+    run = {"id": "s", "uses": "dut", "run": ["x"], "out": ["ok.json"]}
+    steps: list[dict[str, Any]] = [run]
+    top: dict[str, Any] = {}
+    if where == "out":
+        run["out"] = ["ok.json", name]
+        path = "steps[0].out[1]"
+    elif where == "in.from":
+        steps.append({"id": "t", "uses": "dut", "run": ["y"], "in": {"from": [name]}})
+        path = "steps[1].in.from[0]"
+    elif where == "ask.out":
+        steps.append({"id": "q", "ask": {"prompt": "ok?"}, "out": [name]})
+        path = "steps[1].out[0]"
+    elif where == "ask.show":
+        steps.append({"id": "q", "ask": {"prompt": "ok?", "show": [name]}, "out": ["d"]})
+        path = "steps[1].ask.show[0]"
+    elif where == "loop.until.produced":
+        loop = {"back_to": "s", "max": 2, "until": {"produced": [name]}}
+        steps.append({"id": "t", "uses": "dut", "run": ["y"], "out": [name], "loop": loop})
+        path = "steps[1].out[0]"
+    elif where == "success_when.produced":
+        top["success_when"] = [{"step": "s", "produced": [name]}]
+        path = "success_when[0].produced[0]"
+    else:  # pragma: no cover - a mistake in the table below
+        raise AssertionError(where)
+    return contract("r1", role("dut"), steps=steps, **top), path
+
+
+@pytest.mark.parametrize("char", CONTROL, ids=CONTROL_IDS)
+@pytest.mark.parametrize(
+    "where",
+    ["out", "in.from", "ask.out", "ask.show", "loop.until.produced", "success_when.produced"],
+)
+def test_an_artifact_name_with_a_control_character_is_a_400_naming_the_field(
+    client, sql, where, char
+):
+    advertise(client, "n1", cap("board"))
+    doc, path = _named(where, f"de{char}cision")
+
+    resp = submit(client, doc)
+
+    assert resp.status_code == 400, resp.get_json()
+    assert error_of(resp).startswith(f"{path} must not contain a control character"), error_of(resp)
+    assert find_run(sql, "r1") is None
+
+
+def test_a_prompt_may_still_hold_a_newline(client):
+    advertise(client, "n1", cap("board"))
+    ask = {"id": "q", "ask": {"prompt": "Boot log\nlooks right?"}, "out": ["decision"]}
+
+    resp = submit(client, contract("r1", role("dut"), steps=[ask]))
+
+    assert resp.status_code in (201, 202), resp.get_json()
+
+
+@pytest.mark.parametrize("char", CONTROL, ids=CONTROL_IDS)
+def test_an_upload_name_with_a_control_character_is_a_400_naming_name_and_stores_nothing(
+    client, sql, ctx, char
+):
+    placed(client)
+
+    resp = client.put(f"/v1/runs/r1/steps/1/blob/{quote('result' + char + '.json')}", data=b"{}")
+
+    assert resp.status_code == 400
+    assert error_of(resp).startswith("name must not contain a control character")
+    assert scalar(sql, "select count(*) from blobs") == 0
+    assert not (ctx.records.path("r1") / "blobs").exists() or not any(
+        (ctx.records.path("r1") / "blobs").iterdir()
+    )
+
+
+@pytest.mark.parametrize("char", CONTROL, ids=CONTROL_IDS)
+def test_a_log_name_with_a_control_character_is_a_400_naming_name(client, char):
+    placed(client)
+
+    put = client.put("/v1/runs/r1/steps/1/log", query_string={"name": f"a{char}b"}, data=b"x\n")
+    get = client.get("/v1/runs/r1/steps/1/log", query_string={"name": f"a{char}b"})
+
+    assert (put.status_code, get.status_code) == (400, 400)
+    assert error_of(put).startswith("name must be") and error_of(get).startswith("name must be")
+
+
+@pytest.mark.skipif(shutil.which("sha256sum") is None, reason="needs coreutils sha256sum")
+def test_a_sealed_record_passes_sha256sum_check_with_every_kind_of_file(client, ctx, sql):
+    advertise(client, "n1", cap("board"))
+    advertise(client, "n2", cap("scope"))
+    steps = [
+        {"id": "build", "uses": "dut", "run": ["make"], "out": ["result.json", "build log é.txt"]},
+        {
+            "id": "more",
+            "acquire": {"want": role("probe", "scope"), "acquired": "probe", "unavailable": "none"},
+        },
+        {"id": "probe", "uses": "probe", "run": ["probe"]},
+        {"id": "none", "uses": "dut", "run": ["true"]},
+        {
+            "id": "sign-off",
+            "needs": ["probe"],
+            "ask": {"prompt": "Looks\nright?"},
+            "out": ["decision"],
+        },
+    ]
+    submit(client, contract("r1", role("dut"), steps=steps), 201)
+    build = claimed(client, "n1")
+    root = f"/v1/runs/r1/steps/{build['seq']}"
+    assert client.put(f"{root}/blob/result.json", data=b'{"ok": true}\n').status_code == 204
+    assert client.put(f"{root}/blob/{quote('build log é.txt')}", data=b"a\nb\n").status_code == 204
+    assert client.put(f"{root}/blob/_cannot", data=b"feedback\n").status_code == 204
+    assert client.put(f"{root}/log", data=b"compiling\n").status_code == 200
+    assert client.put(f"{root}/log?name=make.out", data=b"ok\n").status_code == 200
+    assert client.put(f"{root}/log?progress=1&attempt=0", data=b"live\n").status_code == 200
+    done(client, "r1", build["seq"], "n1", produced=["result.json", "build log é.txt"])
+    probe = claimed(client, "n2")
+    done(client, "r1", probe["seq"], "n2")
+    answer = client.post("/v1/runs/r1/steps/5/answer", json={"verdict": "approve"})
+    assert answer.status_code == 200, answer.get_json()
+    assert one(sql, "select state, sealed_at is not null as sealed from runs") == {
+        "state": "SUCCEEDED",
+        "sealed": True,
+    }
+    record = ctx.records.path("r1")
+    files = sorted(
+        str(p.relative_to(record))
+        for p in record.rglob("*")
+        if p.is_file() and p.name != "SHA256SUMS"
+    )
+
+    check = subprocess.run(
+        ["sha256sum", "--strict", "-c", "SHA256SUMS"],
+        cwd=record,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+    assert check.returncode == 0, check.stdout + check.stderr
+    checked = sorted(line.rsplit(": ", 1)[0] for line in check.stdout.splitlines())
+    assert checked == files
+    assert all(line.endswith(": OK") for line in check.stdout.splitlines())
+    assert {"blobs/01.0-build log é.txt", "blobs/05.0-decision", "blobs/02.0-more"} <= set(files)
