@@ -135,6 +135,8 @@ KEYS: tuple[Key, ...] = (
     Key("lease.max_per_run", 0, _int, _not_negative),
     Key("notify.asks_url", None, _str),
     Key("notify.runs_url", None, _str),
+    # Webhooks waiting for a sender, at most: past it they are dropped and counted.
+    Key("notify.queue_size", 1000, _int, _at_least_one),
     Key("contract.capabilities", (), _str_list),
     Key("tokens", (), _tokens, secret=True),
     Key("token", None, _str, secret=True),

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import queue
 import threading
+import time
 import urllib.request
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,9 +21,6 @@ from app.context import Context
 from app.listener import CLAIM_CHANNEL, claim_payload
 from app.logs import log
 from app.store.server import notify
-
-_webhooks: ThreadPoolExecutor | None = None
-_webhooks_lock = threading.Lock()
 
 
 def notify_claimable(ctx: Context, nodes: set[str]) -> None:
@@ -36,7 +35,7 @@ def notify_claimable(ctx: Context, nodes: set[str]) -> None:
         log.warning("claim notification failed", nodes=len(nodes))
 
 
-def _post(url: str, body: dict[str, Any]) -> None:
+def _post(url: str, body: dict[str, Any], timeout: float) -> None:
     req = urllib.request.Request(
         url,
         data=json.dumps(body).encode(),
@@ -44,21 +43,127 @@ def _post(url: str, body: dict[str, Any]) -> None:
         headers={"Content-Type": "application/json"},
     )
     try:
-        with urllib.request.urlopen(req, timeout=3) as resp:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
             resp.read(1024)
     except Exception as exc:
-        log.warning("webhook failed", url=url, event=body.get("event"), error=type(exc).__name__)
+        # ``event`` is the log line's own message in structlog: the webhook's is ``webhook``.
+        log.warning("webhook failed", url=url, webhook=body.get("event"), error=type(exc).__name__)
 
 
-def post_webhook(url: str | None, body: dict[str, Any]) -> None:
-    """Best effort, short time-out, in the background: never blocks the request's answer."""
-    global _webhooks
+DEFAULT_QUEUE_SIZE = 1000  # the default of ``notify.queue_size``
+SENDERS = 4
+POST_TIMEOUT_SECONDS = 3.0
+DROP_LOG_EVERY_SECONDS = 10.0
+
+
+class WebhookQueue:
+    """Webhooks waiting to be sent, at most ``size`` of them, posted by ``senders`` daemon
+    threads. A dead or hanging endpoint drains one post per sender every ``timeout`` seconds
+    while runs may end at submit rate, so a queue without a bound would grow without limit: a
+    webhook that finds the queue full is dropped and counted (webhooks are best effort), with a
+    log line for the first drop and then at most one every ``DROP_LOG_EVERY_SECONDS``, which
+    tells how many were dropped since the last one."""
+
+    def __init__(
+        self, size: int, *, senders: int = SENDERS, timeout: float = POST_TIMEOUT_SECONDS
+    ) -> None:
+        self.size = size
+        self._timeout = timeout
+        self._queue: queue.Queue[tuple[str, dict[str, Any]]] = queue.Queue(maxsize=size)
+        self._lock = threading.Lock()
+        self._dropped = 0
+        self._unlogged = 0
+        self._logged_at: float | None = None
+        self._senders = [
+            threading.Thread(target=self._send, name=f"mediator-webhook-{i}", daemon=True)
+            for i in range(senders)
+        ]
+        for thread in self._senders:
+            thread.start()
+
+    @property
+    def dropped(self) -> int:
+        """How many webhooks this queue has dropped because it was full."""
+        with self._lock:
+            return self._dropped
+
+    def waiting(self) -> int:
+        """How many webhooks wait for a sender (at most ``size``)."""
+        return self._queue.qsize()
+
+    def submit(self, url: str, body: dict[str, Any]) -> bool:
+        """Queue one POST; False when the queue was full and the webhook was dropped."""
+        try:
+            self._queue.put_nowait((url, body))
+            return True
+        except queue.Full:
+            self._drop(url, body)
+            return False
+
+    def _drop(self, url: str, body: dict[str, Any]) -> None:
+        now = time.monotonic()
+        with self._lock:
+            self._dropped += 1
+            self._unlogged += 1
+            if self._logged_at is not None and now - self._logged_at < DROP_LOG_EVERY_SECONDS:
+                return
+            self._logged_at, unlogged, dropped = now, self._unlogged, self._dropped
+            self._unlogged = 0
+        log.warning(
+            "webhook dropped: the queue is full",
+            url=url,
+            webhook=body.get("event"),
+            queue_size=self.size,
+            dropped_since_last_line=unlogged,
+            dropped=dropped,
+        )
+
+    def _send(self) -> None:
+        while True:
+            url, body = self._queue.get()
+            try:
+                _post(url, body, self._timeout)
+            except Exception:  # a sender that died would leave the queue to fill up for good
+                log.exception("webhook sender failed", url=url)
+            finally:
+                self._queue.task_done()
+
+
+# One queue per process and size (one size in production: the configured one). Sender threads do
+# not survive a fork, so a process that finds queues made by its parent makes its own.
+_queues: dict[int, WebhookQueue] = {}
+_queues_pid = os.getpid()
+_queues_lock = threading.Lock()
+
+
+def _queue_of(size: int) -> WebhookQueue:
+    global _queues, _queues_pid
+    with _queues_lock:
+        if _queues_pid != os.getpid():
+            _queues, _queues_pid = {}, os.getpid()
+        found = _queues.get(size)
+        if found is None:
+            found = _queues[size] = WebhookQueue(size)
+        return found
+
+
+def post_webhook(
+    url: str | None, body: dict[str, Any], *, queue_size: int = DEFAULT_QUEUE_SIZE
+) -> None:
+    """Best effort, short time-out, in the background: never blocks the request's answer, and
+    never holds more than ``queue_size`` webhooks (``notify.queue_size``) waiting."""
     if not url:
         return
-    with _webhooks_lock:
-        if _webhooks is None:
-            _webhooks = ThreadPoolExecutor(max_workers=4, thread_name_prefix="mediator-webhook")
-    _webhooks.submit(_post, url, body)
+    _queue_of(queue_size).submit(url, body)
+
+
+def dropped_webhooks() -> int:
+    """How many webhooks this process has dropped because its queue was full (for metrics)."""
+    with _queues_lock:
+        if _queues_pid != os.getpid():
+            return 0
+        queues = list(_queues.values())
+    return sum(q.dropped for q in queues)
 
 
 @dataclass

@@ -55,7 +55,9 @@ def settle_committed(ctx: Context, after: AfterCommit) -> set[str]:
             # The run stays VERIFYING; the reaper settles it again (SPEC §8).
             log.exception("verdict failed; the reaper settles it again", run_id=run_id)
     for event in after.asks:
-        post_webhook(ctx.config["notify.asks_url"], event)
+        post_webhook(
+            ctx.config["notify.asks_url"], event, queue_size=ctx.config["notify.queue_size"]
+        )
     for run_id in dict.fromkeys(after.ended):
         seal_run(ctx, run_id)
         announce_end(ctx, run_id)
@@ -71,5 +73,7 @@ def announce_end(ctx: Context, run_id: str) -> None:
         run = get_run(s, run_id)
     if run is not None:
         post_webhook(
-            url, {"event": "run", "run_id": run_id, "state": run.state, "verdict": run.verdict}
+            url,
+            {"event": "run", "run_id": run_id, "state": run.state, "verdict": run.verdict},
+            queue_size=ctx.config["notify.queue_size"],
         )
