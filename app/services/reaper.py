@@ -160,8 +160,8 @@ def _pass(ctx: Context, report: PassReport, previous_failed: bool) -> None:
     with ctx.db.begin() as s:
         now, previous = q.begin_pass(s)
         if previous is not None and now - previous > window:
-            # The Mediator was down: no node could renew. Give every lease the gap back first.
-            report.extended = q.extend_leases(s, now - previous)
+            # The Mediator was down: no node could renew. Give every lease a full window first.
+            report.extended = q.extend_leases(s, window)
             log.warning(
                 "reaper: outage grace",
                 gap_s=round((now - previous).total_seconds()),

@@ -39,15 +39,20 @@ def begin_pass(s: Session) -> tuple[datetime, datetime | None]:
     return now, previous
 
 
-def extend_leases(s: Session, gap: timedelta) -> int:
-    """Outage grace: every lease of an unfinished run gets the gap added, so nodes have a full
-    window to re-advertise after the Mediator was down."""
+def extend_leases(s: Session, window: timedelta) -> int:
+    """Outage grace: every lease of an unfinished run ends no sooner than ``now() + window``, so
+    nodes have a full window to re-advertise after the Mediator was down, and a node that really
+    died is reaped one window after the outage, not one outage later (SPEC §12). A lease that
+    already ends later keeps its ``not_after``; an advert renewing meanwhile also sets ``now() +
+    window``, and ``GREATEST`` never moves a lease earlier. Returns the number of leases moved."""
+    until = func.now() + window
     result = s.execute(
         update(Lease)
         .where(
-            select(Run.run_id).where(Run.run_id == Lease.run_id, Run.state.in_(RUN_ALIVE)).exists()
+            Lease.not_after < until,
+            select(Run.run_id).where(Run.run_id == Lease.run_id, Run.state.in_(RUN_ALIVE)).exists(),
         )
-        .values(not_after=Lease.not_after + gap)
+        .values(not_after=func.greatest(Lease.not_after, until))
     )
     return rowcount(result)
 
