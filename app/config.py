@@ -3,11 +3,13 @@
 The environment wins over the file, and the environment alone is a complete configuration. Keys are
 flat dotted names (``lease.ttl_seconds``); a file may nest them (``lease: {ttl_seconds: 60}``). Each
 key's variable is ``MEDIATOR_`` + the key upper-cased with dots as underscores; ``DATABASE_URL`` is
-accepted for ``database.url``. An invalid value raises :class:`ConfigError` with one line naming the key.
+accepted for ``database.url``. An invalid value raises :class:`ConfigError` with one line naming the key;
+a ``MEDIATOR_*`` variable that nothing reads is a warning naming it.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 from collections.abc import Callable, Iterator, Mapping
@@ -15,7 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import structlog
+
 from app.errors import ConfigError
+from app.logs import configure_logging, log
 
 
 @dataclass(frozen=True)
@@ -223,6 +228,51 @@ def read_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     return flatten(data)
 
 
+# MEDIATOR_* variables read outside the configuration keys: the config file's name, gunicorn's
+# settings (gunicorn.conf.py), the throwaway PostgreSQL's user, fault points of the crash tests,
+# and the databases of the test suite and the benchmarks.
+OTHER_VARIABLES = frozenset(
+    {
+        "MEDIATOR_CONFIG",
+        "MEDIATOR_BIND",
+        "MEDIATOR_WORKERS",
+        "MEDIATOR_THREADS",
+        "MEDIATOR_WORKER_TIMEOUT",
+        "MEDIATOR_EMBEDDED_PG_USER",
+        "MEDIATOR_FAULT",
+        "MEDIATOR_TEST_DATABASE_URL",
+        "MEDIATOR_DEVDB_TEST_URL",
+        "MEDIATOR_BENCH_DATABASE_URL",
+    }
+)
+
+
+def unknown_variables(env: Mapping[str, str]) -> list[str]:
+    """The ``MEDIATOR_*`` variables of ``env`` that no key and nothing else of the Mediator reads,
+    sorted: a mistyped name would otherwise go unnoticed."""
+    known = {key.env for key in KEYS} | OTHER_VARIABLES
+    return sorted(name for name in env if name.startswith("MEDIATOR_") and name not in known)
+
+
+def _warn_unknown_variables(env: Mapping[str, str], values: Mapping[str, Any]) -> None:
+    """One warning per unknown ``MEDIATOR_*`` variable, naming it and the closest known one. A
+    process that has not configured its logs yet gets them configured first, so the line comes
+    out in the configured format like every other (start-up loads the configuration first)."""
+    unknown = unknown_variables(env)
+    if not unknown:
+        return
+    if not structlog.is_configured():
+        configure_logging(values["log.format"], values["log.level"])
+    known = sorted({key.env for key in KEYS} | OTHER_VARIABLES)
+    for name in unknown:
+        close = difflib.get_close_matches(name, known, n=1)
+        log.warning(
+            "unknown environment variable, ignored",
+            variable=name,
+            did_you_mean=close[0] if close else None,
+        )
+
+
 def load_config(
     path: str | os.PathLike[str] | None = None,
     *,
@@ -258,4 +308,5 @@ def load_config(
             if problem:
                 raise ConfigError(f"{key.name}: {problem}{shown}")
         values[key.name] = value
+    _warn_unknown_variables(env, values)
     return Config(values)
