@@ -1,0 +1,260 @@
+"""The Mediator's invariants, read from its tables with plain SQL the way an operator would.
+
+Every check returns the list of violations it found (one line each, naming the run, node or
+step), never raises on the first, and reads one snapshot (a REPEATABLE READ, READ ONLY
+transaction), so it may sample a database that is busy:
+
+- :func:`check`: what holds at every moment — no node leased twice or assigned to two live runs,
+  every placed run holding a lease on each node of its unreleased roles (and no lease it does not
+  account for), a QUEUED run holding nothing, steps agreeing with their run's state, no run
+  half-created (a run row without all its steps).
+- :func:`check_after_reaper_pass`: what one reaper pass leaves on a quiet system — no lease of a
+  finished run, no run left VERIFYING, every finished run sealed (rejected submits excepted).
+- :func:`check_quiet`: once nothing moves, no QUEUED run whose requirements fit live, free,
+  non-draining nodes; "fits" is the service's own matcher (:func:`app.match.match`) over the
+  adverts and leases read here.
+- :func:`check_settled`: the three together, for the end of a test.
+
+The connection is a psycopg connection in autocommit mode (the ``sql`` fixture, or
+:func:`connect`): each check opens its own transaction on it.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from app.config import to_libpq_url
+from app.contract.types import role_from_wire
+from app.match import Assignment, adverts_from_rows, candidate_order, match, width_exceeded
+
+ALIVE_PLACED = ("RUNNING", "VERIFYING")  # runs that hold their nodes
+FINISHED = ("SUCCEEDED", "FAILED")
+OPEN_STEPS = ("PENDING", "CLAIMED", "ASKED")
+
+Rows = list[dict[str, Any]]
+
+
+@contextmanager
+def connect(url: str) -> Iterator[psycopg.Connection[Any]]:
+    """An autocommit connection to the database ``url`` (a SQLAlchemy or libpq URL)."""
+    with psycopg.connect(to_libpq_url(url), autocommit=True) as conn:
+        yield conn
+
+
+@contextmanager
+def snapshot(conn: psycopg.Connection[Any]) -> Iterator[psycopg.Cursor[dict[str, Any]]]:
+    """A cursor inside one REPEATABLE READ, READ ONLY transaction: every query sees the same
+    committed state, whatever commits meanwhile."""
+    assert conn.autocommit, "the checker opens its own transaction: pass an autocommit connection"
+    with conn.transaction():
+        cur = conn.cursor(row_factory=dict_row)
+        cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        yield cur
+
+
+def _rejected(run: dict[str, Any]) -> bool:
+    """A rejected submit: born FAILED with a 422 ``reject``, no steps and no Record (SPEC §6)."""
+    reject = run.get("reject")
+    return (
+        run["state"] == "FAILED" and isinstance(reject, dict) and str(reject.get("Code")) == "422"
+    )
+
+
+def live_roles(run: dict[str, Any]) -> dict[str, list[str]]:
+    """Role -> nodes of the run's ``assigned``, minus released roles (acquired roles included)."""
+    out: dict[str, list[str]] = {}
+    for entry in run.get("assigned") or []:
+        if isinstance(entry, dict) and not entry.get("released"):
+            out[str(entry.get("as"))] = [str(n) for n in entry.get("nodes") or []]
+    return out
+
+
+def assigned_nodes(run: dict[str, Any]) -> set[str]:
+    """Every node the run was ever assigned, released roles included."""
+    return {
+        str(n)
+        for entry in run.get("assigned") or []
+        if isinstance(entry, dict)
+        for n in entry.get("nodes") or []
+    }
+
+
+# ---------------------------------------------------------------- at every moment
+
+
+def check(conn: psycopg.Connection[Any]) -> list[str]:
+    """The invariants that hold at every moment, busy or quiet, in one snapshot."""
+    with snapshot(conn) as cur:
+        runs: Rows = cur.execute(
+            "select run_id, state, assigned, reject, ended_at,"
+            " jsonb_array_length(coalesce(contract->'steps', '[]'::jsonb)) as declared"
+            " from runs"
+        ).fetchall()
+        steps: Rows = cur.execute(
+            "select run_id, seq, step_id, state, node_id, claimed_instance from steps"
+        ).fetchall()
+        leases: Rows = cur.execute("select node_id, run_id from leases").fetchall()
+        twice: Rows = cur.execute(
+            "select node_id, count(*) as n from leases group by node_id having count(*) > 1"
+        ).fetchall()
+    out: list[str] = [f"node {r['node_id']} is leased {r['n']} times" for r in twice]
+    out += _placement_violations(runs, leases)
+    out += _step_violations(runs, steps)
+    return out
+
+
+def _placement_violations(runs: Rows, leases: Rows) -> list[str]:
+    out: list[str] = []
+    by_id = {r["run_id"]: r for r in runs}
+    held: dict[str, set[str]] = defaultdict(set)  # run -> nodes it holds a lease on
+    for lease in leases:
+        held[lease["run_id"]].add(lease["node_id"])
+    holders: dict[str, list[str]] = defaultdict(list)  # node -> live runs with a live role on it
+    for run in runs:
+        if run["state"] not in ALIVE_PLACED:
+            continue
+        roles = live_roles(run)
+        if run.get("assigned") is None:
+            out.append(f"run {run['run_id']} is {run['state']} without an assignment")
+        nodes = {n for ns in roles.values() for n in ns}
+        for node in sorted(nodes):
+            holders[node].append(run["run_id"])
+            if node not in held[run["run_id"]]:
+                role = next(r for r, ns in roles.items() if node in ns)
+                out.append(
+                    f"run {run['run_id']} is {run['state']} without a lease on node {node}"
+                    f" of its role {role} (not released)"
+                )
+        for node in sorted(held[run["run_id"]] - nodes):
+            out.append(
+                f"run {run['run_id']} holds a lease on node {node}, which fills none of its"
+                " unreleased roles"
+            )
+    for node, runs_on in sorted(holders.items()):
+        if len(runs_on) > 1:
+            out.append(f"node {node} is assigned to live roles of {len(runs_on)} runs: {runs_on}")
+    for lease in sorted(leases, key=lambda r: r["node_id"]):
+        owner = by_id.get(lease["run_id"])
+        if owner is None:
+            out.append(f"lease on node {lease['node_id']} names no run: {lease['run_id']}")
+        elif owner["state"] == "QUEUED":
+            out.append(f"run {owner['run_id']} is QUEUED but holds a lease on {lease['node_id']}")
+    return out
+
+
+def _step_violations(runs: Rows, steps: Rows) -> list[str]:
+    out: list[str] = []
+    of_run: dict[str, Rows] = defaultdict(list)
+    for st in steps:
+        of_run[st["run_id"]].append(st)
+    known = {r["run_id"] for r in runs}
+    for run_id in sorted(set(of_run) - known):
+        out.append(f"steps of {run_id} belong to no run")
+    for run in runs:
+        rid, state = run["run_id"], run["state"]
+        mine = sorted(of_run.get(rid, []), key=lambda st: st["seq"])
+        if _rejected(run):
+            if mine:
+                out.append(f"run {rid} was rejected at submit but has {len(mine)} steps")
+        elif len(mine) != run["declared"] or [st["seq"] for st in mine] != list(
+            range(1, len(mine) + 1)
+        ):
+            out.append(
+                f"run {rid} is half-created: {len(mine)} steps stored,"
+                f" {run['declared']} in its contract"
+            )
+        if (state in FINISHED) != (run["ended_at"] is not None):
+            out.append(f"run {rid} is {state} with ended_at {run['ended_at']}")
+        if state == "QUEUED" and run.get("assigned") is not None:
+            out.append(f"run {rid} is QUEUED with an assignment")
+        assigned = assigned_nodes(run)
+        for st in mine:
+            name = f"{rid}#{st['seq']:02d}"
+            if state in FINISHED and st["state"] in OPEN_STEPS:
+                out.append(f"run {rid} is {state} but step {name} is {st['state']}")
+            elif state == "VERIFYING" and st["state"] in OPEN_STEPS:
+                out.append(f"run {rid} is VERIFYING but step {name} is {st['state']}")
+            elif state == "QUEUED" and (
+                st["state"] != "PENDING"
+                or st["node_id"] is not None
+                or st["claimed_instance"] is not None
+            ):
+                out.append(
+                    f"run {rid} is QUEUED but step {name} is {st['state']} on node {st['node_id']}"
+                )
+            if st["state"] == "CLAIMED" and st["node_id"] is None:
+                out.append(f"step {name} is CLAIMED by no node")
+            if st["node_id"] is not None and state != "QUEUED" and st["node_id"] not in assigned:
+                out.append(f"step {name} is bound to {st['node_id']}, not assigned to {rid}")
+    return out
+
+
+# ---------------------------------------------------------------- after a reaper pass
+
+
+def check_after_reaper_pass(conn: psycopg.Connection[Any]) -> list[str]:
+    """What one reaper pass leaves behind once nothing else moves (SPEC §12): no lease of a
+    finished run, no run left VERIFYING, every finished run sealed except rejected submits."""
+    with snapshot(conn) as cur:
+        leased: Rows = cur.execute(
+            "select l.node_id, r.run_id, r.state from leases l join runs r using (run_id)"
+            " where r.state in ('SUCCEEDED', 'FAILED') order by l.node_id"
+        ).fetchall()
+        verifying: Rows = cur.execute(
+            "select run_id from runs where state = 'VERIFYING' order by run_id"
+        ).fetchall()
+        unsealed: Rows = cur.execute(
+            "select run_id, state, reject from runs"
+            " where state in ('SUCCEEDED', 'FAILED') and sealed_at is null order by run_id"
+        ).fetchall()
+    out = [
+        f"run {r['run_id']} is {r['state']} but still holds a lease on {r['node_id']}"
+        for r in leased
+    ]
+    out += [f"run {r['run_id']} is still VERIFYING after a reaper pass" for r in verifying]
+    out += [
+        f"run {r['run_id']} is {r['state']} but its Record is not sealed"
+        for r in unsealed
+        if not _rejected(r)
+    ]
+    return out
+
+
+# ---------------------------------------------------------------- once the system is quiet
+
+
+def check_quiet(conn: psycopg.Connection[Any], *, max_per_run: int = 0) -> list[str]:
+    """No QUEUED run whose requirements fit live, free, non-draining nodes (SPEC §7). Runs are
+    taken in arrival order and each one found fitting takes its nodes, as a scan would, so every
+    line names a run that a scan would have promoted."""
+    with snapshot(conn) as cur:
+        nodes: Rows = cur.execute(
+            "select node_id, capabilities, label, drain from nodes where expires_at > now()"
+        ).fetchall()
+        leased = {r["node_id"] for r in cur.execute("select node_id from leases").fetchall()}
+        queued: Rows = cur.execute(
+            "select run_id, requires from runs where state = 'QUEUED' order by created_at, run_id"
+        ).fetchall()
+    adverts = candidate_order(
+        adverts_from_rows((r["node_id"], r["capabilities"], r["label"]) for r in nodes)
+    )
+    unavailable = leased | {r["node_id"] for r in nodes if r["drain"]}
+    out: list[str] = []
+    for run in queued:
+        roles = [role_from_wire(r) for r in run["requires"]]
+        outcome = match(roles, adverts, unavailable, ordered=True)
+        if isinstance(outcome, Assignment) and not width_exceeded(outcome, max_per_run):
+            out.append(f"run {run['run_id']} is QUEUED though free nodes fit it: {outcome.nodes()}")
+            unavailable |= set(outcome.nodes())
+    return out
+
+
+def check_settled(conn: psycopg.Connection[Any], *, max_per_run: int = 0) -> list[str]:
+    """Every check, for a quiet system after one reaper pass."""
+    return check(conn) + check_after_reaper_pass(conn) + check_quiet(conn, max_per_run=max_per_run)
