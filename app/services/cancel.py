@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from app.context import Caller, Context
 from app.errors import Forbidden, NotFound
+from app.faults import fault
 from app.services.ending import cancel_run_failed
 from app.services.finish import finish
 from app.services.notify import AfterCommit
@@ -27,6 +28,7 @@ def _cancel(ctx: Context, run_id: str, caller: Caller, after: AfterCommit) -> st
         after.ended.append(run_id)
         after.released(run_id, freed)
         after.wake_anyway = f"cancel of {run_id}"
+        fault("cancel.before_commit")
         return "FAILED"
 
 
@@ -35,5 +37,6 @@ def cancel_run(ctx: Context, run_id: str, caller: Caller) -> dict[str, str]:
     commit: wake the queue, seal the Record (SPEC §9)."""
     after = AfterCommit()
     state = _cancel(ctx, run_id, caller, after)
+    fault("cancel.after_commit")
     finish(ctx, after)
     return {"run_id": run_id, "state": state}

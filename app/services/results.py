@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 from app.context import Context
 from app.contract import parse_json
 from app.errors import BadRequest, NotClaimed
+from app.faults import fault
 from app.logs import log
 from app.models import Run, Step
 from app.services.ending import cancel_run_failed
@@ -290,6 +291,7 @@ def complete_step(
     # Wake even while the run goes on (SPEC §7 wake point 1), also when nothing above named a
     # freed node.
     after.wake_anyway = f"result of {run.run_id}#{st.seq:02d}"
+    fault("result.before_commit")
     return {
         "run_id": run.run_id,
         "seq": st.seq,
@@ -391,4 +393,5 @@ def _cancel_for_drain(s: Session, run: Run, node: str | None, after: AfterCommit
 def report_result(ctx: Context, run_id: str, seq: int, body: dict[str, Any]) -> dict[str, Any]:
     after = AfterCommit()
     reply = _report(ctx, run_id, seq, body, after)
+    fault("result.after_commit")
     return finish_reply(ctx, after, reply)

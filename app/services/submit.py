@@ -8,6 +8,7 @@ from typing import Any
 from app.context import Caller, Context
 from app.contract import Contract, validate_contract
 from app.errors import NoCandidate
+from app.faults import fault
 from app.match import Assignment, Reject, match, width_exceeded
 from app.services.execution import start_steps
 from app.services.finish import finish
@@ -82,6 +83,7 @@ def _create_running(
             token_name=caller.token_name,
             assigned=assigned_json(assignment),
         )
+        fault("submit.after_insert")
         insert_leases(
             s,
             contract.run_id,
@@ -103,6 +105,7 @@ def _queue(ctx: Context, contract: Contract, caller: Caller) -> None:
         )
         insert_steps(s, contract.run_id, contract.steps, {})
         ctx.records.open(contract.run_id, _manifest(contract, caller, QUEUED, created_at))
+        fault("submit.queued")
 
 
 def _reject_body(role: str, reason: str) -> dict[str, Any]:
