@@ -1,0 +1,46 @@
+"""``python -m tests.storm --soak SECONDS [--seed N]``: a long storm outside CI, on a database of
+its own, migrated here and dropped afterwards (see tests/storm/__init__.py)."""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+
+from app.dev.embedded import create_database, drop_database, resolve_admin_url
+from app.migrate import upgrade
+from tests.storm.storm import Plan, run_storm
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tests.storm")
+    p.add_argument("--soak", type=float, default=0.0, help="seconds (0: the bounded CI storm)")
+    p.add_argument("--seed", type=int, default=None, help="replay a storm's choices")
+    args = p.parse_args(argv)
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1_000_000)
+    print(f"storm seed {seed}", flush=True)
+    plan = Plan(seconds=args.soak) if args.soak else Plan(deadline=22)
+    admin, embedded = resolve_admin_url()
+    name = f"mediator_storm_{uuid.uuid4().hex[:8]}"
+    try:
+        url = create_database(admin, name)
+        try:
+            upgrade(url)
+            with tempfile.TemporaryDirectory(prefix="mediator-storm-") as work:
+                report = run_storm(url, Path(work), seed, plan)
+        finally:
+            drop_database(admin, name)
+    finally:
+        if embedded is not None:
+            embedded.stop()
+    print(report.describe())
+    for line in report.failures():
+        print(line)
+    return 1 if report.failures() else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
