@@ -90,7 +90,7 @@ class StormReport:
         for key, n in self.tally.items():
             by_route[key] += n
         lines = [
-            f"storm seed {self.seed} (STORM_SEED={self.seed} replays its choices):"
+            f"storm seed {self.seed} (STORM_SEED={self.seed} replays its random stream):"
             f" {self.requests} requests in {self.seconds:.1f} s, {self.overloaded} answered 503,"
             f" checker sampled {self.samples} times",
             "answers: " + ", ".join(f"{k}: {n}" for k, n in sorted(by_route.items())),
