@@ -1,0 +1,70 @@
+"""The stack's floor (SPEC §16): a bare Flask app that only parses the body and runs the placed
+submit's INSERTs (the statements the Mediator sends, as the benchmark captured them) in one
+transaction through psycopg 3. What it reaches under the same gunicorn and client is what
+Flask, gunicorn and this database allow before any of the Mediator's own work.
+
+Served as ``gunicorn … bench.floor:app`` with BENCH_FLOOR_STATEMENTS (a JSON list of SQL
+statements with ``%(bench_id)s`` where the new run's key goes) and BENCH_FLOOR_DATABASE_URL.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import random
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from flask import Flask, request
+
+from app.config import to_libpq_url
+
+STATEMENTS: list[str] = json.loads(Path(os.environ["BENCH_FLOOR_STATEMENTS"]).read_text())
+URL = to_libpq_url(os.environ["BENCH_FLOOR_DATABASE_URL"])
+POOL_SIZE = 5  # the Mediator's database.pool_size default
+
+app = Flask(__name__)
+_idle: queue.LifoQueue[psycopg.Connection[Any]] = queue.LifoQueue()
+_lock = threading.Lock()
+_made = 0
+
+
+@contextmanager
+def _connection() -> Iterator[psycopg.Connection[Any]]:
+    """A connection of this worker's small pool (opened on first use, after gunicorn's fork)."""
+    global _made
+    conn: psycopg.Connection[Any] | None = None
+    try:
+        conn = _idle.get_nowait()
+    except queue.Empty:
+        with _lock:
+            if _made < POOL_SIZE:
+                _made += 1
+                conn = psycopg.connect(URL, application_name="mediator-bench-floor")
+    if conn is None:
+        conn = _idle.get(timeout=5)
+    try:
+        yield conn
+    finally:
+        _idle.put(conn)
+
+
+@app.get("/readyz")
+def readyz() -> dict[str, str]:
+    return {"status": "ready"}
+
+
+@app.post("/v1/runs")
+def submit() -> tuple[dict[str, Any], int]:
+    doc = request.get_json()
+    key = random.getrandbits(62)
+    with _connection() as conn:
+        with conn.transaction():
+            for statement in STATEMENTS:
+                conn.execute(statement, {"bench_id": key})
+    return {"run_id": doc["run_id"], "state": "RUNNING"}, 201

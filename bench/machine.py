@@ -1,0 +1,167 @@
+"""What the figures were measured on, and where the CPU went while they were measured (/proc)."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+
+ROOT = Path(__file__).resolve().parent.parent
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def git_commit() -> str:
+    """HEAD of the source tree, with ``+changes`` when files under app/ differ from it."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "app", "alembic", "gunicorn.conf.py"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("+changes" if dirty else "")
+
+
+def describe(libpq_url: str, server: dict[str, object]) -> dict[str, object]:
+    with psycopg.connect(libpq_url, autocommit=True) as conn:
+        version = conn.execute("SHOW server_version").fetchone()
+        settings = {
+            name: conn.execute(f"SHOW {name}").fetchone()[0]  # type: ignore[index]
+            for name in ("fsync", "synchronous_commit", "shared_buffers", "max_connections")
+        }
+    mem_kb = 0
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem_kb = int(line.split()[1])
+    except OSError:
+        pass
+    return {
+        "cpu_model": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "memory_gib": round(mem_kb / 1024 / 1024, 1),
+        "postgresql_version": version[0] if version else "unknown",
+        "postgresql_settings": settings,
+        "python_version": platform.python_version(),
+        "platform": platform.platform(),
+        "date": datetime.datetime.now(datetime.UTC).replace(microsecond=0).isoformat(),
+        "git_commit": git_commit(),
+        "server": server,
+    }
+
+
+# ---------------------------------------------------------------- CPU accounting
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name is in parentheses and may hold spaces: split after the last ')'.
+    return raw[raw.rindex(")") + 2 :].split()
+
+
+def process_cpu(pid: int, children: bool = False) -> float:
+    """utime + stime of a process in seconds (with ``children``: of its reaped children too)."""
+    f = _stat_fields(pid)
+    if f is None:
+        return 0.0
+    ticks = int(f[11]) + int(f[12])  # fields 14 and 15 of proc(5)
+    if children:
+        ticks += int(f[13]) + int(f[14])
+    return ticks / TICK
+
+
+def children_of(pid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            f = _stat_fields(int(entry.name))
+            if f is not None and int(f[1]) == pid:
+                out.append(int(entry.name))
+    return out
+
+
+def _postgres_pids() -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if (entry / "comm").read_text().strip() in ("postgres", "postmaster"):
+                    pids.append(int(entry.name))
+            except OSError:
+                pass
+    return pids
+
+
+def rss_kib(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def _machine_busy() -> tuple[float, float]:
+    """(busy seconds, total seconds) of all cores, from /proc/stat."""
+    parts = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    values = [int(v) for v in parts]
+    idle = values[3] + (values[4] if len(values) > 4 else 0)
+    total = sum(values[:8])
+    return (total - idle) / TICK, total / TICK
+
+
+@dataclass
+class CpuSnapshot:
+    at: float
+    machine_busy: float
+    server: float
+    postgres: dict[int, float]
+
+
+class CpuMeter:
+    """CPU used by the server's processes, by PostgreSQL (every local ``postgres`` process, the
+    postmaster's reaped backends included) and by the whole machine, between two snapshots."""
+
+    def __init__(self, server_pids: list[int]) -> None:
+        self.server_pids = server_pids
+
+    def snapshot(self, at: float) -> CpuSnapshot:
+        busy, _ = _machine_busy()
+        server = sum(process_cpu(p) for p in self.server_pids)
+        pg = {p: process_cpu(p, children=True) for p in _postgres_pids()}
+        return CpuSnapshot(at, busy, server, pg)
+
+    @staticmethod
+    def cores(start: CpuSnapshot, end: CpuSnapshot) -> dict[str, float]:
+        wall = max(end.at - start.at, 1e-9)
+        pg = sum(v - start.postgres.get(p, 0.0) for p, v in end.postgres.items())
+        return {
+            "machine": round((end.machine_busy - start.machine_busy) / wall, 2),
+            "server": round((end.server - start.server) / wall, 2),
+            "postgres": round(pg / wall, 2),
+        }

@@ -1,0 +1,665 @@
+"""The measurements, one function each, every one on a fresh database and (but for the reaper,
+which is no HTTP route) a fresh gunicorn: the lines of SPEC §16."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.client import Client
+from bench.contracts import advert, one_step, two_steps
+from bench.database import (
+    Databases,
+    clone_run,
+    connect,
+    pgbench_script,
+    run_pgbench,
+    vacuum_analyze,
+)
+from bench.inprocess import capture_placed_submit, client_of, floor_statements, mediator_app
+from bench.load import Load, LoadResult, Plan, Tally, closed_loop, percentile
+from bench.machine import CpuMeter
+from bench.server import Server, floor, mediator
+
+
+@dataclass(frozen=True)
+class Sizes:
+    mode: str
+    warmup: float  # seconds of load before a window is counted
+    submit_seconds: float
+    submit_nodes: int
+    pgbench_seconds: float
+    floor_seconds: float
+    queued_seconds: float
+    wake_sizes: tuple[int, ...]
+    wake_shapes: int
+    wake_reps: int  # freed nodes per size (wake_sizes × wake_reps ≤ wake_shapes)
+    release_reps: int
+    fleet_nodes: int
+    fleet_seconds: float
+    fleet_claims: tuple[int, ...]
+    fleet_advert_every: float  # seconds between two adverts of one node
+    fleet_submits_per_s: float
+    reaper_steps: int
+    reaper_passes: int
+
+
+FULL = Sizes(
+    mode="full",
+    warmup=3.0,
+    submit_seconds=20.0,
+    submit_nodes=200,
+    pgbench_seconds=20.0,
+    floor_seconds=15.0,
+    queued_seconds=15.0,
+    wake_sizes=(1000, 10000, 100000),
+    wake_shapes=20,
+    wake_reps=5,
+    release_reps=200,
+    fleet_nodes=1000,
+    fleet_seconds=45.0,
+    fleet_claims=(100, 500),
+    fleet_advert_every=10.0,
+    fleet_submits_per_s=25.0,
+    reaper_steps=1_000_000,
+    reaper_passes=5,
+)
+
+QUICK = Sizes(
+    mode="quick",
+    warmup=1.0,
+    submit_seconds=4.0,
+    submit_nodes=200,
+    pgbench_seconds=3.0,
+    floor_seconds=3.0,
+    queued_seconds=3.0,
+    wake_sizes=(1000, 10000),
+    wake_shapes=20,
+    wake_reps=2,
+    release_reps=20,
+    fleet_nodes=300,
+    fleet_seconds=8.0,
+    fleet_claims=(50,),
+    fleet_advert_every=3.0,
+    fleet_submits_per_s=25.0,
+    reaper_steps=20_000,
+    reaper_passes=3,
+)
+
+
+def say(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+@dataclass
+class Bench:
+    dbs: Databases
+    workdir: Path
+    sizes: Sizes
+    workers: int
+    threads: int | None
+    log_level: str
+    processes: int  # client processes of a closed loop
+    client_threads: int  # threads in each
+
+    def server(self, db_url: str, name: str) -> Server:
+        work = self.workdir / name
+        work.mkdir(parents=True, exist_ok=True)
+        return mediator(
+            db_url, work, workers=self.workers, threads=self.threads, log_level=self.log_level
+        )
+
+    @property
+    def clients(self) -> int:
+        return self.processes * self.client_threads
+
+    def measure(
+        self,
+        srv: Server,
+        plans: list[Plan],
+        begin: float,
+        duration: float,
+        probes: Sequence[tuple[float, Callable[[], None]]] = (),
+    ) -> tuple[LoadResult, dict[str, float]]:
+        """Run ``plans`` and snapshot the CPU at the window's edges (``begin`` seconds after the
+        common start, ``duration`` long); each probe is called ``offset`` seconds after the
+        common start (before the window closes)."""
+        meter = CpuMeter(srv.pids())
+        with Load(plans) as run:
+            waits = sorted(
+                [(begin, "first"), (begin + duration, "last")]
+                + [(offset, i) for i, (offset, _) in enumerate(probes)],
+                key=lambda w: w[0],
+            )
+            snaps = {}
+            for offset, what in waits:
+                _sleep_until(run.start + offset)
+                if isinstance(what, int):
+                    probes[what][1]()
+                else:
+                    snaps[what] = meter.snapshot(time.monotonic())
+            result = run.result()
+        cores = CpuMeter.cores(snaps["first"], snaps["last"])
+        cores["client"] = round(result.client_cpu_seconds / max(result.wall_seconds, 1e-9), 2)
+        return result, cores
+
+
+def _sleep_until(t: float) -> None:
+    pause = t - time.monotonic()
+    if pause > 0:
+        time.sleep(pause)
+
+
+def summary(tally: Tally, seconds: float, ok: tuple[int, ...]) -> dict[str, Any]:
+    good = sum(n for code, n in tally.statuses.items() if code in ok)
+    return {
+        "per_s": round(good / seconds, 1),
+        "p50_ms": percentile(tally.lat_ms, 50),
+        "p99_ms": percentile(tally.lat_ms, 99),
+        "max_ms": percentile(tally.lat_ms, 100),
+        "statuses": {str(k): v for k, v in sorted(tally.statuses.items())},
+        "errors": tally.errors,
+    }
+
+
+def _ok(resp: Any, status: int, what: str) -> Any:
+    if resp.status != status:
+        raise RuntimeError(f"{what}: expected {status}, got {resp.status}: {resp.data[:500]!r}")
+    return resp.json()
+
+
+class Sweeper:
+    """Frees the boards of placed benchmark runs behind the Mediator's back (their lease rows
+    deleted every few ms), so a closed loop of placed submits never runs out of free nodes. It
+    costs the database one small DELETE per tick, beside thousands of submits."""
+
+    def __init__(self, db_url: str, run_prefix: str, every: float = 0.02) -> None:
+        self.db_url, self.prefix, self.every = db_url, run_prefix, every
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.deleted = 0
+
+    def _run(self) -> None:
+        with connect(self.db_url) as conn:
+            while not self.stop.wait(self.every):
+                cur = conn.execute(
+                    "DELETE FROM leases WHERE run_id LIKE %s"
+                    " AND created_at < now() - interval '5 milliseconds'",
+                    (self.prefix + "%",),
+                )
+                self.deleted += cur.rowcount
+
+    def __enter__(self) -> Sweeper:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(timeout=10)
+
+
+# ---------------------------------------------------------------- placed submits and pgbench
+
+
+def placed_submits(b: Bench) -> dict[str, Any]:
+    """Closed loop of placed two-step submits, then pgbench replaying the same INSERTs, then the
+    floor app running them, all on one database."""
+    s = b.sizes
+    url = b.dbs.fresh("submit")
+    work = b.workdir / "submit"
+    work.mkdir(parents=True, exist_ok=True)
+    statements = capture_placed_submit(url, work / "capture-records")
+    script = work / "submit.pgbench.sql"
+    script.write_text(pgbench_script(statements))
+    floor_file = work / "floor-statements.json"
+    floor_file.write_text(json.dumps(floor_statements(statements)))
+    slots = b.clients
+    with b.server(url, "submit") as srv:
+        c = Client(srv.port)
+        for n in range(s.submit_nodes):
+            _ok(
+                c.post("/v1/nodes", advert(f"sp-node-{n:04d}", slot=f"s{n % slots}")), 200, "advert"
+            )
+        c.close()
+        say(
+            f"placed submits: {b.processes}×{b.client_threads} clients, {s.submit_nodes} nodes, "
+            f"{s.submit_seconds:g} s"
+        )
+        plans = closed_loop(
+            srv.port,
+            "submit",
+            {"prefix": "sp", "slots": slots},
+            processes=b.processes,
+            threads=b.client_threads,
+            duration=s.submit_seconds,
+            warmup=s.warmup,
+        )
+        with Sweeper(url, "sp-"):
+            result, cores = b.measure(srv, plans, s.warmup, s.submit_seconds)
+    app = summary(result.tally("submit"), s.submit_seconds, (201,))
+    say(f"  {app['per_s']}/s placed, p50 {app['p50_ms']} ms, p99 {app['p99_ms']} ms, {cores}")
+
+    say(f"pgbench: the placed submit's {len(statements)} INSERTs, {slots} clients")
+    pg = run_pgbench(url, script, clients=slots, threads=2, seconds=s.pgbench_seconds)
+    say(f"  {pg['tps']} TPS")
+
+    say("floor: bare Flask + psycopg 3 running the same INSERTs")
+    fl_work = work / "floor"
+    fl_work.mkdir(exist_ok=True)
+    threads = b.threads or 160
+    with floor(floor_file, url, fl_work, workers=b.workers, threads=threads) as fsrv:
+        plans = closed_loop(
+            fsrv.port,
+            "submit",
+            {"prefix": "fl", "slots": slots},
+            processes=b.processes,
+            threads=b.client_threads,
+            duration=s.floor_seconds,
+            warmup=s.warmup,
+        )
+        fres, fcores = b.measure(fsrv, plans, s.warmup, s.floor_seconds)
+    fl = summary(fres.tally("submit"), s.floor_seconds, (201,))
+    say(f"  {fl['per_s']}/s, p99 {fl['p99_ms']} ms")
+    return {
+        "submit": {
+            "app_per_s": app["per_s"],
+            "pgbench_per_s": pg["tps"],
+            "ratio": round(app["per_s"] / pg["tps"], 3) if pg["tps"] else None,
+            "p50_ms": app["p50_ms"],
+            "p99_ms": app["p99_ms"],
+            "max_ms": app["max_ms"],
+            "statuses": app["statuses"],
+            "errors": app["errors"],
+            "clients": f"{b.processes} processes × {b.client_threads} threads, keep-alive",
+            "nodes": s.submit_nodes,
+            "seconds": s.submit_seconds,
+            "cpu_cores": cores,
+        },
+        "pgbench": {**pg, "statements": len(statements), "script": script.read_text()},
+        "floor": {
+            "per_s": fl["per_s"],
+            "p50_ms": fl["p50_ms"],
+            "p99_ms": fl["p99_ms"],
+            "statuses": fl["statuses"],
+            "cpu_cores": fcores,
+        },
+    }
+
+
+# ---------------------------------------------------------------- queued submits
+
+
+def queued_submits(b: Bench) -> dict[str, Any]:
+    """Closed loop of submits that all wait for the one board, which a run holds: each is
+    queued (202) and runs its post-queue scan."""
+    s = b.sizes
+    url = b.dbs.fresh("queued")
+    with b.server(url, "queued") as srv:
+        c = Client(srv.port)
+        _ok(c.post("/v1/nodes", advert("q-node", soc="queue")), 200, "advert")
+        _ok(c.post("/v1/runs", two_steps("q-holder", soc="queue")), 201, "holder")
+        c.close()
+        say(f"queued submits: {b.processes}×{b.client_threads} clients, {s.queued_seconds:g} s")
+        plans = closed_loop(
+            srv.port,
+            "submit",
+            {"prefix": "qd", "attrs": {"soc": "queue"}},
+            processes=b.processes,
+            threads=b.client_threads,
+            duration=s.queued_seconds,
+            warmup=s.warmup,
+        )
+        result, cores = b.measure(srv, plans, s.warmup, s.queued_seconds)
+    with connect(url) as conn:
+        row = conn.execute("SELECT count(*) FROM runs WHERE state = 'QUEUED'").fetchone()
+        depth = row[0] if row else 0
+    out = summary(result.tally("submit"), s.queued_seconds, (202,))
+    say(f"  {out['per_s']}/s queued, p99 {out['p99_ms']} ms, {depth} queued at the end, {cores}")
+    return {"queued": {**out, "queue_depth_at_end": depth, "cpu_cores": cores}}
+
+
+# ---------------------------------------------------------------- wake scan
+
+
+def _wake_line(srv: Server, request_id: str, timeout: float = 5.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        for line in srv.log_lines():
+            if line.get("event") == "wake scan" and line.get("request_id") == request_id:
+                return line
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"no wake-scan log line for request {request_id}")
+        time.sleep(0.05)
+
+
+def wake_scan(b: Bench) -> dict[str, Any]:
+    """``wake_shapes`` requirement shapes, each a board held by a run and a queue of runs
+    waiting for it; the queue is grown by SQL (copies of each shape's first queued run). At each
+    size, a cancel frees one board and its wake scan promotes the oldest run of that shape; the
+    scan's time is the ``ms`` of its "wake scan" log line."""
+    s = b.sizes
+    shapes = s.wake_shapes
+    if len(s.wake_sizes) * s.wake_reps > shapes:
+        raise ValueError("each freed node needs a shape of its own")
+    url = b.dbs.fresh("wake")
+    out: dict[str, Any] = {}
+    detail: dict[str, Any] = {}
+    with b.server(url, "wake") as srv:
+        c = Client(srv.port)
+        for k in range(shapes):
+            soc = f"w{k:02d}"
+            _ok(c.post("/v1/nodes", advert(f"w-node-{k:02d}", soc=soc)), 200, "advert")
+            _ok(c.post("/v1/runs", two_steps(f"wh-{k:02d}", soc=soc)), 201, "holder")
+            _ok(c.post("/v1/runs", two_steps(f"wq{k:02d}-0", soc=soc)), 202, "queued")
+        per_shape_have = 1
+        freed = 0
+        for size in s.wake_sizes:
+            per_shape = max(1, size // shapes)
+            say(f"wake scan: growing the queue to {per_shape * shapes} runs of {shapes} shapes")
+            for k in range(shapes):
+                # Copies of the shape's newest run: the oldest ones may have been promoted.
+                clone_run(
+                    url,
+                    f"wq{k:02d}-{per_shape_have - 1}",
+                    f"wq{k:02d}-",
+                    per_shape_have,
+                    per_shape - 1,
+                    every_us=shapes,
+                    offset_us=k,
+                )
+            per_shape_have = max(per_shape_have, per_shape)
+            vacuum_analyze(url)
+            # Re-advertise: the nodes stay live however long the copying took.
+            for k in range(shapes):
+                c.post("/v1/nodes", advert(f"w-node-{k:02d}", soc=f"w{k:02d}"))
+            ms: list[float] = []
+            cancel_ms: list[float] = []
+            lines = []
+            for _ in range(s.wake_reps):
+                k = freed
+                freed += 1
+                rid = f"bench-wake-{size}-{k}"
+                t0 = time.monotonic()
+                resp = c.request("POST", f"/v1/runs/wh-{k:02d}/cancel", b"", {"X-Request-Id": rid})
+                cancel_ms.append((time.monotonic() - t0) * 1000)
+                _ok(resp, 200, "cancel")
+                line = _wake_line(srv, rid)
+                ms.append(float(line["ms"]))
+                lines.append({key: line.get(key) for key in ("queued", "shapes", "promoted", "ms")})
+            out[str(size)] = round(statistics.median(ms), 1)
+            detail[str(size)] = {
+                "scan_ms": ms,
+                "cancel_ms": [round(x, 1) for x in cancel_ms],
+                "scans": lines,
+            }
+            say(f"  {size}: scan {out[str(size)]} ms (median of {ms}), scans {lines}")
+        c.close()
+    return {"wake_scan_ms": out, "wake_scan_detail": detail}
+
+
+# ---------------------------------------------------------------- release -> claim
+
+
+def release_to_claim(b: Bench) -> dict[str, Any]:
+    """One board; a run holds it and a second waits in the queue; a claim of the board waits in
+    long poll on a connection of its own (any worker). The time from sending the cancel of the
+    holder to the waiting claim's answer with the promoted run's step."""
+    s = b.sizes
+    url = b.dbs.fresh("release")
+    lat: list[float] = []
+    cancel: list[float] = []
+    warm = 3
+    with b.server(url, "release") as srv:
+        c = Client(srv.port)
+        _ok(c.post("/v1/nodes", advert("rc-node", soc="rc")), 200, "advert")
+        _ok(c.post("/v1/runs", one_step("rc-0", soc="rc")), 201, "first run")
+        _ok(c.post("/v1/nodes/rc-node/claim?wait=0"), 200, "first claim")
+        say(f"release → claim: {s.release_reps} releases")
+        for i in range(s.release_reps + warm):
+            _ok(c.post("/v1/runs", one_step(f"rc-{i + 1}", soc="rc")), 202, "queued run")
+            got: dict[str, Any] = {}
+
+            def wait_claim(got: dict[str, Any] = got) -> None:
+                w = Client(srv.port)
+                try:
+                    got["resp"] = w.post("/v1/nodes/rc-node/claim?wait=30")
+                    got["at"] = time.monotonic()
+                finally:
+                    w.close()
+
+            waiter = threading.Thread(target=wait_claim, daemon=True)
+            waiter.start()
+            time.sleep(0.05)  # the claim reaches its worker and waits (no event says so)
+            t0 = time.monotonic()
+            _ok(c.post(f"/v1/runs/rc-{i}/cancel"), 200, "cancel")
+            t1 = time.monotonic()
+            waiter.join(timeout=40)
+            body = _ok(got["resp"], 200, "waiting claim")
+            if body.get("run_id") != f"rc-{i + 1}":
+                raise RuntimeError(f"the claim got {body.get('run_id')}, not rc-{i + 1}")
+            if i >= warm:
+                lat.append((got["at"] - t0) * 1000)
+                cancel.append((t1 - t0) * 1000)
+        c.close()
+    out = {"p50": percentile(lat, 50), "p99": percentile(lat, 99), "max": percentile(lat, 100)}
+    say(f"  release → claim p50 {out['p50']} ms, p99 {out['p99']} ms")
+    return {
+        "release_to_claim_ms": {
+            **out,
+            "releases": len(lat),
+            "cancel_p50_ms": percentile(cancel, 50),
+            "cancel_p99_ms": percentile(cancel, 99),
+        }
+    }
+
+
+# ---------------------------------------------------------------- a fleet
+
+
+def fleet(b: Bench) -> dict[str, Any]:
+    """``fleet_nodes`` nodes heartbeating every ``fleet_advert_every`` s (paced), W claims
+    waiting in long poll on idle nodes, and ``fleet_submits_per_s`` placed submits a second on
+    the other half of the fleet (each cancelled right after, so the fleet never fills up)."""
+    s = b.sizes
+    runs: dict[str, Any] = {}
+    n = s.fleet_nodes
+    attrs = [{"pool": "idle" if i < n // 2 else "work"} for i in range(n)]
+    for waiting in s.fleet_claims:
+        if waiting > n // 2:
+            raise ValueError("claims wait on the idle half of the fleet")
+        url = b.dbs.fresh(f"fleet{waiting}")
+        with b.server(url, f"fleet{waiting}") as srv:
+            _advertise_all(srv.port, [advert(f"f-node-{i:05d}", **attrs[i]) for i in range(n)])
+            rss0 = srv.rss_kib()
+            # Enough threads that a paced request never waits for a free one: its latency
+            # is then the server's, counted from the time it was due.
+            advert_threads, submit_threads = 48, 32
+            lead = 4.0  # the claims are waiting before the window opens
+            plans = [
+                Plan(
+                    srv.port,
+                    "claim",
+                    {"prefix": "f-node-", "wait": None},
+                    threads=waiting,
+                    duration=s.fleet_seconds,
+                    warmup=lead,
+                    grace=0.0,  # long polls: cut off when the window closes
+                ),
+                Plan(
+                    srv.port,
+                    "advert",
+                    {
+                        "prefix": "f-node-",
+                        "nodes": n,
+                        "threads_total": advert_threads,
+                        "attrs_of": attrs,
+                    },
+                    threads=advert_threads,
+                    duration=s.fleet_seconds,
+                    warmup=1.0,
+                    rate=n / s.fleet_advert_every,
+                    start_delay=lead - 1.0,
+                ),
+                Plan(
+                    srv.port,
+                    "submit_cancel",
+                    {"prefix": f"fs{waiting}", "attrs": {"pool": "work"}},
+                    threads=submit_threads,
+                    duration=s.fleet_seconds,
+                    warmup=1.0,
+                    rate=s.fleet_submits_per_s,
+                    start_delay=lead - 1.0,
+                ),
+            ]
+            rss: dict[str, int] = {}
+
+            def sample(srv: Server = srv, rss: dict[str, int] = rss) -> None:
+                rss["claims"] = srv.rss_kib()
+
+            say(
+                f"fleet: {n} nodes, {n / s.fleet_advert_every:g} adverts/s, {waiting} waiting "
+                f"claims, {s.fleet_submits_per_s:g} submits/s, {s.fleet_seconds:g} s"
+            )
+            # The server's memory once the claims wait, before the other load starts.
+            result, cores = b.measure(
+                srv, plans, lead, s.fleet_seconds, probes=[(lead - 1.5, sample)]
+            )
+        # A submit racing another for the same free node is queued and promoted at once (202).
+        sub = summary(result.tally("submit"), s.fleet_seconds, (201, 202))
+        adv = summary(result.tally("advert"), s.fleet_seconds, (200,))
+        can = summary(result.tally("cancel"), s.fleet_seconds, (200,))
+        claims = result.tally("claim")
+        per_claim = (rss.get("claims", rss0) - rss0) / waiting if waiting else 0
+        runs[str(waiting)] = {
+            "nodes": n,
+            "waiting_claims": waiting,
+            "submit_p50_ms": sub["p50_ms"],
+            "submit_p99_ms": sub["p99_ms"],
+            "advert_p50_ms": adv["p50_ms"],
+            "advert_p99_ms": adv["p99_ms"],
+            "cancel_p99_ms": can["p99_ms"],
+            "submits_per_s": sub["per_s"],
+            "submits_offered_per_s": s.fleet_submits_per_s,
+            "adverts_per_s": adv["per_s"],
+            "adverts_offered_per_s": round(n / s.fleet_advert_every, 1),
+            "submit_statuses": sub["statuses"],
+            "advert_statuses": adv["statuses"],
+            "late_requests": result.tally("submit").late + result.tally("advert").late,
+            "cancels_per_s": can["per_s"],
+            "claims_answered": {str(k): v for k, v in sorted(claims.statuses.items())},
+            "server_rss_mib": round(rss0 / 1024, 1),
+            "rss_kib_per_waiting_claim": round(per_claim, 1),
+            "seconds": s.fleet_seconds,
+            "cpu_cores": cores,
+        }
+        say(
+            f"  submit p99 {sub['p99_ms']} ms, advert p99 {adv['p99_ms']} ms, "
+            f"{round(per_claim)} KiB a waiting claim, {cores}"
+        )
+    largest = runs[str(max(s.fleet_claims))]
+    return {"fleet": dict(largest), "fleet_by_claims": runs}
+
+
+def _advertise_all(port: int, adverts: list[dict[str, Any]]) -> None:
+    def send(chunk: list[dict[str, Any]]) -> None:
+        c = Client(port)
+        for doc in chunk:
+            _ok(c.post("/v1/nodes", doc), 200, "advert")
+        c.close()
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(send, [adverts[i::8] for i in range(8)]))
+
+
+# ---------------------------------------------------------------- reaper
+
+
+def _time_passes(reap: Callable[[], Any], passes: int) -> list[float]:
+    reap()  # warm: connections, prepared statements
+    out = []
+    for _ in range(passes):
+        t0 = time.monotonic()
+        reap()
+        out.append(round((time.monotonic() - t0) * 1000, 2))
+    return out
+
+
+def reaper(b: Bench) -> dict[str, Any]:
+    """Reaper passes (in this process: the reaper is no HTTP route) on an empty database, then
+    with ``reaper_steps`` finished steps of history: sealed two-step runs, and rejected submits
+    (no steps, no Record) at one in twenty, copied by SQL from runs the Mediator finished."""
+    from app.services.reaper import reap_pass
+
+    s = b.sizes
+    url = b.dbs.fresh("reaper")
+    records = b.workdir / "reaper" / "records"
+    records.mkdir(parents=True, exist_ok=True)
+    with mediator_app(url, records) as app:
+        ctx = app.extensions["mediator"]
+        c = client_of(app)
+
+        def reap() -> Any:
+            report = reap_pass(ctx)
+            if report.skipped:
+                raise RuntimeError("another reaper holds the pass lock")
+            return report
+
+        empty = _time_passes(reap, s.reaper_passes)
+        say(f"reaper: empty database, passes {empty} ms")
+        assert c.post("/v1/nodes", json=advert("r-node", soc="reap")).status_code == 200
+        assert c.post("/v1/runs", json=two_steps("rf-0", soc="reap")).status_code == 201
+        for seq in (1, 2):
+            step = c.post("/v1/nodes/r-node/claim?wait=0")
+            assert step.status_code == 200, step.get_json()
+            done = c.post(
+                f"/v1/runs/rf-0/steps/{seq}/result",
+                json={"node": "r-node", "exit_code": 0, "produced": []},
+            )
+            assert done.status_code == 200, done.get_json()
+        view = c.get("/v1/runs/rf-0").get_json()
+        if view["state"] != "SUCCEEDED":
+            raise RuntimeError(f"the history's template run ended {view['state']}")
+        assert c.post("/v1/runs", json=two_steps("rj-0", soc="no-such-board")).status_code == 422
+        finished = max(1, s.reaper_steps // 2)
+        rejected = max(1, finished // 20)
+        say(f"reaper: writing {finished} finished runs ({2 * finished} steps), {rejected} rejects")
+        chunk = 100_000
+        for first in range(1, finished, chunk):
+            clone_run(url, "rf-0", "rf-", first, min(finished - 1, first + chunk - 1))
+        clone_run(url, "rj-0", "rj-", 1, rejected - 1, tables=("runs", "run_events"))
+        vacuum_analyze(url)
+        with connect(url) as conn:
+            row = conn.execute("SELECT count(*) FROM steps").fetchone()
+            steps = row[0] if row else 0
+        history = _time_passes(reap, s.reaper_passes)
+        say(f"reaper: {steps} steps of history, passes {history} ms")
+    e, h = statistics.median(empty), statistics.median(history)
+    return {
+        "reaper_pass_ms": {
+            "empty": round(e, 2),
+            "1M_steps": round(h, 2),
+            "ratio": round(h / e, 2) if e else None,
+            "steps": steps,
+            "finished_runs": finished,
+            "rejected_runs": rejected,
+            "passes_empty_ms": empty,
+            "passes_history_ms": history,
+        }
+    }
+
+
+PHASES: dict[str, Callable[[Bench], dict[str, Any]]] = {
+    "submit": placed_submits,
+    "queued": queued_submits,
+    "wake": wake_scan,
+    "release": release_to_claim,
+    "fleet": fleet,
+    "reaper": reaper,
+}

@@ -1,0 +1,279 @@
+"""results.json and results.md: each figure beside its target (SPEC §16) and beside the figure
+recorded before the performance work began (``bench/before.json``)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+BEFORE = HERE / "before.json"
+
+
+def dig(doc: dict[str, Any] | None, *path: str) -> Any:
+    cur: Any = doc
+    for key in path:
+        if not isinstance(cur, dict) or key not in cur:
+            return None
+        cur = cur[key]
+    return cur
+
+
+def _ratio(doc: dict[str, Any] | None, top: str, a: str, b: str) -> float | None:
+    x, y = dig(doc, top, a), dig(doc, top, b)
+    if x is None or not y:
+        return None
+    return round(float(x) / float(y), 2)
+
+
+@dataclass(frozen=True)
+class Row:
+    label: str
+    value: Callable[[dict[str, Any] | None], Any]
+    unit: str = ""
+    op: str = ""  # ">=" or "<=": the target is a floor or a ceiling
+    limit: float = 0.0
+
+    @property
+    def target(self) -> str:
+        if not self.op:
+            return "—"
+        return f"{'≥' if self.op == '>=' else '≤'} {_fmt(self.limit, self.unit)}"
+
+    def met(self, value: Any) -> str:
+        if not self.op or value is None:
+            return "—"
+        v = float(value)
+        if (v >= self.limit) if self.op == ">=" else (v <= self.limit):
+            return "yes"
+        if not self.limit:
+            return "**no**"
+        times = v / self.limit
+        return f"**no** ({times:.2g} × the target)" if times < 100 else f"**no** ({times:.0f} ×)"
+
+
+def at(*path: str) -> Callable[[dict[str, Any] | None], Any]:
+    return lambda doc: dig(doc, *path)
+
+
+def _fleet(claims: str, key: str) -> Callable[[dict[str, Any] | None], Any]:
+    return lambda doc: dig(doc, "fleet_by_claims", claims, key)
+
+
+def _served(claims: str, what: str) -> Callable[[dict[str, Any] | None], Any]:
+    def value(doc: dict[str, Any] | None) -> str | None:
+        served = dig(doc, "fleet_by_claims", claims, f"{what}_per_s")
+        offered = dig(doc, "fleet_by_claims", claims, f"{what}_offered_per_s")
+        if served is None:
+            return None
+        return f"{served:g} of {offered:g}" if offered is not None else f"{served:g}"
+
+    return value
+
+
+def fleet_rows(claims: str) -> list[Row]:
+    """The fleet's lines for one number of waiting claims; its offered load is in the label."""
+    return [
+        Row(
+            f"fleet, {claims} waiting claims: submit p99",
+            _fleet(claims, "submit_p99_ms"),
+            " ms",
+            "<=",
+            100,
+        ),
+        Row(
+            f"fleet, {claims} waiting claims: advert p99",
+            _fleet(claims, "advert_p99_ms"),
+            " ms",
+            "<=",
+            50,
+        ),
+        Row(
+            f"fleet, {claims} waiting claims: submits/s served of offered",
+            _served(claims, "submits"),
+        ),
+        Row(
+            f"fleet, {claims} waiting claims: adverts/s served of offered",
+            _served(claims, "adverts"),
+        ),
+    ]
+
+
+def rows(doc: dict[str, Any], before: dict[str, Any] | None) -> list[Row]:
+    claims = {"100", "500"}
+    for d in (doc, before):
+        claims |= set((d or {}).get("fleet_by_claims") or {})
+    out = list(ROWS)
+    for c in sorted(claims, key=int):
+        out += fleet_rows(c)
+    return out + ROWS_LAST
+
+
+ROWS = [
+    Row("pgbench replaying a placed submit's INSERTs", at("submit", "pgbench_per_s"), " TPS"),
+    Row("floor: bare Flask + psycopg 3, same INSERTs", at("floor", "per_s"), "/s"),
+    Row("floor p99", at("floor", "p99_ms"), " ms"),
+    Row(
+        "placed submits (201)",
+        at("submit", "app_per_s"),
+        "/s",
+        ">=",
+        1000,
+    ),
+    Row(
+        "placed submits ÷ pgbench",
+        at("submit", "ratio"),
+        "",
+        ">=",
+        0.2,
+    ),
+    Row("placed submit p50", at("submit", "p50_ms"), " ms"),
+    Row("placed submit p99", at("submit", "p99_ms"), " ms", "<=", 50),
+    Row(
+        "queued submits (202, with the post-queue scan)",
+        at("queued", "per_s"),
+        "/s",
+        ">=",
+        500,
+    ),
+    Row("queued submit p99", at("queued", "p99_ms"), " ms"),
+    Row("wake scan, 20 shapes, one node freed: 1k queued", at("wake_scan_ms", "1000"), " ms"),
+    Row(
+        "wake scan: 10k queued",
+        at("wake_scan_ms", "10000"),
+        " ms",
+        "<=",
+        50,
+    ),
+    Row("wake scan: 100k queued", at("wake_scan_ms", "100000"), " ms"),
+    Row(
+        "wake scan: 100k ÷ 1k",
+        lambda d: _ratio(d, "wake_scan_ms", "100000", "1000"),
+        "",
+        "<=",
+        2,
+    ),
+    Row(
+        "release → promoted run's step claimed, p50",
+        at("release_to_claim_ms", "p50"),
+        " ms",
+        "<=",
+        100,
+    ),
+    Row(
+        "release → claimed, p99",
+        at("release_to_claim_ms", "p99"),
+        " ms",
+        "<=",
+        250,
+    ),
+]
+
+ROWS_LAST = [
+    Row(
+        "memory of a waiting claim (server RSS)",
+        at("fleet", "rss_kib_per_waiting_claim"),
+        " KiB",
+    ),
+    Row("reaper pass, empty database", at("reaper_pass_ms", "empty"), " ms"),
+    Row("reaper pass, 1M finished steps", at("reaper_pass_ms", "1M_steps"), " ms"),
+    Row(
+        "reaper pass: 1M steps ÷ empty",
+        at("reaper_pass_ms", "ratio"),
+        "",
+        "<=",
+        2,
+    ),
+]
+
+
+def _fmt(value: Any, unit: str) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float) and value >= 100:
+        text = f"{value:,.0f}"
+    elif isinstance(value, int | float):
+        text = f"{value:,}" if isinstance(value, int) else f"{value:g}"
+    else:
+        text = str(value)
+    return text + unit
+
+
+def _cpu(doc: dict[str, Any]) -> list[str]:
+    lines = [
+        "| phase | server | PostgreSQL | client | whole machine |",
+        "|---|---|---|---|---|",
+    ]
+    entries = [
+        ("placed submits", dig(doc, "submit", "cpu_cores")),
+        ("floor", dig(doc, "floor", "cpu_cores")),
+        ("queued submits", dig(doc, "queued", "cpu_cores")),
+    ]
+    for claims, run in (doc.get("fleet_by_claims") or {}).items():
+        entries.append((f"fleet, {claims} claims", run.get("cpu_cores")))
+    for name, cores in entries:
+        if cores:
+            lines.append(
+                f"| {name} | {cores.get('server')} | {cores.get('postgres')} | "
+                f"{cores.get('client')} | {cores.get('machine')} |"
+            )
+    return lines
+
+
+def markdown(doc: dict[str, Any], before: dict[str, Any] | None) -> str:
+    m = doc["machine"]
+    b_commit = dig(before, "machine", "git_commit")
+    lines = [
+        "# Benchmark results",
+        "",
+        f"Written by `python -m bench` ({doc['mode']} run) on {m['date']}, source "
+        f"`{m['git_commit']}`. Numbers of one run on one machine: compare them with the",
+        "`before` column (the same benchmark on the code before the performance work) rather",
+        "than with another machine's.",
+        "",
+        f"- CPU: {m['cpu_model']}, {m['cpu_count']} cores, {m['memory_gib']} GiB; load average "
+        f"before the run {m.get('load_average')}",
+        f"- PostgreSQL {m['postgresql_version']} on the same machine "
+        f"({', '.join(f'{k} {v}' for k, v in m['postgresql_settings'].items())})",
+        f"- Python {m['python_version']}; gunicorn {m['server']['workers']} gthread workers × "
+        f"{m['server']['threads']} threads; client {m['server']['clients']}",
+        "",
+    ]
+    head = "| measurement | before | this run | target | met? |"
+    if before is None:
+        head = "| measurement | this run | target | met? |"
+    lines += [head, _rule(head)]
+    for row in rows(doc, before):
+        value = row.value(doc)
+        met = row.met(value)
+        cells = [row.label]
+        if before is not None:
+            cells.append(_fmt(row.value(before), row.unit))
+        cells += [_fmt(value, row.unit), row.target, met]
+        lines.append("| " + " | ".join(cells) + " |")
+    if before is not None:
+        lines += ["", f"`before`: source `{b_commit}`, {dig(before, 'machine', 'date')}."]
+    steps = dig(doc, "reaper_pass_ms", "steps")
+    if steps is not None and steps < 1_000_000:
+        lines += ["", f"This run's reaper history held {steps:,} steps, not 1M ({doc['mode']})."]
+    lines += ["", "## Where the CPU went (cores busy during each window)", ""] + _cpu(doc)
+    notes = doc.get("notes") or []
+    if notes:
+        lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]
+    return "\n".join(lines) + "\n"
+
+
+def _rule(head: str) -> str:
+    return "|" + "---|" * (head.count("|") - 1)
+
+
+def write(doc: dict[str, Any], out: Path, record_before: bool) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
+    if record_before:
+        BEFORE.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
+    before = json.loads(BEFORE.read_text()) if BEFORE.exists() else None
+    (out / "results.md").write_text(markdown(doc, before))
