@@ -11,6 +11,7 @@ from app.contract.fields import (
     article,
     check_artifact_names,
     check_dict,
+    check_exit_code,
     check_field,
     check_int,
     check_str_list,
@@ -71,7 +72,7 @@ def _check_step_condition(cond: dict[str, Any], path: str, by_id: dict[str, Draf
                 f"{path}.exit_code applies only to run steps; "
                 f"step {quote(step.id)} is {article(step.kind)} step"
             )
-        check_int(cond["exit_code"], f"{path}.exit_code")
+        check_exit_code(cond["exit_code"], f"{path}.exit_code")
     if "changed" in cond:
         _check_changed(cond["changed"], path, step)
     if "within_attempts" in cond and not isinstance(cond["within_attempts"], bool):

@@ -159,6 +159,19 @@ def check_int(value: object, path: str, minimum: int = MIN_INT) -> int:
     return value
 
 
+INT64_MAX = 2**63 - 1
+
+
+def check_exit_code(value: object, path: str) -> int:
+    """An exit code a contract expects: any one an operating system reports (Windows' NTSTATUS
+    codes pass 32 bits), that is any signed 64-bit integer, as a result may report it."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        fail(f"{path} must be an integer, got {quote(value)}")
+    if not -INT64_MAX - 1 <= value <= INT64_MAX:
+        fail(f"{path} must be a signed 64-bit integer, got {quote(value)}")
+    return value
+
+
 def check_str_list(value: object, path: str, what: str) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         fail(f"{path} must be a list of {what}, got {quote(value)}")

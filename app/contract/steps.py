@@ -21,6 +21,7 @@ from app.contract.fields import (
     check_artifact_names,
     check_dict,
     check_duration,
+    check_exit_code,
     check_field,
     check_int,
     check_keys,
@@ -482,7 +483,7 @@ def _parse_loop(draft: Draft, path: str) -> None:
     if "exit_code" in until:
         if draft.kind != "run":  # SPEC §3: only a run step's exit code may be judged
             fail(f"step {quote(draft.id)}: loop.until.exit_code applies only to run steps")
-        check_int(until["exit_code"], f"{where}.until.exit_code")
+        check_exit_code(until["exit_code"], f"{where}.until.exit_code")
     if "produced" in until:
         for name in check_artifact_names(until["produced"], f"{where}.until.produced"):
             if name not in draft.out:

@@ -156,14 +156,14 @@ def _with(path: str, value: Any) -> dict[str, Any]:
 INTEGER_FIELDS = [
     "requires[0].count",
     "steps[1].loop.max",
-    "steps[1].loop.until.exit_code",
     "steps[0].max_attempts",
     "steps[0].agent.max_turns",
     "steps[0].agent.max_tokens",
-    "success_when[0].exit_code",
     "success_when[0].min_count",
     "work.patchset",
 ]
+# An exit code a contract expects is any one a result may report: a signed 64-bit integer.
+EXIT_CODE_FIELDS = ["steps[1].loop.until.exit_code", "success_when[0].exit_code"]
 
 
 @pytest.mark.parametrize("value", [INT4_MAX + 1, 2**63, 10**40], ids=["int4+1", "int8+1", "huge"])
@@ -178,6 +178,43 @@ def test_a_contract_integer_past_its_bound_is_a_400_naming_the_field_and_stores_
     assert resp.status_code == 400, resp.get_json()
     assert error_of(resp).startswith(path), error_of(resp)
     assert find_run(sql, "r1") is None
+
+
+@pytest.mark.parametrize("value", [2**63, -(2**63) - 1, 10**40], ids=["int8+1", "int8-1", "huge"])
+@pytest.mark.parametrize("path", EXIT_CODE_FIELDS)
+def test_a_contract_exit_code_beyond_64_bits_is_a_400_naming_the_field(client, sql, path, value):
+    advertise(client, "n1", cap("board"))
+
+    resp = submit(client, _with(path, value))
+
+    assert resp.status_code == 400, resp.get_json()
+    assert error_of(resp).startswith(path), error_of(resp)
+    assert find_run(sql, "r1") is None
+
+
+@pytest.mark.parametrize("path", EXIT_CODE_FIELDS)
+def test_a_contract_may_expect_an_exit_code_beyond_32_bits(client, path):
+    advertise(client, "n1", cap("board"))
+
+    resp = submit(client, _with(path, 3221225477))
+
+    assert resp.status_code == 201, resp.get_json()
+
+
+def test_a_condition_on_a_windows_exit_code_is_met_by_that_code(client):
+    advertise(client, "n1", cap("board"))
+    doc = contract(
+        "r1",
+        role("dut"),
+        steps=[{"id": "work", "uses": "dut", "run": ["x"]}],
+        success_when=[{"step": "work", "exit_code": 3221225477}],
+    )
+    submit(client, doc, 201)
+    step = claimed(client, "n1")
+
+    reply = done(client, "r1", step["seq"], "n1", exit_code=3221225477)
+
+    assert reply["run_state"] == "SUCCEEDED"
 
 
 @pytest.mark.parametrize(
