@@ -113,6 +113,16 @@ def _json_bytes(doc: Any) -> bytes:
     return json.dumps(doc, indent=2, sort_keys=True, default=str).encode() + b"\n"
 
 
+def sums_line(digest: str, name: str) -> str:
+    """One line of ``SHA256SUMS`` as ``sha256sum -c`` reads it: a name holding a backslash, a
+    newline or a carriage return (a Record from before such names were refused) is escaped and
+    the line starts with a backslash, as GNU coreutils writes it."""
+    if any(c in name for c in "\\\n\r"):
+        escaped = name.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
+        return f"\\{digest}  {escaped}\n"
+    return f"{digest}  {name}\n"
+
+
 def _sha256_file(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -443,13 +453,13 @@ class FilesystemRecords:
                 manifest = {}
             manifest.update(manifest_update)
             write_atomic(d / "manifest.json", _json_bytes(manifest))
-            lines = []
+            sums = []
             for p, st in _walk(d):
                 rel = p.relative_to(d).as_posix()
                 if stat.S_ISREG(st.st_mode) and rel != SUMS:
-                    lines.append(f"{_sha256_file(p)}  {rel}\n")
-            lines.sort(key=lambda line: line.split("  ", 1)[1])
-            write_atomic(d / SUMS, "".join(lines).encode())
+                    sums.append((rel, _sha256_file(p)))
+            sums.sort()
+            write_atomic(d / SUMS, "".join(sums_line(h, rel) for rel, h in sums).encode())
             entries = list(_walk(d))
             for p, st in entries:
                 if stat.S_ISREG(st.st_mode):

@@ -11,6 +11,7 @@ import json
 import multiprocessing
 import os
 import stat
+import subprocess
 import tarfile
 from pathlib import Path
 
@@ -450,3 +451,29 @@ def test_tar_stream_skips_symlinks_and_special_files(
         f"{top}/manifest.json",
         f"{top}/steps",
     ]
+
+
+def test_sha256sum_checks_a_sealed_record_whose_names_hold_a_newline_or_a_backslash(
+    rec: FilesystemRecords,
+) -> None:
+    """A Record from before control characters were refused in names may hold such files: the
+    seal escapes their SHA256SUMS lines the way GNU coreutils does, so ``sha256sum -c`` passes."""
+    blobs = rec.path(RUN) / "blobs"
+    blobs.mkdir(exist_ok=True)
+    for name, data in [("01.0-a\nb", b"x"), ("01.0-c\\d", b"y"), ("01.0-e\rf", b"z")]:
+        (blobs / name).write_bytes(data)
+    _seal(rec)
+
+    check = subprocess.run(
+        ["sha256sum", "--strict", "-c", "SHA256SUMS"],
+        cwd=rec.path(RUN),
+        capture_output=True,
+        check=False,
+    )
+
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert check.stdout.count(b": OK") == len(list(_regular_files(rec.path(RUN)))) - 1
+
+
+def _regular_files(root: Path) -> list[Path]:
+    return [p for p in root.rglob("*") if p.is_file()]
