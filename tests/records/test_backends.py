@@ -29,8 +29,8 @@ from app.records import (
     check_name,
     record_dir_name,
 )
+from tests.records.common import RUN, seal_example
 
-RUN = "run-0001"
 NOTE = b"\n[mediator: log truncated at %d bytes]\n"
 CAPPED = b'{"type":"enode.capped","bytes":%d}\n'
 WHOLE = 1 << 30  # a read_log limit past any log here: the whole log, never cut
@@ -61,19 +61,6 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RecordStor
 def rec(store: RecordStore) -> RecordStore:
     store.open(RUN, {"run_id": RUN, "state": "RUNNING"})
     return store
-
-
-def _seal(rec: RecordStore, run_id: str = RUN) -> None:
-    rec.seal(
-        run_id,
-        verdict={"state": "SUCCEEDED"},
-        steps=[
-            (1, "build", {"state": "SUCCEEDED", "node": "n1"}),
-            (2, "test", {"state": "SUCCEEDED"}),
-        ],
-        events=[{"kind": "created"}, {"kind": "finished"}],
-        manifest_update={"state": "SUCCEEDED", "ended_at": "2024-01-01T00:00:00Z"},
-    )
 
 
 def _log(rec: RecordStore, seq: int, name: str, run_id: str = RUN) -> bytes:
@@ -210,7 +197,7 @@ def test_open_is_idempotent_and_the_record_then_exists(store: RecordStore) -> No
     store.open("r1", {"run_id": "r1"})
     store.open("r1", {"run_id": "r1", "again": True})
     assert store.exists("r1")
-    _seal(store, "r1")
+    seal_example(store, "r1")
     assert json.loads(_files(store, "r1")["manifest.json"]) == {
         "run_id": "r1",
         "again": True,
@@ -490,7 +477,7 @@ def test_concurrent_progress_chunks_threads(rec: RecordStore) -> None:
 def test_the_seal_drops_progress_and_refuses_more(rec: RecordStore) -> None:
     rec.put_progress(RUN, 1, "build", 0, b"RAW TRANSCRIPT\n", 1000)
     rec.append_log(RUN, 1, "build", b"final\n", 1000)
-    _seal(rec)
+    seal_example(rec)
     assert rec.read_progress(RUN, 1, "build", 0) is None
     files = _files(rec)
     assert files["logs/01-build.log"] == b"final\n"
@@ -499,7 +486,7 @@ def test_the_seal_drops_progress_and_refuses_more(rec: RecordStore) -> None:
     with pytest.raises(RecordSealed):
         rec.put_progress(RUN, 1, "build", 0, b"late\n", 1000)
     assert rec.read_progress(RUN, 1, "build", 0) is None
-    _seal(rec)  # again: nothing changes
+    seal_example(rec)  # again: nothing changes
     assert _files(rec) == files
 
 
@@ -526,7 +513,7 @@ def test_seal_writes_files_and_sums(rec: RecordStore) -> None:
     rec.append_log(RUN, 1, "build", b"compiling\n", 1000)
     rec.put_blob(RUN, 1, 1, "out.json", b"{}")
     assert not rec.is_sealed(RUN)
-    _seal(rec)
+    seal_example(rec)
     assert rec.is_sealed(RUN)
     files = _files(rec)
     assert json.loads(files["verdict.json"]) == {"state": "SUCCEEDED"}
@@ -558,7 +545,7 @@ def test_record_documents_are_sorted_json_indented_by_two(rec: RecordStore) -> N
 
 def test_sealed_record_refuses_writes(rec: RecordStore) -> None:
     rec.append_log(RUN, 1, "build", b"x\n", 1000)
-    _seal(rec)
+    seal_example(rec)
     before = _files(rec)
     with pytest.raises(RecordSealed):
         rec.append_log(RUN, 1, "build", b"more\n", 1000)
@@ -571,7 +558,7 @@ def test_sealed_record_refuses_writes(rec: RecordStore) -> None:
 
 
 def test_seal_is_idempotent(rec: RecordStore) -> None:
-    _seal(rec)
+    seal_example(rec)
     before = _files(rec)
     rec.seal(RUN, verdict={"state": "DIFFERENT"}, steps=[], events=[], manifest_update={"x": 1})
     assert _files(rec) == before
@@ -579,7 +566,7 @@ def test_seal_is_idempotent(rec: RecordStore) -> None:
 
 
 def test_seal_without_open(store: RecordStore) -> None:
-    _seal(store, "never-opened")
+    seal_example(store, "never-opened")
     assert store.is_sealed("never-opened")
     files = _files(store, "never-opened")
     assert json.loads(files["manifest.json"])["state"] == "SUCCEEDED"
@@ -598,7 +585,7 @@ def test_tar_stream(rec: RecordStore) -> None:
     rec.append_log(RUN, 1, "build", b"line\n" * 1000, 1 << 20)
     big = os.urandom(300_000)
     rec.put_blob(RUN, 1, 1, "big.bin", big)
-    _seal(rec)
+    seal_example(rec)
     chunks = list(rec.tar_stream(RUN))
     assert len(chunks) > 1
     assert all(isinstance(c, bytes) for c in chunks)
@@ -624,7 +611,7 @@ def test_tar_stream(rec: RecordStore) -> None:
 def test_tar_stream_hashed_dir_name(store: RecordStore) -> None:
     rid = "weird/../id"
     store.open(rid, {"run_id": rid})
-    _seal(store, rid)
+    seal_example(store, rid)
     names = list(_members(store, rid))
     top = "run-" + record_dir_name(rid)
     assert top in names
@@ -639,7 +626,7 @@ def test_tar_stream_missing(store: RecordStore) -> None:
 
 def test_tar_stream_abandoned_early(rec: RecordStore) -> None:
     rec.put_blob(RUN, 1, 1, "big.bin", os.urandom(500_000))
-    _seal(rec)
+    seal_example(rec)
     gen = rec.tar_stream(RUN)
     next(gen)
     close = getattr(gen, "close", None)

@@ -18,8 +18,7 @@ from pathlib import Path
 import pytest
 
 from app.records import FilesystemRecords, RecordSealed, record_dir_name, write_atomic
-
-RUN = "run-0001"
+from tests.records.common import RUN, seal_example
 
 
 @pytest.fixture
@@ -29,19 +28,6 @@ def rec(tmp_path: Path):
     yield r
     for dirpath, _dirs, _files in os.walk(tmp_path):  # let tmp_path cleanup work as non-root
         os.chmod(dirpath, 0o755)
-
-
-def _seal(rec: FilesystemRecords, run_id: str = RUN) -> None:
-    rec.seal(
-        run_id,
-        verdict={"state": "SUCCEEDED"},
-        steps=[
-            (1, "build", {"state": "SUCCEEDED", "node": "n1"}),
-            (2, "test", {"state": "SUCCEEDED"}),
-        ],
-        events=[{"kind": "created"}, {"kind": "finished"}],
-        manifest_update={"state": "SUCCEEDED", "ended_at": "2024-01-01T00:00:00Z"},
-    )
 
 
 def _mode(p: Path) -> int:
@@ -155,7 +141,7 @@ def test_the_seal_removes_the_progress_directory_and_the_tar_never_holds_it(
     rec: FilesystemRecords,
 ) -> None:
     rec.put_progress(RUN, 1, "build", 0, b"RAW\n", 1000)
-    _seal(rec)
+    seal_example(rec)
     assert not rec.progress_path(RUN).exists()
     with tarfile.open(fileobj=io.BytesIO(b"".join(rec.tar_stream(RUN))), mode="r:") as tar:
         assert not [n for n in tar.getnames() if "progress" in n]
@@ -167,11 +153,11 @@ def test_the_seal_removes_the_progress_directory_and_the_tar_never_holds_it(
 def test_a_seal_again_drops_progress_left_by_a_seal_that_stopped_halfway(
     rec: FilesystemRecords,
 ) -> None:
-    _seal(rec)
+    seal_example(rec)
     left = rec.progress_path(RUN) / "01-build.0.log"  # as if written before a crash mid-seal
     left.parent.mkdir(parents=True)
     left.write_bytes(b"x\n")
-    _seal(rec)
+    seal_example(rec)
     assert not rec.progress_path(RUN).exists()
 
 
@@ -292,7 +278,7 @@ def test_seal_writes_files_and_sums(rec: FilesystemRecords) -> None:
     rec.append_log(RUN, 1, "build", b"compiling\n", 1000)
     rec.put_blob(RUN, 1, 1, "out.json", b"{}")
     assert not rec.is_sealed(RUN)
-    _seal(rec)
+    seal_example(rec)
     assert rec.is_sealed(RUN)
     d = rec.path(RUN)
     assert json.loads((d / "verdict.json").read_bytes()) == {"state": "SUCCEEDED"}
@@ -315,7 +301,7 @@ def test_seal_writes_files_and_sums(rec: FilesystemRecords) -> None:
 
 def test_seal_modes(rec: FilesystemRecords) -> None:
     rec.append_log(RUN, 1, "build", b"x\n", 1000)
-    _seal(rec)
+    seal_example(rec)
     d = rec.path(RUN)
     assert _mode(d) == 0o555
     for p in d.rglob("*"):
@@ -324,7 +310,7 @@ def test_seal_modes(rec: FilesystemRecords) -> None:
 
 def test_sealed_record_refuses_writes(rec: FilesystemRecords) -> None:
     rec.append_log(RUN, 1, "build", b"x\n", 1000)
-    _seal(rec)
+    seal_example(rec)
     before = (rec.path(RUN) / "logs" / "01-build.log").read_bytes()
     step = (rec.path(RUN) / "steps" / "01-build.json").read_bytes()
     with pytest.raises(RecordSealed):
@@ -342,7 +328,7 @@ def test_sealed_record_refuses_writes(rec: FilesystemRecords) -> None:
 def test_seal_completes_half_seal_after_sums(rec: FilesystemRecords) -> None:
     """Crash after SHA256SUMS and part of the chmods: sealing again finishes the job."""
     rec.append_log(RUN, 1, "build", b"x\n", 1000)
-    _seal(rec)
+    seal_example(rec)
     d = rec.path(RUN)
     os.chmod(d, 0o755)
     os.chmod(d / "logs", 0o755)
@@ -350,7 +336,7 @@ def test_seal_completes_half_seal_after_sums(rec: FilesystemRecords) -> None:
     assert not rec.is_sealed(RUN)
     with pytest.raises(RecordSealed):  # a seal has begun: no more writes
         rec.append_log(RUN, 1, "build", b"late\n", 1000)
-    _seal(rec)
+    seal_example(rec)
     assert rec.is_sealed(RUN)
     _verify_sums(d)
     for p in [d, *d.rglob("*")]:
@@ -365,7 +351,7 @@ def test_seal_completes_half_seal_before_sums(rec: FilesystemRecords) -> None:
     os.chmod(d / "verdict.json", 0o444)
     os.chmod(d / "steps", 0o555)
     assert not rec.is_sealed(RUN)
-    _seal(rec)
+    seal_example(rec)
     assert rec.is_sealed(RUN)
     assert json.loads((d / "verdict.json").read_bytes()) == {"state": "SUCCEEDED"}
     assert not (d / "blobs" / ".tmp-abandoned").exists()
@@ -379,7 +365,7 @@ def test_tar_stream_mirrors_the_directory_on_disk(rec: FilesystemRecords) -> Non
     rec.append_log(RUN, 1, "build", b"line\n" * 1000, 1 << 20)
     big = os.urandom(300_000)
     rec.put_blob(RUN, 1, 1, "big.bin", big)
-    _seal(rec)
+    seal_example(rec)
     d = rec.path(RUN)
     chunks = list(rec.tar_stream(RUN))
     assert len(chunks) > 1
@@ -416,7 +402,7 @@ def test_tar_stream_is_byte_for_byte_what_tarfile_writes_for_the_directory(
     rec.put_blob(RUN, 2, 1, "n" * 190, b"y" * 512)
     d = rec.path(RUN)
     os.link(d / "blobs" / "01.1-big.bin", d / "blobs" / "02.1-same-file")  # a hard link
-    _seal(rec)
+    seal_example(rec)
     top = "run-" + record_dir_name(RUN)
     want = io.BytesIO()
     with tarfile.open(fileobj=want, mode="w|", format=tarfile.PAX_FORMAT) as tar:
@@ -462,7 +448,7 @@ def test_sha256sum_checks_a_sealed_record_whose_names_hold_a_newline_or_a_backsl
     blobs.mkdir(exist_ok=True)
     for name, data in [("01.0-a\nb", b"x"), ("01.0-c\\d", b"y"), ("01.0-e\rf", b"z")]:
         (blobs / name).write_bytes(data)
-    _seal(rec)
+    seal_example(rec)
 
     check = subprocess.run(
         ["sha256sum", "--strict", "-c", "SHA256SUMS"],
