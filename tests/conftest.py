@@ -15,6 +15,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from hypothesis import settings
 
 from app.config import to_libpq_url
 from app.dev.embedded import create_database, drop_database, resolve_admin_url
@@ -22,6 +23,14 @@ from app.migrate import upgrade
 from tests.apps import LiveServer, app_on, client_of, empty_records, gunicorn_on
 
 TABLES = "nodes, runs, steps, leases, run_events, blobs, wake_debt, reaper_state"
+
+# Property tests: ``ci`` (the default) keeps each one bounded for .ci/run; ``long``
+# (HYPOTHESIS_PROFILE=long) tries twenty times as many inputs, outside CI. A test's own
+# ``@settings(max_examples=...)`` wins over both. No deadline: a request to a real database on
+# a busy 2-core machine may take longer than Hypothesis's 200 ms default, which is no failure.
+settings.register_profile("ci", max_examples=100, deadline=None, print_blob=True)
+settings.register_profile("long", max_examples=2000, deadline=None, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 @pytest.fixture(scope="session")

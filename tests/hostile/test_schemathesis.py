@@ -1,0 +1,76 @@
+"""Schemathesis against the Mediator's own OpenAPI document (``/v1/openapi.json``, route 21) on a
+live gunicorn: for every operation it documents, requests generated from the schema — valid ones
+and ones that break it — are answered without a 5xx (SPEC §13: never a 500).
+
+Bounded for CI: a fixed number of generated requests per operation (``PER_OPERATION``; more with
+``HYPOTHESIS_PROFILE=long``, see docs/reliability.md).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+import requests
+import schemathesis
+from hypothesis import HealthCheck, event, settings
+from schemathesis.checks import not_a_server_error
+
+from app import create_app
+from tests.apps import LiveServer, make_config
+
+PER_OPERATION = 500 if os.environ.get("HYPOTHESIS_PROFILE") == "long" else 30
+
+
+@pytest.fixture(scope="module")
+def seeded(live: LiveServer) -> LiveServer:
+    """A node and a run, so that some generated requests meet rows that exist."""
+    advert = {"node_id": "n1", "capabilities": [{"capability": "board", "attrs": {}}]}
+    assert live.post("/v1/nodes", advert).status_code == 200
+    run = {
+        "run_id": "run-a",
+        "requires": [{"as": "dut", "capability": "board"}],
+        "steps": [{"id": "work", "uses": "dut", "run": ["x"], "out": ["out"]}],
+    }
+    assert live.post("/v1/runs", run).status_code == 201
+    return live
+
+
+def openapi_document() -> dict[str, Any]:
+    """The document the live server serves at /v1/openapi.json, built by the same app factory
+    (it needs no database): schemathesis makes one test per operation from it at collection,
+    before any server runs. ``test_the_live_server_serves_the_document_tested`` pins that the
+    two are the same."""
+    app = create_app(make_config("postgresql://nobody@127.0.0.1:9/none", "/nonexistent"))
+    try:
+        return app.test_client().get("/v1/openapi.json").get_json()
+    finally:
+        app.extensions["mediator"].close()
+
+
+DOCUMENT = openapi_document()
+schema = schemathesis.openapi.from_dict(DOCUMENT)
+
+
+def test_the_live_server_serves_the_document_tested(seeded: LiveServer) -> None:
+    resp = requests.get(seeded.url + "/v1/openapi.json", timeout=30)
+    assert resp.status_code == 200
+    assert resp.json() == DOCUMENT
+
+
+@schema.parametrize()
+@settings(
+    max_examples=PER_OPERATION,
+    deadline=None,
+    database=None,
+    suppress_health_check=list(HealthCheck),
+)
+def test_no_documented_operation_answers_a_5xx(case: Any, seeded: LiveServer) -> None:
+    resp = case.call_and_validate(
+        base_url=seeded.url,
+        headers=seeded.headers(),
+        checks=[not_a_server_error],
+        timeout=30,
+    )
+    event(f"status {resp.status_code}")
