@@ -39,9 +39,13 @@ def _submit(g: int, i: int, p: dict[str, Any]) -> list[Request]:
 
 
 def _submit_cancel(g: int, i: int, p: dict[str, Any]) -> list[Request]:
-    """Submit, then cancel the run at once so its node is free again for a later submit."""
+    """Submit, then cancel the run at once so its node is free again for a later submit. With
+    ``slots``, thread ``g`` asks only for boards of its own slot, like :func:`_submit`."""
     rid = f"{p['prefix']}-{g}-{i}"
-    doc = two_steps(rid, **p["attrs"])
+    attrs = dict(p["attrs"])
+    if p.get("slots"):
+        attrs["slot"] = f"s{g % p['slots']}"
+    doc = two_steps(rid, **attrs)
     return [
         ("submit", "POST", "/v1/runs", body(doc), {}),
         ("cancel", "POST", f"/v1/runs/{rid}/cancel", b"", {}),
