@@ -83,15 +83,12 @@ def _stat_fields(pid: int) -> list[str] | None:
     return raw[raw.rindex(")") + 2 :].split()
 
 
-def process_cpu(pid: int, children: bool = False) -> float:
-    """utime + stime of a process in seconds (with ``children``: of its reaped children too)."""
+def process_cpu(pid: int) -> float:
+    """utime + stime of a process in seconds."""
     f = _stat_fields(pid)
     if f is None:
         return 0.0
-    ticks = int(f[11]) + int(f[12])  # fields 14 and 15 of proc(5)
-    if children:
-        ticks += int(f[13]) + int(f[14])
-    return ticks / TICK
+    return (int(f[11]) + int(f[12])) / TICK  # fields 14 and 15 of proc(5)
 
 
 def children_of(pid: int) -> list[int]:
@@ -104,15 +101,23 @@ def children_of(pid: int) -> list[int]:
     return out
 
 
-def _postgres_pids() -> list[int]:
+def _postgres_pids(database: str) -> list[int]:
+    """The local server's processes that work for ``database``: its backends (their command line
+    names the database) and the shared ones (checkpointer, WAL writer, …), not the backends of
+    other databases."""
     pids = []
     for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if (entry / "comm").read_text().strip() in ("postgres", "postmaster"):
-                    pids.append(int(entry.name))
-            except OSError:
-                pass
+        if not entry.name.isdigit():
+            continue
+        try:
+            if (entry / "comm").read_text().strip() not in ("postgres", "postmaster"):
+                continue
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        backend = "(" in cmd or "[local]" in cmd
+        if not backend or f" {database} " in cmd:
+            pids.append(int(entry.name))
     return pids
 
 
@@ -144,16 +149,18 @@ class CpuSnapshot:
 
 
 class CpuMeter:
-    """CPU used by the server's processes, by PostgreSQL (every local ``postgres`` process, the
-    postmaster's reaped backends included) and by the whole machine, between two snapshots."""
+    """CPU used by the server's processes, by the local PostgreSQL for ``database`` (see
+    :func:`_postgres_pids`; a backend that ended between the snapshots is not counted) and by
+    the whole machine, between two snapshots."""
 
-    def __init__(self, server_pids: list[int]) -> None:
+    def __init__(self, server_pids: list[int], database: str) -> None:
         self.server_pids = server_pids
+        self.database = database
 
     def snapshot(self, at: float) -> CpuSnapshot:
         busy, _ = _machine_busy()
         server = sum(process_cpu(p) for p in self.server_pids)
-        pg = {p: process_cpu(p, children=True) for p in _postgres_pids()}
+        pg = {p: process_cpu(p) for p in _postgres_pids(self.database)}
         return CpuSnapshot(at, busy, server, pg)
 
     @staticmethod

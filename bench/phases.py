@@ -131,7 +131,7 @@ class Bench:
         """Run ``plans`` and snapshot the CPU at the window's edges (``begin`` seconds after the
         common start, ``duration`` long); each probe is called ``offset`` seconds after the
         common start (before the window closes)."""
-        meter = CpuMeter(srv.pids())
+        meter = CpuMeter(srv.pids(), srv.database)
         with Load(plans) as run:
             waits = sorted(
                 [(begin, "first"), (begin + duration, "last")]
@@ -466,14 +466,14 @@ def release_to_claim(b: Bench) -> dict[str, Any]:
 def fleet(b: Bench) -> dict[str, Any]:
     """``fleet_nodes`` nodes heartbeating every ``fleet_advert_every`` s (paced), W claims
     waiting in long poll on idle nodes, and ``fleet_submits_per_s`` placed submits a second on
-    the other half of the fleet (each cancelled right after, so the fleet never fills up)."""
+    the other half of the fleet (their boards freed by the :class:`Sweeper`, so the fleet
+    never fills up)."""
     s = b.sizes
     runs: dict[str, Any] = {}
     n = s.fleet_nodes
     submit_threads = 32
     # The idle half waits in long poll; the work half is dealt out in slots, one to each submit
-    # thread, so two submits never race for one board (the loser would be queued, then
-    # promoted by a wake scan: another measurement).
+    # thread (see load._submit).
     attrs = [
         {"pool": "idle"} if i < n // 2 else {"pool": "work", "slot": f"s{i % submit_threads}"}
         for i in range(n)
@@ -516,7 +516,7 @@ def fleet(b: Bench) -> dict[str, Any]:
                 ),
                 Plan(
                     srv.port,
-                    "submit_cancel",
+                    "submit",
                     {"prefix": f"fs{waiting}", "attrs": {"pool": "work"}, "slots": submit_threads},
                     threads=submit_threads,
                     duration=s.fleet_seconds,
@@ -535,12 +535,12 @@ def fleet(b: Bench) -> dict[str, Any]:
                 f"claims, {s.fleet_submits_per_s:g} submits/s, {s.fleet_seconds:g} s"
             )
             # The server's memory once the claims wait, before the other load starts.
-            result, cores = b.measure(
-                srv, plans, lead, s.fleet_seconds, probes=[(lead - 1.5, sample)]
-            )
+            with Sweeper(url, f"fs{waiting}-"):
+                result, cores = b.measure(
+                    srv, plans, lead, s.fleet_seconds, probes=[(lead - 1.5, sample)]
+                )
         sub = summary(result.tally("submit"), s.fleet_seconds, (201,))
         adv = summary(result.tally("advert"), s.fleet_seconds, (200,))
-        can = summary(result.tally("cancel"), s.fleet_seconds, (200,))
         claims = result.tally("claim")
         per_claim = (rss.get("claims", rss0) - rss0) / waiting if waiting else 0
         runs[str(waiting)] = {
@@ -550,7 +550,6 @@ def fleet(b: Bench) -> dict[str, Any]:
             "submit_p99_ms": sub["p99_ms"],
             "advert_p50_ms": adv["p50_ms"],
             "advert_p99_ms": adv["p99_ms"],
-            "cancel_p99_ms": can["p99_ms"],
             "submits_per_s": sub["per_s"],
             "submits_offered_per_s": s.fleet_submits_per_s,
             "adverts_per_s": adv["per_s"],
@@ -558,7 +557,6 @@ def fleet(b: Bench) -> dict[str, Any]:
             "submit_statuses": sub["statuses"],
             "advert_statuses": adv["statuses"],
             "late_requests": result.tally("submit").late + result.tally("advert").late,
-            "cancels_per_s": can["per_s"],
             "claims_answered": {str(k): v for k, v in sorted(claims.statuses.items())},
             "server_rss_mib": round(rss0 / 1024, 1),
             "rss_kib_per_waiting_claim": round(per_claim, 1),

@@ -204,8 +204,8 @@ def _fmt(value: Any, unit: str) -> str:
 
 def _cpu(doc: dict[str, Any]) -> list[str]:
     lines = [
-        "| phase | server | PostgreSQL | client | whole machine |",
-        "|---|---|---|---|---|",
+        "| phase | server | PostgreSQL | client | other processes | whole machine |",
+        "|---|---|---|---|---|---|",
     ]
     entries = [
         ("placed submits", dig(doc, "submit", "cpu_cores")),
@@ -216,9 +216,11 @@ def _cpu(doc: dict[str, Any]) -> list[str]:
         entries.append((f"fleet, {claims} claims", run.get("cpu_cores")))
     for name, cores in entries:
         if cores:
+            ours = sum(cores.get(k) or 0.0 for k in ("server", "postgres", "client"))
+            other = round(max(0.0, (cores.get("machine") or 0.0) - ours), 2)
             lines.append(
                 f"| {name} | {cores.get('server')} | {cores.get('postgres')} | "
-                f"{cores.get('client')} | {cores.get('machine')} |"
+                f"{cores.get('client')} | {other} | {cores.get('machine')} |"
             )
     return lines
 
@@ -259,7 +261,14 @@ def markdown(doc: dict[str, Any], before: dict[str, Any] | None) -> str:
     steps = dig(doc, "reaper_pass_ms", "steps")
     if steps is not None and steps < 1_000_000:
         lines += ["", f"This run's reaper history held {steps:,} steps, not 1M ({doc['mode']})."]
-    lines += ["", "## Where the CPU went (cores busy during each window)", ""] + _cpu(doc)
+    lines += [
+        "",
+        "## Where the CPU went (cores busy during each window)",
+        "",
+        "Other processes: whatever else ran on the machine meanwhile (the benchmark cannot stop",
+        "it); a run where they took a large share is worth repeating.",
+        "",
+    ] + _cpu(doc)
     notes = doc.get("notes") or []
     if notes:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]

@@ -45,6 +45,8 @@ class Server:
         self.argv = [a.replace("{port}", str(self.port)) for a in argv]
         self.ready_path = ready_path
         self.proc: subprocess.Popen[bytes] | None = None
+        url = env.get("MEDIATOR_DATABASE_URL") or env.get("BENCH_FLOOR_DATABASE_URL") or ""
+        self.database = url.rsplit("/", 1)[-1].split("?", 1)[0]  # whose backends to count
 
     def start(self, timeout: float = 90.0) -> Server:
         with open(self.log_path, "wb") as err:
