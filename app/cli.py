@@ -6,6 +6,7 @@ import sys
 
 import click
 
+from app.client.commands import client_options, register_client_commands
 from app.config import Config, load_config
 from app.errors import ConfigError
 
@@ -30,6 +31,7 @@ def _load(ctx: click.Context, *, need_database: bool = True) -> Config:
     envvar="MEDIATOR_CONFIG",
     help="YAML or TOML config file (MEDIATOR_* variables win over it).",
 )
+@client_options
 @click.pass_context
 def main(ctx: click.Context, config_path: str | None) -> None:
     """The Mediator: places runs on fleet nodes, queues what cannot be placed, promotes it the
@@ -133,6 +135,9 @@ def example(ctx: click.Context, port: int, keep_serving: bool) -> None:
     from app.dev.example import serve_example
 
     serve_example(_load(ctx, need_database=False), port=port, keep_serving=keep_serving)
+
+
+register_client_commands(main)  # submit, status, runs, nodes, cancel, asks, answer, ...
 
 
 if __name__ == "__main__":

@@ -230,10 +230,13 @@ def read_file(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 # MEDIATOR_* variables read outside the configuration keys: the config file's name, gunicorn's
 # settings (gunicorn.conf.py), the throwaway PostgreSQL's user, fault points of the crash tests,
-# and the databases of the test suite and the benchmarks.
+# the databases of the test suite and the benchmarks, and the client commands' Mediator and
+# principal (app/client; MEDIATOR_TOKEN is also their token).
 OTHER_VARIABLES = frozenset(
     {
         "MEDIATOR_CONFIG",
+        "MEDIATOR_URL",
+        "MEDIATOR_PRINCIPAL",
         "MEDIATOR_BIND",
         "MEDIATOR_WORKERS",
         "MEDIATOR_THREADS",

@@ -1,0 +1,216 @@
+"""Following a run or a step's log as it changes, by polling the API at a short interval.
+
+``mediator submit --wait`` and ``mediator status --wait`` print each change of the run view: the
+state, while QUEUED a live line saying what the run waits for (SPEC §7 "Explaining the wait"),
+each step as it starts and ends, and the verdict at the end. ``mediator logs --follow`` prints a
+step's log as it grows (SPEC §11: ``GET …/log?from=N``).
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any, BinaryIO, TextIO
+
+from app.client import render
+from app.client.http import EXIT_REFUSED, Client, Refused, Unreachable, quote
+
+FINISHED = ("SUCCEEDED", "FAILED")
+# A Mediator that does not answer for this long while a run is watched ends the watch (exit 3);
+# shorter gaps (a restart of the server) are waited out.
+UNREACHABLE_GRACE = 10.0
+
+
+def _stamp() -> str:
+    return datetime.now().strftime("%H:%M:%S")
+
+
+class RunWatch:
+    """Prints what changed between two views of one run; ``live`` rewrites the waiting line in
+    place (a terminal), else a waiting line is printed each time its text changes."""
+
+    def __init__(self, out: TextIO, *, live: bool) -> None:
+        self.out = out
+        self.live = live
+        self.state: str | None = None
+        self.steps: dict[int, tuple[Any, ...]] = {}
+        self.waiting: str | None = None
+        self._live_shown = False
+
+    # ---------------------------------------------------------------------------- printing
+
+    def _line(self, text: str) -> None:
+        if self._live_shown:  # the last waiting line stays on the screen, above what follows
+            self.out.write("\n")
+            self._live_shown = False
+        self.out.write(f"{_stamp()}  {text}\n")
+        self.out.flush()
+
+    def _clear_live(self) -> None:
+        if self._live_shown:
+            self.out.write("\r\033[K")
+            self._live_shown = False
+
+    def _show_waiting(self, text: str) -> None:
+        if text == self.waiting and not self.live:
+            return
+        self.waiting = text
+        if self.live:
+            self._clear_live()
+            # One screen line: a wrapped one could not be rewritten in place.
+            width = shutil.get_terminal_size().columns - 1
+            self.out.write(f"{_stamp()}  waiting: {text}"[:width])
+            self.out.flush()
+            self._live_shown = True
+        else:
+            self._line(f"waiting: {text}")
+
+    # ----------------------------------------------------------------------------- changes
+
+    def see(self, view: Mapping[str, Any]) -> None:
+        """Print what ``view`` shows that the previous one did not."""
+        run_id, state = view.get("run_id"), str(view.get("state"))
+        ending = state not in ("QUEUED", "RUNNING")
+        if ending:  # the steps that ended the run come before its end
+            self._see_steps(view)
+        if state != self.state:
+            self.state = state
+            self.waiting = None
+            where = render.assigned(view)
+            self._line(f"{run_id} {state}" + (f" on {where}" if state == "RUNNING" else ""))
+        if not ending:  # a promotion comes before the steps it starts
+            self._see_steps(view)
+        if state == "QUEUED":
+            self._show_waiting(render.queue_line(view))
+        if state in FINISHED:
+            for line in render.verdict_lines(view):
+                self.out.write(f"{'':8}  {line}\n")
+            self.out.flush()
+
+    def _see_steps(self, view: Mapping[str, Any]) -> None:
+        for step in view.get("steps") or []:
+            self._see_step(view.get("run_id"), step)
+
+    def _see_step(self, run_id: object, step: Mapping[str, Any]) -> None:
+        seq = int(step.get("seq", 0))
+        key = (step.get("state"), step.get("attempt"), step.get("node"))
+        before = self.steps.get(seq)
+        self.steps[seq] = key
+        if before == key:
+            return
+        if step.get("state") == "PENDING" and (before is None or before[0] == "PENDING"):
+            return  # not started yet (a promotion only names its node)
+        label = render.step_label(step)
+        state = step.get("state")
+        attempt = f" (attempt {step['attempt']})" if step.get("attempt") else ""
+        if state == "CLAIMED":
+            self._line(f"{label}: running on {step.get('node')}{attempt}")
+        elif state == "ASKED":
+            self._line(
+                f"{label}: waiting for an answer (mediator asks; mediator answer {run_id} "
+                f"{seq} --set field=value)"
+            )
+        elif state == "PENDING":
+            self._line(f"{label}: pending again{attempt}")
+        elif state in ("DONE", "FAILED"):
+            details = []
+            if step.get("exit_code") is not None:
+                details.append(f"exit {step['exit_code']}")
+            if step.get("error"):
+                details.append(str(step["error"]))
+            tail = f" ({', '.join(details)})" if details else ""
+            self._line(f"{label}: {state}{tail}")
+        else:
+            self._line(f"{label}: {state}")
+
+
+def wait_for_verdict(
+    client: Client,
+    view: Mapping[str, Any],
+    out: TextIO,
+    *,
+    interval: float,
+    live: bool,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Mapping[str, Any]:
+    """Poll the run view of ``view``'s run until the run has finished, printing every change;
+    returns the last view."""
+    watch = RunWatch(out, live=live)
+    path = f"/v1/runs/{quote(str(view.get('run_id')))}"
+    quiet_since: float | None = None
+    while True:
+        watch.see(view)
+        if view.get("state") in FINISHED:
+            return view
+        sleep(interval)
+        try:
+            view = client.get(path)
+            quiet_since = None
+        except Unreachable:
+            now = time.monotonic()
+            quiet_since = now if quiet_since is None else quiet_since
+            if now - quiet_since > UNREACHABLE_GRACE:
+                raise
+
+
+# ------------------------------------------------------------------------------------ logs
+
+
+def _step_of(client: Client, run_id: str, seq: int) -> tuple[Mapping[str, Any], dict[str, Any]]:
+    view = client.get(f"/v1/runs/{quote(run_id)}")
+    for step in view.get("steps") or []:
+        if step.get("seq") == seq:
+            return view, step
+    have = len(view.get("steps") or [])
+    raise Refused(
+        f"run {run_id} has no step {seq} (its steps are 1 to {have})"
+        if have
+        else f"run {run_id} has no steps",
+        exit_code=EXIT_REFUSED,
+    )
+
+
+def print_log(
+    client: Client,
+    run_id: str,
+    seq: int,
+    out: BinaryIO,
+    note: TextIO,
+    *,
+    name: str = "step",
+    follow: bool = False,
+    interval: float = 0.5,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
+    """Write step ``seq``'s log to ``out``; with ``follow``, go on while the step is open and
+    stop once it ended and its log is read to the end."""
+    view, step = _step_of(client, run_id, seq)
+    path = f"/v1/runs/{quote(run_id)}/steps/{seq}/log"
+    offset, attempt = 0, None
+    ending = False  # the step had ended when the last read began: this read is the last one
+    while True:
+        answer = client.request("GET", path, query={"from": offset, "name": name})
+        seen = int(answer.headers.get("x-enode-log-attempt", "0") or 0)
+        if attempt is not None and seen > attempt > 0:
+            # A new attempt's progress starts from its own beginning (SPEC §19.4).
+            note.write(f"--- attempt {seen} ---\n")
+            note.flush()
+            offset = 0
+            attempt = seen
+            continue
+        attempt = seen if seen else attempt
+        out.write(answer.body)
+        out.flush()
+        offset += len(answer.body)
+        total = int(answer.headers.get("x-enode-log-bytes", "0") or 0)
+        if answer.body and offset < total:
+            continue  # a reply holds at most 1 MiB: read on at once
+        if not follow or ending:
+            return
+        if view.get("state") in FINISHED or step.get("state") not in render.OPEN_STEP_STATES:
+            ending = True  # one more read: what was written just before the step ended
+            continue
+        sleep(interval)
+        view, step = _step_of(client, run_id, seq)

@@ -1,0 +1,697 @@
+"""The ``mediator`` client commands against a real gunicorn (SPEC §2, §6, §7, §10, §11, §14):
+each command run as a process of its own (``python -m app.cli``) over real HTTP, its output for
+people and with ``--json``, and its exit codes: 0 done or SUCCEEDED, 1 FAILED, 2 refused (a 4xx,
+with the server's reason), 3 unreachable. Node agents are played by the test over HTTP."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import queue
+import socket
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from tests.apps import ROOT, TOKEN
+from tests.helpers import cap, contract, role
+
+pytestmark = pytest.mark.slow  # a gunicorn per test, and processes of the client
+
+TIMEOUT = 60
+
+
+# ------------------------------------------------------------------------------ the command
+
+
+def _env(server: Any, **extra: str) -> dict[str, str]:
+    """The client's environment: ``server``, the token, a principal; an ``extra`` variable set
+    to "" is left out."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEDIATOR_")}
+    env.update(
+        {
+            "MEDIATOR_URL": server.url if server else "http://127.0.0.1:9",
+            "MEDIATOR_TOKEN": TOKEN,
+            "MEDIATOR_PRINCIPAL": "me@lab.test",
+            **extra,
+        }
+    )
+    return {k: v for k, v in env.items() if v != ""}
+
+
+def mediator(
+    server: Any, *args: str, cwd: Path = ROOT, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """``mediator ARGS`` as a process of its own, talking to ``server``."""
+    return subprocess.run(
+        [sys.executable, "-m", "app.cli", *args],
+        cwd=cwd,
+        env=_env(server, **env),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+
+
+class Running:
+    """``mediator ARGS`` in the background, its stdout read line by line as it comes."""
+
+    def __init__(self, server: Any, *args: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "app.cli", *args],
+            cwd=ROOT,
+            env=_env(server),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.lines: list[str] = []
+        self._new: queue.Queue[str | None] = queue.Queue()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._new.put(line.rstrip("\n"))
+        self._new.put(None)
+
+    def line_with(self, text: str, timeout: float = 30) -> str:
+        """The first line (from now on) that holds ``text``; every line read is kept."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            assert left > 0, f"no line with {text!r} in {self.lines}"
+            try:
+                line = self._new.get(timeout=left)
+            except queue.Empty:
+                continue
+            assert line is not None, f"ended without a line with {text!r}: {self.lines}"
+            self.lines.append(line)
+            if text in line:
+                return line
+
+    def finish(self) -> tuple[int, list[str], str]:
+        code = self.proc.wait(timeout=TIMEOUT)
+        self._reader.join(timeout=TIMEOUT)
+        while True:
+            line = self._new.get_nowait() if not self._new.empty() else None
+            if line is None:
+                break
+            self.lines.append(line)
+        assert self.proc.stderr is not None
+        return code, self.lines, self.proc.stderr.read()
+
+
+def write(tmp_path: Path, doc: Any, name: str = "contract.json") -> str:
+    path = tmp_path / name
+    path.write_text(json.dumps(doc))
+    return str(path)
+
+
+# ------------------------------------------------------------------------------ the fleet
+
+
+def advertise(server: Any, node: str, *caps: dict[str, Any]) -> None:
+    body = {"node_id": node, "instance": f"{node}-1", "capabilities": list(caps) or [cap()]}
+    resp = server.post("/v1/nodes", json=body)
+    assert resp.status_code == 200, resp.text
+
+
+def claim(server: Any, node: str) -> dict[str, Any]:
+    resp = server.post(f"/v1/nodes/{node}/claim?wait=5", headers={"X-Enode-Instance": f"{node}-1"})
+    assert resp.status_code == 200, (resp.status_code, resp.text)
+    return resp.json()
+
+
+def report(server: Any, run_id: str, seq: int, node: str, exit_code: int = 0) -> None:
+    body = {"node": node, "exit_code": exit_code, "produced": []}
+    resp = server.post(f"/v1/runs/{run_id}/steps/{seq}/result", json=body)
+    assert resp.status_code == 200, resp.text
+
+
+def put_log(server: Any, run_id: str, seq: int, data: bytes) -> None:
+    resp = requests.put(
+        f"{server.url}/v1/runs/{run_id}/steps/{seq}/log",
+        data=data,
+        headers=server.headers(),
+        timeout=30,
+    )
+    assert resp.status_code == 200, resp.text
+
+
+def submit_api(server: Any, doc: dict[str, Any], status: int) -> dict[str, Any]:
+    resp = server.post("/v1/runs", json=doc, headers={"X-Enode-Principal": "other@lab.test"})
+    assert resp.status_code == status, resp.text
+    return resp.json()
+
+
+def view(server: Any, run_id: str) -> dict[str, Any]:
+    resp = server.get(f"/v1/runs/{run_id}")
+    assert resp.status_code == 200, resp.text
+    return resp.json()
+
+
+def sign_off(run_id: str) -> dict[str, Any]:
+    """One board step, then an ask of qa@lab.test whose answer is ``{verdict, ok}``."""
+    return contract(
+        run_id,
+        role("dut"),
+        steps=[
+            {"id": "boot", "uses": "dut", "run": ["boot-test"]},
+            {
+                "id": "sign-off",
+                "ask": {"prompt": "Boot log looks right?", "answerers": ["qa@lab.test"]},
+                "out": ["decision"],
+                "schema": {
+                    "decision": {
+                        "type": "object",
+                        "required": ["verdict", "ok"],
+                        "properties": {
+                            "verdict": {"enum": ["approve", "reject"]},
+                            "ok": {"type": "boolean"},
+                        },
+                        "additionalProperties": False,
+                    }
+                },
+            },
+        ],
+        success_when=[{"step": "sign-off", "produced": ["decision"]}],
+    )
+
+
+def asked(server: Any, run_id: str) -> None:
+    """Run the board step of a :func:`sign_off` run, so its ask is raised."""
+    step = claim(server, "board-1")
+    assert (step["run_id"], step["seq"]) == (run_id, 1)
+    report(server, run_id, 1, "board-1")
+
+
+# ------------------------------------------------------------------------- validate, offline
+
+
+def test_validate_checks_a_contract_offline_and_takes_the_servers_reason(tmp_path, live_server):
+    good = write(tmp_path, contract("ok-1"), "good.json")
+    bad_doc = contract("bad-1", steps=[{"id": "boot", "uses": "dutt", "run": ["x"]}])
+    bad = write(tmp_path, bad_doc, "bad.json")
+
+    valid = mediator(None, "validate", good)
+    invalid = mediator(None, "validate", bad)
+
+    assert (valid.returncode, valid.stdout) == (0, f"{good}: valid, run ok-1, 1 roles, 1 steps\n")
+    server_reason = live_server.post("/v1/runs", json=bad_doc).json()["error"]["reason"]
+    assert server_reason == 'step "boot" uses undeclared role "dutt"'
+    assert invalid.returncode == 2
+    assert invalid.stderr == f"mediator: {bad}: {server_reason}\n"
+
+
+def test_validate_reads_yaml_and_says_where_a_json_file_is_broken(tmp_path):
+    (tmp_path / "run.yaml").write_text(
+        "run_id: y-1\nrequires: [{as: dut, capability: board}]\n"
+        "steps: [{id: boot, uses: dut, run: [boot-test]}]\n"
+    )
+    (tmp_path / "broken.json").write_text('{"run_id": "x",\n  "requires": [}\n')
+
+    yaml_ok = mediator(None, "validate", str(tmp_path / "run.yaml"), "--json")
+    broken = mediator(None, "validate", str(tmp_path / "broken.json"))
+
+    assert yaml_ok.returncode == 0
+    assert json.loads(yaml_ok.stdout) == {"valid": True, "run_id": "y-1", "warnings": []}
+    assert broken.returncode == 2
+    assert broken.stderr.startswith(f"mediator: {tmp_path / 'broken.json'} is not valid JSON: ")
+    assert "line 2" in broken.stderr
+
+
+def test_validate_names_a_capability_the_configuration_does_not_list(tmp_path):
+    path = write(tmp_path, contract("cap-1", role("dut", "bord")))
+
+    result = mediator(None, "validate", path, MEDIATOR_CONTRACT_CAPABILITIES="board,host")
+
+    assert result.returncode == 2
+    assert result.stderr == f'mediator: {path}: unknown capability: "bord"\n'
+
+
+# ------------------------------------------------------------------------------- submitting
+
+
+def test_submit_places_a_run_and_prints_where(tmp_path, live_server):
+    advertise(live_server, "board-1", cap("board", soc="imx8mp"))
+    path = write(tmp_path, contract("place-1", role("dut", soc="imx8mp")))
+
+    result = mediator(live_server, "submit", path)
+
+    assert (result.returncode, result.stdout) == (0, "place-1: RUNNING on dut=board-1\n")
+    placed = view(live_server, "place-1")
+    assert placed["state"] == "RUNNING" and placed["principal"] == "me@lab.test"
+
+
+def test_submit_twice_says_the_run_is_already_known(tmp_path, live_server):
+    advertise(live_server, "board-1")
+    path = write(tmp_path, contract("again-1"))
+    assert mediator(live_server, "submit", path).returncode == 0
+
+    again = mediator(live_server, "submit", path)
+
+    assert (again.returncode, again.stdout) == (0, "again-1: already known, RUNNING\n")
+
+
+def test_submit_dry_run_shows_the_assignment_and_stores_nothing(tmp_path, live_server):
+    advertise(live_server, "board-1")
+    path = write(tmp_path, contract("dry-1"))
+
+    result = mediator(live_server, "submit", path, "--dry-run")
+    as_json = mediator(live_server, "--json", "submit", "--dry-run", path)
+
+    assert (result.returncode, result.stdout) == (0, "dry-1: would be placed on dut=board-1\n")
+    assert json.loads(as_json.stdout) == {
+        "run_id": "dry-1",
+        "state": "DRY_RUN",
+        "assigned": [{"as": "dut", "nodes": [{"node": "board-1", "label": None}]}],
+        "warnings": [],
+    }
+    assert live_server.get("/v1/runs/dry-1").status_code == 404
+
+
+def test_a_run_no_node_can_take_is_refused_with_the_matchers_reason(tmp_path, live_server):
+    advertise(live_server, "board-1", cap("board", soc="imx8mp"))
+    path = write(tmp_path, contract("none-1", role("dut", soc="am62")))
+
+    result = mediator(live_server, "submit", path)
+
+    assert result.returncode == 2
+    assert result.stderr == "mediator: need 1, fleet has 0 - board soc=am62\n"
+    assert result.stdout == ""
+
+
+def test_an_invalid_contract_is_refused_with_the_servers_reason(tmp_path, live_server):
+    path = write(tmp_path, {"run_id": "bad id", "requires": [], "steps": []})
+
+    result = mediator(live_server, "submit", path)
+    as_json = mediator(live_server, "submit", path, "--json")
+
+    reason = live_server.post("/v1/runs", json=json.loads(Path(path).read_text())).json()
+    assert result.returncode == 2
+    assert result.stderr == f"mediator: {reason['error']['reason']}\n"
+    assert as_json.returncode == 2 and json.loads(as_json.stdout) == reason
+
+
+def test_a_wrong_token_is_refused_and_says_which_option_sets_it(tmp_path, live_server):
+    result = mediator(live_server, "--token", "not-the-token", "runs")
+
+    assert result.returncode == 2
+    assert result.stderr == ("mediator: missing or invalid token (set --token or MEDIATOR_TOKEN)\n")
+
+
+def test_a_mediator_that_does_not_answer_is_exit_3(tmp_path):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{sock.getsockname()[1]}"  # bound, never listening
+        result = mediator(None, "--url", closed, "runs")
+
+    assert result.returncode == 3
+    assert result.stderr == (
+        f"mediator: cannot reach the Mediator at {closed} (connection refused): start it, "
+        "or set --url or MEDIATOR_URL\n"
+    )
+
+
+def test_the_principal_is_git_config_user_email_when_none_is_given(tmp_path, live_server):
+    advertise(live_server, "board-1")
+    gitconfig = tmp_path / "gitconfig"
+    gitconfig.write_text("[user]\n\temail = git-user@lab.test\n")
+    path = write(tmp_path, contract("git-1"))
+
+    result = mediator(
+        live_server, "submit", path, MEDIATOR_PRINCIPAL="", GIT_CONFIG_GLOBAL=str(gitconfig)
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert view(live_server, "git-1")["principal"] == "git-user@lab.test"
+
+
+# ---------------------------------------------------------------------------------- --wait
+
+
+def test_submit_wait_shows_the_wait_then_the_promotion_the_steps_and_the_verdict(
+    tmp_path, live_server
+):
+    advertise(live_server, "board-1", cap("board", soc="imx8mp"))
+    submit_api(live_server, contract("holder-1", role("dut", soc="imx8mp")), 201)
+    doc = contract(
+        "waiter-1",
+        role("dut", soc="imx8mp"),
+        steps=[{"id": "boot", "uses": "dut", "run": ["boot-test"]}],
+        success_when=[{"step": "boot", "exit_code": 0}],
+    )
+    waiting = Running(live_server, "submit", write(tmp_path, doc), "--wait", "--interval", "0.1")
+
+    assert waiting.line_with("waiter-1 QUEUED").endswith("  waiter-1 QUEUED")
+    line = waiting.line_with("waiting:")
+    assert line.endswith(
+        "  waiting: position 1 (0 ahead); dut [board soc=imx8mp]: 1 of 1 busy, held by holder-1"
+    )
+    cancelled = live_server.post("/v1/runs/holder-1/cancel")
+    assert cancelled.json() == {"run_id": "holder-1", "state": "FAILED"}
+    assert waiting.line_with("waiter-1 RUNNING").endswith("  waiter-1 RUNNING on dut=board-1")
+    step = claim(live_server, "board-1")
+    assert (step["run_id"], step["seq"]) == ("waiter-1", 1)
+    assert waiting.line_with("step 1 boot: running").endswith("  step 1 boot: running on board-1")
+    report(live_server, "waiter-1", 1, "board-1", exit_code=0)
+    code, lines, err = waiting.finish()
+
+    assert code == 0, err
+    # After "HH:MM:SS  " or the indent; VERIFYING shows when a look falls between the last
+    # result and the verdict.
+    shown = [line[10:] for line in lines if "VERIFYING" not in line]
+    assert shown[-3:] == [
+        "step 1 boot: DONE (exit 0)",
+        "waiter-1 SUCCEEDED",
+        "ok    boot: exit_code want 0, got 0",
+    ]
+    assert [s for s in shown if s.startswith("waiter-1 ")] == [
+        "waiter-1 QUEUED",
+        "waiter-1 RUNNING on dut=board-1",
+        "waiter-1 SUCCEEDED",
+    ]
+
+
+def test_submit_wait_of_a_run_that_fails_ends_with_its_verdict_and_exit_1(tmp_path, live_server):
+    advertise(live_server, "board-1")
+    doc = contract(
+        "fails-1",
+        role("dut"),
+        steps=[{"id": "boot", "uses": "dut", "run": ["boot-test"]}],
+        success_when=[{"step": "boot", "exit_code": 0}],
+    )
+    waiting = Running(live_server, "submit", write(tmp_path, doc), "--wait", "--interval", "0.1")
+    waiting.line_with("fails-1 RUNNING on dut=board-1")
+    claim(live_server, "board-1")
+    report(live_server, "fails-1", 1, "board-1", exit_code=3)
+    code, lines, err = waiting.finish()
+
+    assert code == 1, err
+    shown = [line[10:] for line in lines if "VERIFYING" not in line]
+    assert shown[-3:] == [
+        "step 1 boot: DONE (exit 3)",
+        "fails-1 FAILED",
+        "FAIL  boot: exit_code want 0, got 3",
+    ]
+
+
+def test_submit_wait_json_prints_the_last_view_and_the_progress_on_stderr(tmp_path, live_server):
+    advertise(live_server, "board-1")
+    submitted = Running(
+        live_server, "--json", "submit", write(tmp_path, contract("js-1")), "--wait"
+    )
+    deadline = time.monotonic() + 30
+    while live_server.get("/v1/runs/js-1").status_code == 404:
+        assert time.monotonic() < deadline, "the run was never submitted"
+        time.sleep(0.05)  # the process submits on its own: nothing to await but its run
+    claim(live_server, "board-1")
+    report(live_server, "js-1", 1, "board-1")
+    code, lines, err = submitted.finish()
+
+    assert code == 0, err
+    last = json.loads("\n".join(lines))
+    assert last == view(live_server, "js-1") and last["state"] == "SUCCEEDED"
+    assert "js-1 SUCCEEDED" in err
+
+
+# ------------------------------------------------------------------------ reading the state
+
+
+def test_status_of_a_queued_run_says_what_it_waits_for(tmp_path, live_server):
+    advertise(live_server, "board-1")
+    submit_api(live_server, contract("busy-1"), 201)
+    submit_api(live_server, contract("queued-1"), 202)
+
+    result = mediator(live_server, "status", "queued-1")
+    as_json = mediator(live_server, "status", "queued-1", "--json")
+
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "run        queued-1"
+    assert lines[1] == "state      QUEUED"
+    assert "waiting    position 1 (0 ahead); dut [board]: 1 of 1 busy, held by busy-1" in lines
+    assert lines[-2].split() == ["SEQ", "STEP", "KIND", "STATE", "USES", "NODE", "ATTEMPT"] + [
+        "EXIT",
+        "STARTED",
+        "ENDED",
+        "ERROR",
+    ]
+    assert lines[-1].split() == ["1", "use-dut", "run", "PENDING", "dut"] + ["-"] * 6
+    shown = json.loads(as_json.stdout)
+    assert shown["queue"] == {"position": 1, "ahead": 0}
+    assert shown["requires"][0]["held_by"] == ["busy-1"]
+
+
+def test_status_of_an_unknown_run_is_refused(live_server):
+    result = mediator(live_server, "status", "nope-1")
+
+    assert (result.returncode, result.stderr) == (2, "mediator: no such run: nope-1\n")
+
+
+def test_runs_lists_runs_newest_first_and_filters_them(live_server):
+    advertise(live_server, "board-1")
+    submit_api(live_server, contract("first-1", work={"system": "gerrit", "change_id": "7"}), 201)
+    submit_api(live_server, contract("second-1"), 202)
+
+    every = mediator(live_server, "runs")
+    queued = mediator(live_server, "runs", "--state", "QUEUED")
+    of_work = mediator(live_server, "runs", "--work", "gerrit:7", "--json")
+    empty = mediator(live_server, "runs", "--state", "SUCCEEDED")
+
+    lines = every.stdout.splitlines()
+    assert lines[0].split() == ["RUN", "STATE", "WORK", "PRINCIPAL", "CREATED", "ENDED"]
+    assert [line.split()[:4] for line in lines[1:]] == [
+        ["second-1", "QUEUED", "-", "other@lab.test"],
+        ["first-1", "RUNNING", "gerrit:7", "other@lab.test"],
+    ]
+    assert [line.split()[0] for line in queued.stdout.splitlines()[1:]] == ["second-1"]
+    assert [r["run_id"] for r in json.loads(of_work.stdout)["runs"]] == ["first-1"]
+    assert (empty.returncode, empty.stdout) == (0, "no runs\n")
+
+
+def test_runs_with_a_bad_filter_is_refused_with_the_servers_reason(live_server):
+    result = mediator(live_server, "runs", "--limit", "0")
+
+    reason = live_server.get("/v1/runs?limit=0").json()["error"]["reason"]
+    assert (result.returncode, result.stderr) == (2, f"mediator: {reason}\n")
+
+
+def test_nodes_shows_the_fleet_with_leases(live_server):
+    advertise(live_server, "board-1", cap("board", soc="imx8mp"))
+    advertise(live_server, "host-1", cap("agent.reason"))
+    submit_api(live_server, contract("lease-1", role("dut", soc="imx8mp")), 201)
+
+    result = mediator(live_server, "nodes")
+    as_json = mediator(live_server, "nodes", "--json")
+
+    lines = result.stdout.splitlines()
+    assert lines[0].split() == ["NODE", "LABEL", "LIVE", "LEASED", "TO", "DRAIN"] + [
+        "CAPABILITIES",
+        "SEEN",
+    ]
+    assert lines[1].split()[:7] == ["board-1", "-", "yes", "lease-1", "-", "board", "soc=imx8mp"]
+    assert lines[2].split()[:6] == ["host-1", "-", "yes", "-", "-", "agent.reason"]
+    assert [n["node_id"] for n in json.loads(as_json.stdout)["nodes"]] == ["board-1", "host-1"]
+
+
+# ----------------------------------------------------------------------------------- acting
+
+
+def test_cancel_cancels_a_run_and_leaves_a_finished_one_as_it_is(tmp_path, live_server):
+    advertise(live_server, "board-1")
+    submit_api(live_server, contract("cancel-1"), 201)
+    submit_api(live_server, contract("done-1"), 202)
+
+    cancelled = mediator(live_server, "cancel", "cancel-1")
+    assert (cancelled.returncode, cancelled.stdout) == (0, "cancel-1: cancelled, FAILED\n")
+    assert view(live_server, "done-1")["state"] == "RUNNING"  # promoted by the cancel
+    claim(live_server, "board-1")
+    report(live_server, "done-1", 1, "board-1")
+    finished = mediator(live_server, "cancel", "done-1")
+    unknown = mediator(live_server, "cancel", "nope-1", "--json")
+
+    assert (finished.returncode, finished.stdout) == (
+        0,
+        "done-1: had already finished, SUCCEEDED\n",
+    )
+    assert unknown.returncode == 2
+    assert json.loads(unknown.stdout) == {"error": {"code": 404, "reason": "no such run: nope-1"}}
+    assert unknown.stderr == "mediator: no such run: nope-1\n"
+
+
+def test_asks_lists_open_asks_and_answer_set_types_the_fields_by_the_schema(live_server):
+    advertise(live_server, "board-1")
+    submit_api(live_server, sign_off("ask-1"), 201)
+    asked(live_server, "ask-1")
+
+    listed = mediator(live_server, "asks", MEDIATOR_PRINCIPAL="qa@lab.test")
+    answered = mediator(
+        live_server,
+        "answer",
+        "ask-1",
+        "2",
+        "--set",
+        "verdict=approve",
+        "--set",
+        "ok=yes",
+        MEDIATOR_PRINCIPAL="qa@lab.test",
+    )
+
+    lines = listed.stdout.splitlines()
+    assert lines[0].split()[:4] == ["RUN", "SEQ", "STEP", "PROMPT"]
+    assert "ask-1  2    sign-off  Boot log looks right?" in lines[1]
+    assert "ok=boolean, verdict=approve|reject" in lines[1] or (
+        "verdict=approve|reject, ok=boolean" in lines[1]
+    )
+    assert "  yes  " in lines[1] and "qa@lab.test" in lines[1]
+    assert (answered.returncode, answered.stdout) == (0, "ask-1: step 2 answered, run SUCCEEDED\n")
+    blob = live_server.get("/v1/runs/ask-1/blob/decision")
+    assert blob.json() == {"verdict": "approve", "ok": True}
+
+
+def test_answer_with_a_json_document_and_the_refusals_of_answer(tmp_path, live_server):
+    advertise(live_server, "board-1")
+    submit_api(live_server, sign_off("ask-2"), 201)
+    asked(live_server, "ask-2")
+
+    not_allowed = mediator(live_server, "answer", "ask-2", "2", "--set", "verdict=approve")
+    bad_enum = mediator(
+        live_server, "answer", "ask-2", "2", "--set", "verdict=maybe", "--set", "ok=true"
+    )
+    schema = mediator(
+        live_server,
+        "answer",
+        "ask-2",
+        "2",
+        "--json",
+        '{"verdict": "reject"}',
+        MEDIATOR_PRINCIPAL="qa@lab.test",
+    )
+    neither = mediator(live_server, "answer", "ask-2", "2")
+    (tmp_path / "answer.json").write_text('{"verdict": "reject", "ok": false}')
+    answered = mediator(
+        live_server,
+        "--json",
+        "answer",
+        "ask-2",
+        "2",
+        "--json",
+        f"@{tmp_path / 'answer.json'}",
+        MEDIATOR_PRINCIPAL="qa@lab.test",
+    )
+    again = mediator(
+        live_server, "answer", "ask-2", "2", "--set", "ok=no", MEDIATOR_PRINCIPAL="qa@lab.test"
+    )
+
+    assert not_allowed.returncode == 2
+    assert not_allowed.stderr.startswith("mediator: principal is not an allowed answerer")
+    assert (bad_enum.returncode, bad_enum.stderr) == (
+        2,
+        'mediator: verdict must be one of "approve", "reject", got \'maybe\'\n',
+    )
+    assert schema.returncode == 2
+    assert schema.stderr.startswith("mediator: schema violation: $: 'ok' is a required property")
+    assert neither.returncode == 2 and "give the answer with --set" in neither.stderr
+    assert answered.returncode == 0, answered.stderr
+    assert json.loads(answered.stdout)["run_id"] == "ask-2"
+    assert (again.returncode, again.stderr) == (2, "mediator: step is not awaiting an answer\n")
+
+
+def test_record_writes_the_sealed_record_and_refuses_before_the_seal(tmp_path, live_server):
+    advertise(live_server, "board-1")
+    submit_api(live_server, contract("rec-1"), 201)
+    target = tmp_path / "rec-1.tar"
+
+    early = mediator(live_server, "record", "rec-1", "-o", str(target))
+    claim(live_server, "board-1")
+    put_log(live_server, "rec-1", 1, b"booted\n")
+    report(live_server, "rec-1", 1, "board-1")
+    written = mediator(live_server, "record", "rec-1", "-o", str(target))
+
+    assert (early.returncode, early.stderr) == (2, "mediator: run is not sealed yet\n")
+    assert written.returncode == 0, written.stderr
+    size = target.stat().st_size
+    assert written.stdout == f"rec-1: Record written to {target} ({size} bytes)\n"
+    with tarfile.open(target) as tar:
+        names = tar.getnames()
+        log = tar.extractfile("run-rec-1/logs/01-step.log")
+        assert log is not None and log.read() == b"booted\n"
+    assert "run-rec-1/verdict.json" in names
+    assert list(tmp_path.glob(".*.part")) == []
+
+
+def test_record_to_stdout_is_the_tar_itself(live_server):
+    advertise(live_server, "board-1")
+    submit_api(live_server, contract("rec-2"), 201)
+    claim(live_server, "board-1")
+    report(live_server, "rec-2", 1, "board-1")
+
+    result = subprocess.run(
+        [sys.executable, "-m", "app.cli", "record", "rec-2", "-o", "-"],
+        cwd=ROOT,
+        env=_env(live_server),
+        capture_output=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+
+    assert result.returncode == 0, result.stderr
+    with tarfile.open(fileobj=io.BytesIO(result.stdout)) as tar:
+        assert "run-rec-2/verdict.json" in tar.getnames()
+
+
+def test_logs_prints_a_steps_log_and_follow_goes_on_until_the_step_ends(live_server):
+    advertise(live_server, "board-1")
+    submit_api(live_server, contract("log-1"), 201)
+    claim(live_server, "board-1")
+    put_log(live_server, "log-1", 1, b"line one\n")
+
+    printed = mediator(live_server, "logs", "log-1", "1")
+    following = Running(live_server, "logs", "log-1", "1", "--follow", "--interval", "0.1")
+    following.line_with("line one")
+    put_log(live_server, "log-1", 1, b"line two\n")
+    following.line_with("line two")
+    put_log(live_server, "log-1", 1, b"line three\n")
+    report(live_server, "log-1", 1, "board-1")
+    code, lines, err = following.finish()
+    no_step = mediator(live_server, "logs", "log-1", "7")
+
+    assert (printed.returncode, printed.stdout) == (0, "line one\n")
+    assert code == 0, err
+    assert lines == ["line one", "line two", "line three"]
+    assert (no_step.returncode, no_step.stderr) == (
+        2,
+        "mediator: run log-1 has no step 7 (its steps are 1 to 1)\n",
+    )
+
+
+# ---------------------------------------------------------------- the server's own commands
+
+
+def test_the_client_options_leave_the_server_commands_as_they_are(live_server):
+    result = mediator(
+        live_server,
+        "--url",
+        "http://127.0.0.1:9",
+        "--principal",
+        "me@lab.test",
+        "db",
+        "check",
+        MEDIATOR_DATABASE_URL=live_server.env["MEDIATOR_DATABASE_URL"],
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("database is at ")
+    assert result.stderr == ""  # MEDIATOR_URL and MEDIATOR_PRINCIPAL are not unknown variables
