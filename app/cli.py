@@ -6,6 +6,7 @@ import sys
 
 import click
 
+from app.agent.command import agent as agent_command
 from app.client.commands import client_options, register_client_commands
 from app.config import Config, load_config
 from app.errors import ConfigError
@@ -136,6 +137,8 @@ def example(ctx: click.Context, port: int, keep_serving: bool) -> None:
 
     serve_example(_load(ctx, need_database=False), port=port, keep_serving=keep_serving)
 
+
+main.add_command(agent_command)  # the reference node agent (app/agent)
 
 register_client_commands(main)  # submit, status, runs, nodes, cancel, asks, answer, ...
 

@@ -1,0 +1,287 @@
+"""The node agent's configuration: the advert (``node_id``, ``label``, ``capabilities``) and the
+agent's own settings, from a YAML file in the advert's shape, ``MEDIATOR_URL`` /
+``MEDIATOR_TOKEN`` / ``MEDIATOR_PRINCIPAL``, and flags; flags win over the environment, the
+environment over the file.
+
+A mistake is an :class:`AgentConfigError` with one line naming the key, before anything is sent.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+DEFAULT_URL = "http://127.0.0.1:8080"
+# What a step's PATH is unless its contract names PATH among its ``env``: enough to find the
+# usual tools, nothing of the agent's own environment.
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+# Node ids share the run id grammar (SPEC §3); capability names are SPEC §3's.
+NODE_ID = re.compile(r"[A-Za-z0-9._:@-]{1,200}")
+CAPABILITY = re.compile(r"[a-z][a-z0-9._-]*")
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+FILE_KEYS = frozenset(
+    {
+        "node_id",
+        "label",
+        "capabilities",
+        "url",
+        "token",
+        "principal",
+        "work_dir",
+        "keep_work_dirs",
+        "drain_file",
+        "harness",
+        "path",
+        "claim_wait_seconds",
+        "kill_after_seconds",
+        "log_format",
+        "log_level",
+    }
+)
+
+
+class AgentConfigError(Exception):
+    """A configuration the agent cannot start with; the message names the key."""
+
+
+@dataclass(frozen=True)
+class Capability:
+    capability: str
+    attrs: Mapping[str, str] = field(default_factory=dict)
+
+    def advert(self) -> dict[str, Any]:
+        return {"capability": self.capability, "attrs": dict(self.attrs)}
+
+
+@dataclass(frozen=True)
+class Harness:
+    """How this node runs ``agent`` steps: a command (``$IN``, ``$OUT``, ``$PROMPT`` and
+    ``$STEP`` are expanded in it), the environment names it needs (API keys), and optionally the
+    harness name a step may ask for (``agent.harness``)."""
+
+    command: tuple[str, ...]
+    env: tuple[str, ...] = ()
+    name: str | None = None
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    node_id: str
+    capabilities: tuple[Capability, ...]
+    url: str = DEFAULT_URL
+    token: str | None = None
+    principal: str | None = None
+    label: str | None = None
+    work_dir: Path | None = None  # None: the system's temporary directory
+    keep_work_dirs: bool = False
+    drain_file: Path | None = None
+    harness: Harness | None = None
+    path: str = DEFAULT_PATH
+    claim_wait_seconds: float = 10.0
+    kill_after_seconds: float = 10.0
+    log_format: str = "console"
+    log_level: str = "info"
+
+    def advert(self, instance: str, drain: str) -> dict[str, Any]:
+        """The advert body (SPEC §4): it replaces the previous one completely."""
+        body: dict[str, Any] = {
+            "node_id": self.node_id,
+            "instance": instance,
+            "capabilities": [c.advert() for c in self.capabilities],
+            "policy": {"drain": drain},
+        }
+        if self.label:
+            body["label"] = self.label
+        return body
+
+
+# ---------------------------------------------------------------- pieces
+
+
+def parse_capability_flag(text: str) -> Capability:
+    """``NAME`` or ``NAME:k=v,k2=v2`` (the ``--capability`` flag)."""
+    name, _, rest = text.partition(":")
+    name = name.strip()
+    if not CAPABILITY.fullmatch(name):
+        raise AgentConfigError(
+            f"--capability {text!r}: the name must match [a-z][a-z0-9._-]*, got {name!r}"
+        )
+    attrs: dict[str, str] = {}
+    for part in rest.split(","):
+        if not part.strip():
+            continue
+        key, eq, value = part.partition("=")
+        if not eq or not key.strip():
+            raise AgentConfigError(f"--capability {text!r}: {part!r} is not key=value")
+        attrs[key.strip()] = value.strip()
+    return Capability(name, attrs)
+
+
+def _capability(where: str, item: Any) -> Capability:
+    if isinstance(item, str):
+        return parse_capability_flag(item)
+    if not isinstance(item, Mapping):
+        raise AgentConfigError(f"{where}: must be {{capability, attrs}}")
+    unknown = sorted(set(item) - {"capability", "attrs"})
+    if unknown:
+        raise AgentConfigError(f"{where}.{unknown[0]}: unknown key (attributes go in attrs)")
+    name = item.get("capability")
+    if not isinstance(name, str) or not CAPABILITY.fullmatch(name):
+        raise AgentConfigError(f"{where}.capability: must match [a-z][a-z0-9._-]*, got {name!r}")
+    attrs = item.get("attrs") or {}
+    if not isinstance(attrs, Mapping):
+        raise AgentConfigError(f"{where}.attrs: must be a mapping of strings")
+    for key, value in attrs.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            # YAML reads 1.10 as the number 1.1: a silent conversion would advertise the wrong value.
+            raise AgentConfigError(
+                f"{where}.attrs.{key}: must be a string (quote it in YAML), got {value!r}"
+            )
+    return Capability(name, dict(attrs))
+
+
+def _harness(item: Any) -> Harness | None:
+    if item is None:
+        return None
+    if isinstance(item, list):
+        item = {"command": item}
+    if not isinstance(item, Mapping):
+        raise AgentConfigError("harness: must be {command: [argv], env: [names], name}")
+    unknown = sorted(set(item) - {"command", "env", "name"})
+    if unknown:
+        raise AgentConfigError(f"harness.{unknown[0]}: unknown key")
+    command = item.get("command")
+    if (
+        not isinstance(command, list)
+        or not command
+        or not all(isinstance(a, str) and a for a in command)
+    ):
+        raise AgentConfigError("harness.command: must be a non-empty list of strings (argv)")
+    env = _names("harness.env", item.get("env") or [])
+    name = item.get("name")
+    if name is not None and not isinstance(name, str):
+        raise AgentConfigError("harness.name: must be a string")
+    return Harness(tuple(command), env, name or None)
+
+
+def _names(where: str, value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(
+        isinstance(n, str) and ENV_NAME.fullmatch(n) for n in value
+    ):
+        raise AgentConfigError(f"{where}: must be a list of environment variable names")
+    return tuple(value)
+
+
+def _text(where: str, value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise AgentConfigError(f"{where}: must be a string")
+    return value or None
+
+
+def _seconds(where: str, value: Any, default: float) -> float:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise AgentConfigError(f"{where}: must be a number of seconds (0 or more)")
+    return float(value)
+
+
+def _choice(where: str, value: Any, default: str, allowed: Sequence[str]) -> str:
+    if value is None:
+        return default
+    if value not in allowed:
+        raise AgentConfigError(f"{where}: must be one of {', '.join(allowed)}, got {value!r}")
+    return str(value)
+
+
+def read_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise AgentConfigError(f"--config: cannot read {p}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise AgentConfigError(f"--config: cannot parse {p}: {str(exc).splitlines()[0]}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, Mapping):
+        raise AgentConfigError(f"--config: {p} must hold a mapping of keys")
+    unknown = sorted(set(data) - FILE_KEYS)
+    if unknown:
+        raise AgentConfigError(f"{unknown[0]}: unknown key in {p}")
+    return dict(data)
+
+
+# ---------------------------------------------------------------- the whole
+
+
+def load_agent_config(
+    path: str | os.PathLike[str] | None,
+    flags: Mapping[str, Any],
+    env: Mapping[str, str] | None = None,
+) -> AgentConfig:
+    """The file (``path``), then ``MEDIATOR_URL`` / ``MEDIATOR_TOKEN`` / ``MEDIATOR_PRINCIPAL``,
+    then ``flags`` (keys of the file; None = not given; ``capabilities`` a list of
+    ``--capability`` texts, replacing the file's list when non-empty)."""
+    env = os.environ if env is None else env
+    raw: dict[str, Any] = read_file(path) if path else {}
+    for key, var in (("url", "MEDIATOR_URL"), ("token", "MEDIATOR_TOKEN")):
+        if env.get(var):
+            raw[key] = env[var]
+    if env.get("MEDIATOR_PRINCIPAL"):
+        raw["principal"] = env["MEDIATOR_PRINCIPAL"]
+    for key, value in flags.items():
+        if value is None or (key == "capabilities" and not value):
+            continue
+        raw[key] = list(value) if key == "capabilities" else value
+
+    node_id = raw.get("node_id")
+    if not node_id:
+        raise AgentConfigError("node_id: missing (--node-id ID or node_id: in --config)")
+    if not isinstance(node_id, str) or not NODE_ID.fullmatch(node_id):
+        raise AgentConfigError(
+            f"node_id: must be 1-200 characters of [A-Za-z0-9._:@-], got {node_id!r}"
+        )
+    items = raw.get("capabilities")
+    if items is None:
+        items = []
+    if not isinstance(items, list):
+        raise AgentConfigError("capabilities: must be a list of {capability, attrs}")
+    capabilities = tuple(_capability(f"capabilities[{i}]", c) for i, c in enumerate(items))
+    url = _text("url", raw.get("url")) or DEFAULT_URL
+    if not url.startswith(("http://", "https://")):
+        raise AgentConfigError(f"url: must be an http:// or https:// URL, got {url!r}")
+    work_dir = _text("work_dir", raw.get("work_dir"))
+    drain_file = _text("drain_file", raw.get("drain_file"))
+    keep = raw.get("keep_work_dirs", False)
+    if not isinstance(keep, bool):
+        raise AgentConfigError("keep_work_dirs: must be true or false")
+    return AgentConfig(
+        node_id=node_id,
+        capabilities=capabilities,
+        url=url.rstrip("/"),
+        token=_text("token", raw.get("token")),
+        principal=_text("principal", raw.get("principal")),
+        label=_text("label", raw.get("label")),
+        work_dir=Path(work_dir).expanduser() if work_dir else None,
+        keep_work_dirs=keep,
+        drain_file=Path(drain_file).expanduser() if drain_file else None,
+        harness=_harness(raw.get("harness")),
+        path=_text("path", raw.get("path")) or DEFAULT_PATH,
+        claim_wait_seconds=_seconds("claim_wait_seconds", raw.get("claim_wait_seconds"), 10.0),
+        kill_after_seconds=_seconds("kill_after_seconds", raw.get("kill_after_seconds"), 10.0),
+        log_format=_choice("log_format", raw.get("log_format"), "console", ("console", "json")),
+        log_level=_choice(
+            "log_level", raw.get("log_level"), "info", ("debug", "info", "warning", "error")
+        ),
+    )
