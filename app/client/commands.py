@@ -136,7 +136,6 @@ def _fail(ctx: click.Context, message: str, code: int, body: Any = None) -> NoRe
         _print_json(body)
     click.echo(f"mediator: {message}", err=True)
     ctx.exit(code)
-    raise AssertionError("unreachable")  # ctx.exit raises; this keeps NoReturn honest
 
 
 def handled(f: F) -> F:
@@ -200,7 +199,6 @@ def _wait(ctx: click.Context, client: Client, view: dict[str, Any], interval: fl
     if as_json:
         _print_json(last)
     ctx.exit(EXIT_OK if last.get("state") == "SUCCEEDED" else EXIT_FAILED)
-    raise AssertionError("unreachable")
 
 
 @click.command()

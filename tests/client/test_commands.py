@@ -15,6 +15,7 @@ import sys
 import tarfile
 import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -322,6 +323,29 @@ def test_a_mediator_that_does_not_answer_is_exit_3(tmp_path):
         f"mediator: cannot reach the Mediator at {closed} (connection refused): start it, "
         "or set --url or MEDIATOR_URL\n"
     )
+
+
+def test_a_mediator_that_fails_with_a_5xx_is_exit_3_with_its_reason():
+    class Failing(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b'{"error": {"code": 503, "reason": "database unavailable"}}'
+            self.send_response(503)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    with ThreadingHTTPServer(("127.0.0.1", 0), Failing) as failing:
+        threading.Thread(target=failing.serve_forever, daemon=True).start()
+        url = f"http://127.0.0.1:{failing.server_address[1]}"
+        result = mediator(None, "--url", url, "nodes")
+        failing.shutdown()
+
+    assert result.returncode == 3
+    assert result.stderr == f"mediator: the Mediator at {url} failed (503): database unavailable\n"
 
 
 def test_the_principal_is_git_config_user_email_when_none_is_given(tmp_path, live_server):
