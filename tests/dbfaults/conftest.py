@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import psycopg
 import pytest
 
+from app.config import to_libpq_url
 from tests.dbfaults.server import RestartablePostgres
 
 
@@ -17,3 +19,20 @@ def own_server() -> Iterator[RestartablePostgres]:
         yield server
     finally:
         server.close()
+
+
+@pytest.fixture(scope="module")
+def module_db(own_server: RestartablePostgres) -> str:
+    """One migrated database on that server for the module's tests."""
+    return own_server.new_database()
+
+
+@pytest.fixture
+def clean_db(module_db: str) -> str:
+    """The module's database, emptied: each test starts from no rows."""
+    with psycopg.connect(to_libpq_url(module_db), autocommit=True) as conn:
+        conn.execute(
+            "TRUNCATE nodes, runs, steps, leases, run_events, blobs, wake_debt, reaper_state"
+            " RESTART IDENTITY CASCADE"
+        )
+    return module_db

@@ -18,7 +18,6 @@ from flask import Flask
 from app.config import to_libpq_url
 from tests.apps import app_on, client_of
 from tests.concurrency.common import race
-from tests.dbfaults.server import RestartablePostgres
 from tests.helpers import advertise, cap, one_step
 
 POOL_TIMEOUT = 0.5
@@ -44,8 +43,8 @@ REQUESTS: list[tuple[str, str, Any]] = [
 
 
 @pytest.fixture
-def db_url(own_server: RestartablePostgres) -> str:
-    return own_server.new_database()
+def db_url(clean_db: str) -> str:
+    return clean_db
 
 
 @pytest.fixture

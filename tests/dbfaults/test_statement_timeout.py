@@ -22,7 +22,6 @@ from app.services.reaper import reap_pass
 from tests.agent import run_step
 from tests.apps import app_on, client_of
 from tests.concurrency.common import waiting_lock_held
-from tests.dbfaults.server import RestartablePostgres
 from tests.helpers import advertise, cap, one_step, submit
 from tests.rows import run_row
 
@@ -33,8 +32,8 @@ ANSWER_BOUND = 5.0
 
 
 @pytest.fixture
-def db_url(own_server: RestartablePostgres) -> str:
-    return own_server.new_database()
+def db_url(clean_db: str) -> str:
+    return clean_db
 
 
 @pytest.fixture

@@ -430,20 +430,41 @@ def _changed(doc: Any, path: tuple[Any, ...], how: str, value: Any) -> Any:
     return out_list
 
 
-def changed_once(doc: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
-    """A document with one place changed: its value replaced by a hostile one, dropped, or an
-    unknown key added beside it. Everything else stays valid, so the change is what is tested."""
+def _value_at(doc: Any, path: tuple[Any, ...]) -> Any:
+    for part in path:
+        doc = doc[part]
+    return doc
 
-    def change(t: tuple[Any, int, str, Any]) -> Any:
-        d, pick, how, value = t
+
+hostile_int = st.one_of(st.sampled_from([n for n in NUMBERS if isinstance(n, int)]), st.integers())
+
+
+def changed_once(doc: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """A document with one place changed: its value replaced by a hostile one of the same type
+    (a string by a hostile string, an integer by one past 32 or 64 bits) or of any type, dropped,
+    or an unknown key added beside it. Everything else stays valid, so the change is what is
+    tested — and a value of the right type gets past the type checks to the code behind them."""
+
+    def change(t: tuple[Any, int, str, Any, str, int]) -> Any:
+        d, pick, how, value, as_text, as_int = t
         places = _paths(d)[1:] or [()]  # the root itself only when there is nothing inside
-        return _changed(d, places[pick % len(places)], how, value)
+        place = places[pick % len(places)]
+        if how == "retype":
+            old = _value_at(d, place)
+            if isinstance(old, str):
+                value = as_text
+            elif isinstance(old, int) and not isinstance(old, bool):
+                value = as_int
+            how = "replace"
+        return _changed(d, place, how, value)
 
     return st.tuples(
         doc,
         st.integers(min_value=0, max_value=10_000),
-        st.sampled_from(["replace", "replace", "drop", "add"]),
+        st.sampled_from(["retype", "retype", "retype", "replace", "drop", "add"]),
         json_value,
+        text,
+        hostile_int,
     ).map(change)
 
 
@@ -524,10 +545,10 @@ def valid_advert(node_ids: list[str]) -> st.SearchStrategy[dict[str, Any]]:
 
 def valid_result(node: str) -> st.SearchStrategy[dict[str, Any]]:
     return st.fixed_dictionaries(
-        {"node": st.just(node), "exit_code": st.integers(-5, 5)},
+        {"node": st.just(node), "exit_code": st.one_of(st.integers(-5, 5), hostile_int)},
         optional={
             "produced": st.lists(st.sampled_from(["out.json", "log.txt"]), unique=True),
-            "error": st.sampled_from(["", "segfault"]),
+            "error": st.one_of(st.sampled_from(["", "segfault"]), text),
             "exited_at": st.just("2026-01-01T00:00:00Z"),
         },
     )

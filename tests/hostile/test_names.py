@@ -8,12 +8,15 @@ nothing outside it is ever served.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from flask import Flask
 
 from tests.agent import claimed
+from tests.apps import app_on
 from tests.helpers import advertise, cap, contract, role, submit
 
 SECRET = b"the operator's secret, outside the Record store"
@@ -56,10 +59,31 @@ NAMES = [
 SEQS = ["0", "-1", "1.0", "1e3", "0x1", "%ef%bc%91", "%00", "1%00", "99999999999999999999", "%20"]
 
 
+# One app for the module (closing an app that served a claim waits for its LISTEN thread, and
+# every test here claims); each test still starts from empty tables and an empty Record store.
+one_app_per_module = True
+
+
+@pytest.fixture(scope="module")
+def area(tmp_path_factory: Any) -> Path:
+    """Where the Record store lives, two levels down: ``area/store/records``. A name that climbs
+    out of it lands in ``area`` or ``area/store``, which the tests watch."""
+    area = tmp_path_factory.mktemp("names")
+    (area / "store").mkdir()
+    return area
+
+
+@pytest.fixture(scope="module")
+def module_app(session_db: str, area: Path) -> Iterator[Flask]:
+    with app_on(session_db, area / "store" / "records") as application:
+        yield application
+
+
 @pytest.fixture
-def claimed_run(client: Any, tmp_path: Path) -> str:
-    """Run ``run-a`` on node n1, its step 1 claimed; a secret file beside the Record store."""
-    (tmp_path / "secret.txt").write_bytes(SECRET)
+def claimed_run(client: Any, area: Path) -> str:
+    """Run ``run-a`` on node n1, its step 1 claimed; secret files beside the Record store."""
+    for secret in (area / "secret.txt", area / "store" / "secret.txt"):
+        secret.write_bytes(SECRET)
     advertise(client, "n1", cap("board"))
     doc = contract(
         "run-a", role("dut"), steps=[{"id": "work", "uses": "dut", "run": ["x"], "out": ["out"]}]
@@ -69,12 +93,12 @@ def claimed_run(client: Any, tmp_path: Path) -> str:
     return "run-a"
 
 
-def files_outside_records(root: Path) -> list[str]:
-    records = root / "records"
+def files_outside_records(area: Path) -> list[str]:
+    records = area / "store" / "records"
     return sorted(
-        str(p.relative_to(root))
-        for p in root.rglob("*")
-        if p.is_file() and records not in p.parents and p.name != "gunicorn.log"
+        f"{p.relative_to(area)}:{p.read_bytes()[:60]!r}"
+        for p in area.rglob("*")
+        if p.is_file() and records not in p.parents
     )
 
 
@@ -88,9 +112,9 @@ def assert_4xx(resp: Any, allowed: set[int], what: str) -> None:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_a_hostile_run_id_is_a_404_on_every_get_and_put(
-    client: Any, claimed_run: str, tmp_path: Path, name: str
+    client: Any, claimed_run: str, area: Path, name: str
 ) -> None:
-    before = files_outside_records(tmp_path)
+    before = files_outside_records(area)
     for path in (
         f"/v1/runs/{name}",
         f"/v1/runs/{name}/events",
@@ -102,7 +126,7 @@ def test_a_hostile_run_id_is_a_404_on_every_get_and_put(
         assert_4xx(client.get(path), {404}, path)
     for path in (f"/v1/runs/{name}/steps/1/log", f"/v1/runs/{name}/steps/1/blob/out"):
         assert_4xx(client.put(path, data=b"data"), {404}, path)
-    assert files_outside_records(tmp_path) == before
+    assert files_outside_records(area) == before
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -139,9 +163,9 @@ def test_a_seq_that_is_not_a_positive_integer_is_a_400(
 
 @pytest.mark.parametrize("name", NAMES)
 def test_a_hostile_blob_name_never_leaves_the_record_store(
-    client: Any, claimed_run: str, tmp_path: Path, name: str
+    client: Any, claimed_run: str, area: Path, name: str
 ) -> None:
-    before = files_outside_records(tmp_path)
+    before = files_outside_records(area)
     put = client.put(f"/v1/runs/run-a/steps/1/blob/{name}", data=b"planted")
     assert_4xx(put, {204, 400, 404}, "put blob")
     got = client.get(f"/v1/runs/run-a/blob/{name}")
@@ -149,22 +173,21 @@ def test_a_hostile_blob_name_never_leaves_the_record_store(
     if got.status_code == 200:
         # Stored under that very name, inside the Record: it reads back what was put.
         assert put.status_code == 204 and got.get_data() == b"planted"
-    assert files_outside_records(tmp_path) == before
-    assert (tmp_path / "secret.txt").read_bytes() == SECRET
+    assert files_outside_records(area) == before
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_a_hostile_log_name_never_leaves_the_record_store(
-    client: Any, claimed_run: str, tmp_path: Path, name: str
+    client: Any, claimed_run: str, area: Path, name: str
 ) -> None:
-    before = files_outside_records(tmp_path)
+    before = files_outside_records(area)
     put = client.put(f"/v1/runs/run-a/steps/1/log?name={name}", data=b"planted\n")
     assert_4xx(put, {200, 400}, "put log")
     got = client.get(f"/v1/runs/run-a/steps/1/log?name={name}")
     assert_4xx(got, {200, 400, 404}, "get log")
     if put.status_code == 400:
         assert got.status_code != 200 or got.get_data() == b"", got.get_data()
-    assert files_outside_records(tmp_path) == before
+    assert files_outside_records(area) == before
 
 
 def test_names_that_are_valid_but_unknown_are_a_404(client: Any, claimed_run: str) -> None:
@@ -175,11 +198,11 @@ def test_names_that_are_valid_but_unknown_are_a_404(client: Any, claimed_run: st
 
 @pytest.mark.parametrize("run_id", ["..", ".", "...", ".hidden", "..:@-"])
 def test_a_run_whose_id_looks_like_a_path_keeps_its_record_inside_the_store(
-    client: Any, tmp_path: Path, run_id: str
+    client: Any, area: Path, run_id: str
 ) -> None:
     """Such ids are valid (SPEC §3's grammar allows dots); their Record directory is named so
     that it cannot be the store's parent or the store itself."""
-    before = files_outside_records(tmp_path)
+    before = files_outside_records(area)
     advertise(client, "n1", cap("board"))
     doc = contract(
         run_id, role("dut"), steps=[{"id": "work", "uses": "dut", "run": ["x"], "out": ["out"]}]
@@ -194,4 +217,4 @@ def test_a_run_whose_id_looks_like_a_path_keeps_its_record_inside_the_store(
 
     assert client.get(f"/v1/runs/{run_id}/blob/out").get_data() == b"blob"
     assert client.get(f"/v1/runs/{run_id}/record").status_code == 200
-    assert files_outside_records(tmp_path) == before
+    assert files_outside_records(area) == before
