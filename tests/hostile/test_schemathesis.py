@@ -20,7 +20,15 @@ from schemathesis.checks import not_a_server_error
 from app import create_app
 from tests.apps import LiveServer, make_config
 
-PER_OPERATION = 500 if os.environ.get("HYPOTHESIS_PROFILE") == "long" else 30
+
+def hypothesis_profile() -> str:
+    """The loaded profile (``HYPOTHESIS_PROFILE`` or ``--hypothesis-profile``), read when this
+    module is collected, after both have been applied."""
+    current = getattr(settings, "get_current_profile_name", None)
+    return current() if current else os.environ.get("HYPOTHESIS_PROFILE", "ci")
+
+
+PER_OPERATION = 500 if hypothesis_profile() == "long" else 30
 
 
 @pytest.fixture(scope="module")
