@@ -56,6 +56,9 @@ NAMES = [
     "x" * 201,
     "x" * 5000,
 ]
+# Those of NAMES that hold a control character (C0, DEL, C1) once decoded: refused with a 400
+# naming the name, so no line of the sealed Record's SHA256SUMS can be split (SPEC §13, §18).
+CONTROL = {"%00", "a%00b", "run-a%00", "a%0ab", "a%0d%0ab", "a%09b", "a%1b%5b31m", "%7f", "%c2%85"}
 SEQS = ["0", "-1", "1.0", "1e3", "0x1", "%ef%bc%91", "%00", "1%00", "99999999999999999999", "%20"]
 
 
@@ -167,7 +170,7 @@ def test_a_hostile_blob_name_never_leaves_the_record_store(
 ) -> None:
     before = files_outside_records(area)
     put = client.put(f"/v1/runs/run-a/steps/1/blob/{name}", data=b"planted")
-    assert_4xx(put, {204, 400, 404}, "put blob")
+    assert_4xx(put, {400} if name in CONTROL else {204, 400, 404}, "put blob")
     got = client.get(f"/v1/runs/run-a/blob/{name}")
     assert_4xx(got, {200, 400, 404}, "get blob")
     if got.status_code == 200:
@@ -182,7 +185,7 @@ def test_a_hostile_log_name_never_leaves_the_record_store(
 ) -> None:
     before = files_outside_records(area)
     put = client.put(f"/v1/runs/run-a/steps/1/log?name={name}", data=b"planted\n")
-    assert_4xx(put, {200, 400}, "put log")
+    assert_4xx(put, {400} if name in CONTROL else {200, 400}, "put log")
     got = client.get(f"/v1/runs/run-a/steps/1/log?name={name}")
     assert_4xx(got, {200, 400, 404}, "get log")
     if put.status_code == 400:
