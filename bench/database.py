@@ -96,10 +96,13 @@ def clone_run(
     every_us: int = 1,
     offset_us: int = 0,
     tables: tuple[str, ...] = ("runs", "steps", "run_events"),
+    overrides: dict[tuple[str, str], str] | None = None,
 ) -> int:
     """Copies ``prefix || g`` (g from ``first`` to ``last``) of the run ``template`` with its rows
     in ``tables``, as the Mediator wrote them; copy g was created ``g * every_us + offset_us``
-    microseconds after the template (arrival order). Returns the number of runs copied."""
+    microseconds after the template (arrival order). ``overrides`` gives (table, column) an SQL
+    expression of ``t`` (the template's row) and ``g`` instead. Returns the number of runs
+    copied."""
     if last < first:
         return 0
     new_id = sql.SQL("({} || g::text)").format(sql.Literal(prefix))
@@ -108,7 +111,9 @@ def clone_run(
             cols = _columns(conn, table)
             exprs: list[sql.Composable] = []
             for col in cols:
-                if col == "run_id":
+                if overrides and (table, col) in overrides:
+                    exprs.append(sql.SQL(overrides[(table, col)]))
+                elif col == "run_id":
                     exprs.append(new_id)
                 elif table == "runs" and col == "created_at":
                     exprs.append(

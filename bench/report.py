@@ -202,11 +202,7 @@ def _fmt(value: Any, unit: str) -> str:
     return text + unit
 
 
-def _cpu(doc: dict[str, Any]) -> list[str]:
-    lines = [
-        "| phase | server | PostgreSQL | client | other processes | whole machine |",
-        "|---|---|---|---|---|---|",
-    ]
+def _cpu_entries(doc: dict[str, Any]) -> list[tuple[str, dict[str, float]]]:
     entries = [
         ("placed submits", dig(doc, "submit", "cpu_cores")),
         ("floor", dig(doc, "floor", "cpu_cores")),
@@ -214,14 +210,21 @@ def _cpu(doc: dict[str, Any]) -> list[str]:
     ]
     for claims, run in (doc.get("fleet_by_claims") or {}).items():
         entries.append((f"fleet, {claims} claims", run.get("cpu_cores")))
-    for name, cores in entries:
-        if cores:
-            ours = sum(cores.get(k) or 0.0 for k in ("server", "postgres", "client"))
-            other = round(max(0.0, (cores.get("machine") or 0.0) - ours), 2)
-            lines.append(
-                f"| {name} | {cores.get('server')} | {cores.get('postgres')} | "
-                f"{cores.get('client')} | {other} | {cores.get('machine')} |"
-            )
+    return [(name, cores) for name, cores in entries if cores]
+
+
+def _cpu(doc: dict[str, Any]) -> list[str]:
+    lines = [
+        "| phase | server | PostgreSQL | client | other processes | whole machine |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, cores in _cpu_entries(doc):
+        ours = sum(cores.get(k) or 0.0 for k in ("server", "postgres", "client"))
+        other = round(max(0.0, (cores.get("machine") or 0.0) - ours), 2)
+        lines.append(
+            f"| {name} | {cores.get('server')} | {cores.get('postgres')} | "
+            f"{cores.get('client')} | {other} | {cores.get('machine')} |"
+        )
     return lines
 
 
@@ -269,10 +272,36 @@ def markdown(doc: dict[str, Any], before: dict[str, Any] | None) -> str:
         "it); a run where they took a large share is worth repeating.",
         "",
     ] + _cpu(doc)
-    notes = doc.get("notes") or []
+    notes = list(doc.get("notes") or []) + _notes(doc)
     if notes:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]
     return "\n".join(lines) + "\n"
+
+
+def _notes(doc: dict[str, Any]) -> list[str]:
+    """What a reader of the table should know about this run."""
+    out = []
+    for claims, run in (doc.get("fleet_by_claims") or {}).items():
+        short = [
+            what
+            for what in ("adverts", "submits")
+            if (run.get(f"{what}_per_s") or 0) < 0.95 * (run.get(f"{what}_offered_per_s") or 0)
+        ]
+        if short:
+            out.append(
+                f"Fleet with {claims} waiting claims: the server did not keep up with the "
+                f"offered {' and '.join(short)}; requests queued up, so its latencies grow with "
+                f"the window ({run.get('seconds')} s) and only say that it fell behind."
+            )
+    for name, cores in _cpu_entries(doc):
+        ours = sum(cores.get(k) or 0.0 for k in ("server", "postgres", "client"))
+        other = (cores.get("machine") or 0.0) - ours
+        if other > 0.25:
+            out.append(
+                f"{name}: other processes took {other:.2f} cores meanwhile; repeat the run "
+                "on a quiet machine before comparing its figures."
+            )
+    return out
 
 
 def _rule(head: str) -> str:
