@@ -52,7 +52,7 @@ class Row:
         if not self.limit:
             return "**no**"
         times = v / self.limit
-        return f"**no** ({times:.2g} × the target)" if times < 100 else f"**no** ({times:.0f} ×)"
+        return f"**no** ({times:.3g} × the target)" if times < 100 else f"**no** ({times:.0f} ×)"
 
 
 def at(*path: str) -> Callable[[dict[str, Any] | None], Any]:
