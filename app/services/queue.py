@@ -65,9 +65,8 @@ class ScanReport:
     queued: int = 0  # QUEUED runs when the scan began
     errors: int = 0
     seconds: float = 0.0
-    # Nodes freed by the scan's own promotions (a run that ended inside its promotion) and runs
-    # that met a taken node twice: the queue must be looked at again with a fresh snapshot.
-    freed: set[str] = field(default_factory=set)
+    # A promotion of this pass freed nodes again (a run that ended inside its promotion) or a run
+    # met a taken node twice: the queue must be looked at again with a fresh snapshot.
     again: bool = False
     passes: int = 0
 
@@ -175,7 +174,6 @@ def _scan(ctx: Context, report: ScanReport) -> None:
                 # The run ended inside its promotion: its nodes are free again for this pass,
                 # and the shapes this pass already gave up on get another look.
                 unavailable -= freed
-                report.freed |= freed
                 report.again = True
         with ctx.db.begin() as s:
             nxt = next_queued_of_shape(s, run.requires_key, run)
