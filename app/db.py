@@ -8,14 +8,33 @@ without closing the parent's sockets.
 from __future__ import annotations
 
 import os
+import select
 import threading
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
+from typing import Any
 
-from sqlalchemy import Connection, Engine, create_engine, pool
+from sqlalchemy import Connection, Engine, create_engine, event, pool
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.config import Config
+
+
+def _drop_if_server_spoke(dbapi_conn: Any, record: Any, proxy: Any) -> None:
+    """The pool's liveness check at checkout, without a round trip. An idle connection has
+    nothing to read unless its server ended it: a restart, a shutdown or an administrator's
+    ``pg_terminate_backend`` sends its FATAL message and closes the socket (a crash closes it),
+    and either makes the socket readable. Such a connection is dropped and the pool connects
+    again, so the first request after a database restart is answered normally. (SQLAlchemy's
+    ``pool_pre_ping`` does the same with a ``SELECT 1`` on every checkout: one round trip per
+    transaction.)"""
+    try:
+        readable, _, _ = select.select([dbapi_conn.pgconn.socket], [], [], 0)
+    except Exception as exc:  # the socket is already closed (psycopg or the OS says so)
+        raise DisconnectionError("the database connection is closed") from exc
+    if readable:
+        raise DisconnectionError("the database server ended this connection")
 
 
 class Database:
@@ -44,9 +63,9 @@ class Database:
                 max_overflow=0,
                 # SPEC §15: a request that gets no connection in time is a 503, never a hang.
                 pool_timeout=self.config["database.pool_timeout"],
-                pool_pre_ping=True,
                 connect_args={"application_name": "mediator"},
             )
+            event.listen(self._engine, "checkout", _drop_if_server_spoke)
             self._sessions = sessionmaker(self._engine, expire_on_commit=False)
             self._pid = os.getpid()
 
@@ -75,6 +94,13 @@ class Database:
             if snapshot:
                 s.connection(execution_options={"isolation_level": "REPEATABLE READ"})
             yield s
+
+    @contextmanager
+    def autocommit(self) -> Iterator[Connection]:
+        """A pooled connection in autocommit, for one statement that needs no transaction (a
+        NOTIFY): no BEGIN and no COMMIT round trip."""
+        with self.engine.connect() as conn:
+            yield conn.execution_options(isolation_level="AUTOCOMMIT")
 
     def dedicated_connection(self) -> Connection:
         """A connection outside the request pool, in autocommit, for session-level advisory locks

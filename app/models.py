@@ -47,6 +47,16 @@ def _in(column: str, values: tuple[str, ...]) -> str:
 NULLABLE_JSONB = JSONB(none_as_null=True)
 
 
+# Partial-index predicates, repeated word for word by the queries that must use them (a
+# parameter in their place would keep a prepared statement's generic plan off the index).
+OPEN_STEPS = "state IN ('PENDING', 'CLAIMED', 'ASKED')"
+# Finished and not sealed, rejected submits left out: they never get a Record (reject Code 422).
+UNSEALED_RUNS = (
+    "sealed_at IS NULL AND state IN ('SUCCEEDED', 'FAILED')"
+    " AND (reject IS NULL OR (reject ->> 'Code') <> '422')"
+)
+
+
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING)
     type_annotation_map = {datetime: DateTime(timezone=True), dict[str, Any]: JSONB, Any: JSONB}
@@ -67,7 +77,16 @@ class Node(Base):
     seen_at: Mapped[datetime] = mapped_column(server_default=func.now())
     expires_at: Mapped[datetime] = mapped_column()
 
-    __table_args__ = (Index("ix_nodes_expires_at", "expires_at"),)
+    __table_args__ = (
+        Index("ix_nodes_expires_at", "expires_at"),
+        # Candidates by containment: ``capabilities @> '[{"capability": …, "attrs": {…}}]'``.
+        Index(
+            "ix_nodes_capabilities",
+            "capabilities",
+            postgresql_using="gin",
+            postgresql_ops={"capabilities": "jsonb_path_ops"},
+        ),
+    )
 
 
 class Run(Base):
@@ -114,7 +133,7 @@ class Run(Base):
         Index(
             "ix_runs_unsealed",
             "ended_at",
-            postgresql_where=text("sealed_at IS NULL AND state IN ('SUCCEEDED', 'FAILED')"),
+            postgresql_where=text(UNSEALED_RUNS),
         ),
         Index("ix_runs_verifying", "run_id", postgresql_where=text("state = 'VERIFYING'")),
     )
@@ -156,6 +175,8 @@ class Step(Base):
         # Claims and restart detection look up steps by node and state.
         Index("ix_steps_node_state", "node_id", "state"),
         Index("ix_steps_ask_deadline", "ask_deadline", postgresql_where=text("state = 'ASKED'")),
+        # The live work only: steps close when their run ends, so history stays out of it.
+        Index("ix_steps_open", "run_id", postgresql_where=text(OPEN_STEPS)),
     )
 
 

@@ -33,15 +33,17 @@ _CAPPED_TAIL = 256  # bytes; longer than any cap line and its newline
 _CHUNK = 64 * 1024
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Temp file in the same directory + rename: readers see the old bytes or the new, never half."""
+def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
+    """Temp file in the same directory + rename: readers see the old bytes or the new, never half.
+    ``durable``: fsync before the rename (a write whose content the database cannot give again)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -157,13 +159,15 @@ class FilesystemRecords:
         return self.root / record_dir_name(run_id)
 
     def open(self, run_id: str, manifest: dict[str, Any]) -> None:
-        """Open the run's Record: its directory and ``manifest.json``. Idempotent, and tolerant of a
-        directory left by a rolled-back attempt (it is simply written again)."""
+        """Open the run's Record: its directory and ``manifest.json``, one small write. Idempotent,
+        and tolerant of a directory left by a rolled-back attempt (it is simply written again).
+        Not fsynced: the run's row holds everything the manifest says and the seal writes it
+        again, durably, from there; ``steps``, ``logs`` and ``blobs`` appear with their first
+        file."""
         d = self.path(run_id)
-        for sub in ("steps", "logs", "blobs"):
-            (d / sub).mkdir(parents=True, exist_ok=True)
+        d.mkdir(parents=True, exist_ok=True)
         body = json.dumps(manifest, indent=2, sort_keys=True, default=str).encode()
-        write_atomic(d / "manifest.json", body + b"\n")
+        write_atomic(d / "manifest.json", body + b"\n", durable=False)
 
     # -- paths ---------------------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from app.context import Context
 from app.contract import parse_duration, parse_requirement
+from app.contract.types import StepDef
 from app.match import Assignment, match
 from app.models import Run, Step
 from app.services.ending import end_run_failed, step_did_not_complete
@@ -35,7 +36,7 @@ from app.states import (
 )
 from app.store.blobs import accepted_blob_names
 from app.store.leases import Grant, delete_leases, insert_lease_if_free, run_not_after
-from app.store.nodes import live_adverts, unavailable_node_ids
+from app.store.nodes import candidate_adverts
 from app.store.runs import add_event, lock_run, set_run_fields, set_run_state
 from app.store.steps import bind_steps, lock_steps, update_step
 from app.verdict import StepFacts, changed_paths
@@ -87,7 +88,8 @@ def run_acquire(s: Session, ctx: Context, pic: Picture, st: Step, after: AfterCo
     insert is ``ON CONFLICT DO NOTHING`` so a node taken meanwhile just means "unavailable"."""
     spec = st.spec["acquire"]
     want = parse_requirement(spec["want"], f"steps[{st.seq - 1}].acquire.want")
-    outcome = match([want], live_adverts(s), unavailable_node_ids(s))
+    found = candidate_adverts(s, [want])
+    outcome = match([want], found.adverts, found.unavailable, ordered=True)
     node = None
     if isinstance(outcome, Assignment):
         candidate = outcome.roles[0][1][0]
@@ -238,6 +240,13 @@ def release_roles(s: Session, pic: Picture, roles: list[str]) -> list[str]:
     set_run_fields(s, pic.run.run_id, assigned=assigned)
     pic.run.assigned = assigned
     return delete_leases(s, pic.run.run_id, freeing)
+
+
+def starts_anything(steps: Iterable[StepDef]) -> bool:
+    """Whether :func:`start_steps` can change a new run's steps. At creation every step is
+    PENDING: none is skipped (no need is SKIPPED) and the run cannot settle, so only an acquire
+    or an ask step without needs starts by itself."""
+    return any(st.kind in ("acquire", "ask") and not st.needs for st in steps)
 
 
 def start_steps(s: Session, ctx: Context, run_id: str, after: AfterCommit) -> None:

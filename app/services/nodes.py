@@ -6,15 +6,19 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from sqlalchemy.orm import Session
+
 from app.context import Context
+from app.models import Lease
 from app.services.ending import end_run_failed, step_did_not_complete
 from app.services.finish import finish
 from app.services.notify import AfterCommit
 from app.services.tx import retrying
 from app.states import CLAIMED, RUNNING
-from app.store.leases import leases_of_node, renew_leases
-from app.store.nodes import lock_previous_advert, upsert_node
+from app.store.leases import leases_of_node
+from app.store.nodes import LeaseLine, heartbeat
 from app.store.runs import lock_run
+from app.store.server import durable_commit
 from app.store.steps import claimed_by_other_instance, fail_step
 from app.wire import ts
 
@@ -36,68 +40,82 @@ def _canonical(capabilities: Any) -> str:
     return json.dumps(sorted(json.dumps(c, sort_keys=True) for c in entries))
 
 
+def _reply_line(lease: LeaseLine | Lease) -> dict[str, Any]:
+    return {
+        "run_id": lease.run_id,
+        "node": lease.node_id,
+        "capability": lease.capability,
+        "not_after": ts(lease.not_after),
+        "nonce": lease.nonce,
+    }
+
+
 def _leases_reply(ctx: Context, node_id: str) -> list[dict[str, Any]]:
     with ctx.db.read() as s:
-        return [
-            {
-                "run_id": lease.run_id,
-                "node": lease.node_id,
-                "capability": lease.capability,
-                "not_after": ts(lease.not_after),
-                "nonce": lease.nonce,
-            }
-            for lease in leases_of_node(s, node_id)
-        ]
+        return [_reply_line(lease) for lease in leases_of_node(s, node_id)]
+
+
+@dataclass(frozen=True)
+class _Stored:
+    causes: list[str]  # why to wake the queue
+    leases: list[dict[str, Any]]  # the reply's lease list, as the commit left it
+
+
+def _restart(s: Session, advert: Advert, after: AfterCommit, causes: list[str]) -> None:
+    """Fail the runs whose step this node claimed under another instance (SPEC §4 restart
+    detection): run, steps and leases, in the global lock order."""
+    assert advert.instance
+    durable_commit(s)  # runs end here: not soft state like the heartbeat itself
+    for run_id, seq in claimed_by_other_instance(s, advert.node_id, advert.instance):
+        run = lock_run(s, run_id)
+        if run is None or run.state != RUNNING:
+            continue  # ended meanwhile; the reaper fails open steps of finished runs
+        if not fail_step(s, run_id, seq, from_states=[CLAIMED], error=RESTARTED):
+            continue
+        step_id = next(
+            (c["id"] for i, c in enumerate(run.contract["steps"], 1) if i == seq), str(seq)
+        )
+        end_run_failed(
+            s,
+            run,
+            checks=[step_did_not_complete(step_id)],
+            step_error="run failed: " + RESTARTED,
+            cause="node restarted",
+            by=f"node:{advert.node_id}",
+        )
+        causes.append(f"node restarted: {advert.node_id} failed {run_id}")
+        after.ended.append(run_id)
 
 
 @retrying
 def _store_advert(
     ctx: Context, advert: Advert, principal: str | None, after: AfterCommit
-) -> list[str]:
-    """One transaction in the global lock order: runs failed by a restart (run, steps, leases),
-    then lease renewal, then the node row last. Returns the reasons to wake the queue."""
+) -> _Stored:
+    """One transaction: the heartbeat's two statements (:func:`heartbeat`); after a restart of
+    the node, its failed runs first, then the same renewal and store."""
     causes: list[str] = []
-    window = ctx.lease_window_seconds
+    fields: dict[str, Any] = {
+        "node_id": advert.node_id,
+        "label": advert.label,
+        "principal": principal,
+        "instance": advert.instance,
+        "capabilities": advert.capabilities,
+        "drain": advert.drain,
+        "window_seconds": ctx.lease_window_seconds,
+    }
     with ctx.db.begin() as s:
-        if advert.instance:
-            for run_id, seq in claimed_by_other_instance(s, advert.node_id, advert.instance):
-                run = lock_run(s, run_id)
-                if run is None or run.state != RUNNING:
-                    continue  # ended meanwhile; the reaper fails open steps of finished runs
-                if not fail_step(s, run_id, seq, from_states=[CLAIMED], error=RESTARTED):
-                    continue
-                step_id = next(
-                    (c["id"] for i, c in enumerate(run.contract["steps"], 1) if i == seq), str(seq)
-                )
-                end_run_failed(
-                    s,
-                    run,
-                    checks=[step_did_not_complete(step_id)],
-                    step_error="run failed: " + RESTARTED,
-                    cause="node restarted",
-                    by=f"node:{advert.node_id}",
-                )
-                causes.append(f"node restarted: {advert.node_id} failed {run_id}")
-                after.ended.append(run_id)
-        renew_leases(s, advert.node_id, window)
-        previous = lock_previous_advert(s, advert.node_id)
-        upsert_node(
-            s,
-            node_id=advert.node_id,
-            label=advert.label,
-            principal=principal,
-            instance=advert.instance,
-            capabilities=advert.capabilities,
-            drain=advert.drain,
-            window_seconds=window,
-        )
+        beat = heartbeat(s, **fields)
+        if beat.restarted:
+            _restart(s, advert, after, causes)
+            beat = heartbeat(s, **fields, check_restart=False)
+        previous = beat.previous
     if previous is None or not previous.live:
         causes.append(f"node {advert.node_id} is live")
     elif _canonical(previous.capabilities) != _canonical(advert.capabilities):
         causes.append(f"capabilities of {advert.node_id} changed")
     if previous is not None and previous.drain and not advert.drain:
         causes.append(f"drain lifted on {advert.node_id}")
-    return causes
+    return _Stored(causes, [_reply_line(lease) for lease in beat.leases])
 
 
 def advertise(ctx: Context, body: dict[str, Any], principal: str | None) -> dict[str, Any]:
@@ -115,12 +133,14 @@ def advertise(ctx: Context, body: dict[str, Any], principal: str | None) -> dict
         drain=drain if drain in DRAINS else "",
     )
     after = AfterCommit()
-    for cause in _store_advert(ctx, advert, principal, after):
+    stored = _store_advert(ctx, advert, principal, after)
+    for cause in stored.causes:
         after.wake(cause)
     finish(ctx, after)
-    # Read after the wake: a run promoted onto this node by it is in this very reply.
+    # After a wake, read again: a run promoted onto this node by it is in this very reply.
+    leases = _leases_reply(ctx, advert.node_id) if after.causes() else stored.leases
     return {
-        "leases": _leases_reply(ctx, advert.node_id),
+        "leases": leases,
         "renew_seconds": ctx.config["lease.renew_seconds"],
         "drain": advert.drain,
     }

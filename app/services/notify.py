@@ -29,8 +29,8 @@ def notify_claimable(ctx: Context, nodes: set[str]) -> None:
     if not nodes:
         return
     try:
-        with ctx.db.begin() as s:
-            notify(s, CLAIM_CHANNEL, claim_payload(nodes))
+        with ctx.db.autocommit() as conn:
+            notify(conn, CLAIM_CHANNEL, claim_payload(nodes))
     except Exception:
         log.warning("claim notification failed", nodes=len(nodes))
 

@@ -9,13 +9,20 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from app.context import Context
-from app.contract.types import role_from_wire
+from app.contract.types import Contract, role_from_wire
 from app.errors import NotFound
-from app.match import satisfies
+from app.match import Assignment, satisfies
 from app.models import Run, Step
-from app.states import QUEUED
+from app.services.placement import assigned_json, node_for_role
+from app.states import PENDING, QUEUED, RUNNING
 from app.store.leases import holders_of
-from app.store.nodes import draining_node_ids, listed_nodes, live_adverts, live_nodes, node_labels
+from app.store.nodes import (
+    candidate_adverts,
+    draining_node_ids,
+    listed_nodes,
+    live_nodes,
+    node_labels,
+)
 from app.store.runs import count_queued_before, get_run, list_runs, run_events
 from app.store.server import database_now
 from app.store.steps import steps_of
@@ -52,11 +59,11 @@ def _queue_explanation(s: Session, run: Run, view: dict[str, Any]) -> None:
     """Per role: candidates {live, busy, draining} and the runs holding the busy ones, from one
     snapshot at read time (SPEC §7 "Explaining the wait")."""
     now = database_now(s)
-    adverts = live_adverts(s)
+    roles = [role_from_wire(wire) for wire in run.requires]
+    adverts = candidate_adverts(s, roles).adverts
     draining = draining_node_ids(s)
     lines = []
-    for wire in run.requires:
-        role = role_from_wire(wire)
+    for wire, role in zip(run.requires, roles, strict=True):
         cands = [a.node_id for a in adverts if satisfies(a, role)]
         holders = holders_of(s, cands)
         busy = [n for n in cands if n in holders]
@@ -94,6 +101,47 @@ def render_run(s: Session, run: Run) -> dict[str, Any]:
     view["requires"] = run.requires
     if run.state == QUEUED:
         _queue_explanation(s, run, view)
+    return view
+
+
+def new_run_view(
+    contract: Contract,
+    *,
+    principal: str | None,
+    created_at: datetime,
+    assignment: Assignment,
+    labels: dict[str, str | None],
+) -> dict[str, Any]:
+    """The view of a run just created RUNNING whose steps are all PENDING, built from what was
+    written (:func:`render_run` would read it back): the submit's answer."""
+    bound = node_for_role(assignment)
+    run = Run(run_id=contract.run_id, state=RUNNING, created_at=created_at, principal=principal)
+    run.work_id = contract.work_id
+    run.assigned = assigned_json(assignment)
+    view = run_summary(run)
+    view["assigned"] = [
+        {"as": role, "nodes": [{"node": n, "label": labels.get(n)} for n in nodes]}
+        for role, nodes in assignment.roles
+    ]
+    ids = {st.seq: st.id for st in contract.steps}
+    steps = [
+        Step(
+            seq=st.seq,
+            step_id=st.id,
+            kind=st.kind,
+            state=PENDING,
+            needs=list(st.needs),
+            chosen=False,
+            attempt=0,
+            uses=st.uses,
+            node_id=bound.get(st.uses) if st.uses else None,
+        )
+        for st in contract.steps
+    ]
+    view["steps"] = [_step_view(st, ids) for st in steps]
+    if contract.warnings:
+        view["warnings"] = list(contract.warnings)
+    view["requires"] = [r.to_wire() for r in contract.requires]
     return view
 
 

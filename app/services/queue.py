@@ -10,7 +10,7 @@ from enum import Enum
 from typing import NamedTuple
 
 from app.context import Context
-from app.contract.types import role_from_wire
+from app.contract.types import Role, role_from_wire
 from app.errors import ConfigError
 from app.faults import fault
 from app.logs import log
@@ -23,7 +23,7 @@ from app.services.tx import retrying
 from app.states import QUEUED, RUNNING
 from app.store import NodeTaken, NotQueued
 from app.store.leases import insert_leases
-from app.store.nodes import live_adverts, unavailable_node_ids
+from app.store.nodes import candidate_adverts, containment_key, unavailable_node_ids
 from app.store.queue import (
     QueuedRun,
     next_queued_of_shape,
@@ -116,6 +116,35 @@ def promote(
     return Promotion(Outcome.PROMOTED, [g.node_id for g in taken], after.claim_nodes, freed)
 
 
+def _roles_of(runs: list[QueuedRun]) -> list[Role]:
+    """The roles the runs ask for. A run whose stored requirements do not decode is left to fail
+    on its own in :func:`promote` (failure isolation), not to stop the read."""
+    roles: list[Role] = []
+    for run in runs:
+        try:
+            roles.extend(role_from_wire(r) for r in run.requires)
+        except (KeyError, TypeError, ValueError, AttributeError):
+            continue
+    return roles
+
+
+def _cover(
+    ctx: Context, run: QueuedRun, adverts: list[Advert], unavailable: set[str], covered: set[str]
+) -> list[Advert]:
+    """The scan's candidates, with those of ``run``'s roles added when the read at the start of
+    the pass did not cover them (a run behind a head whose stored requirements did not decode);
+    ``unavailable`` and ``covered`` grow in place."""
+    missing = [r for r in _roles_of([run]) if containment_key(r) not in covered]
+    if not missing:
+        return adverts
+    with ctx.db.begin() as s:
+        found = candidate_adverts(s, missing)
+    covered.update(containment_key(r) for r in missing)
+    unavailable |= found.unavailable
+    known = {a.node_id for a in adverts}
+    return candidate_order([*adverts, *(a for a in found.adverts if a.node_id not in known)])
+
+
 def _scan(ctx: Context, report: ScanReport) -> None:
     """One pass over the queue: the head of each shape in arrival order, each shape until its
     oldest run does not fit."""
@@ -128,9 +157,13 @@ def _scan(ctx: Context, report: ScanReport) -> None:
         if not heads:
             return
         report.queued = queue_depth(s)
-        # Once per scan, not per run: a scan costs O(shapes + promoted), not 2N queries.
-        adverts = candidate_order(live_adverts(s))
-        unavailable = unavailable_node_ids(s)
+        # Once per scan, not per run: a scan costs O(shapes + promoted), not 2N queries. Only the
+        # adverts that can satisfy a head's roles are read (the runs behind a head have its
+        # requirements), not the whole fleet.
+        roles = _roles_of(heads)
+        found = candidate_adverts(s, roles)
+        adverts, unavailable = found.adverts, found.unavailable
+        covered = {containment_key(r) for r in roles}
     report.shapes = len(heads)
     # Arrival order across shapes: always look at the oldest head next. A shape whose oldest run
     # does not fit is done for this scan (the unavailable set only grows), and never blocks the
@@ -142,6 +175,7 @@ def _scan(ctx: Context, report: ScanReport) -> None:
         _, _, run = heapq.heappop(heap)
         report.looked += 1
         try:
+            adverts = _cover(ctx, run, adverts, unavailable, covered)
             outcome, nodes, claim_nodes, freed = promote(
                 ctx, run, adverts, unavailable, report.cause
             )

@@ -259,6 +259,29 @@ def ledger_entries(s: Session, run: Run) -> list[dict[str, Any]]:
     return entries
 
 
+def manifest(
+    *,
+    run_id: str,
+    work_id: str,
+    principal: str | None,
+    token_name: str | None,
+    contract: dict[str, Any],
+    created_at: Any,
+    state: str,
+) -> dict[str, Any]:
+    """``manifest.json``: written when the Record opens and again, whole, from the run's row when
+    it is sealed, so the opening write need not reach the disk before the submit is answered."""
+    return {
+        "run_id": run_id,
+        "work_id": work_id,
+        "requester": principal,
+        "token": token_name,
+        "contract": contract,
+        "created_at": ts(created_at),
+        "state": state,
+    }
+
+
 def seal_run(ctx: Context, run_id: str) -> bool:
     """Write verdict, step files, events and SHA256SUMS, make the Record read-only, then mark the
     run sealed. Idempotent; a failure is logged and left to the reaper (SPEC §11)."""
@@ -287,7 +310,16 @@ def seal_run(ctx: Context, run_id: str) -> bool:
             verdict=run.verdict or {"state": run.state, "checks": []},
             steps=docs,
             events=events,
-            manifest_update={"state": run.state, "ended_at": ts(run.ended_at)},
+            manifest_update=manifest(
+                run_id=run.run_id,
+                work_id=run.work_id,
+                principal=run.principal,
+                token_name=run.token_name,
+                contract=run.contract,
+                created_at=run.created_at,
+                state=run.state,
+            )
+            | {"ended_at": ts(run.ended_at)},
         )
         with ctx.db.begin() as s:
             mark_sealed(s, run_id)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from app.context import Caller, Context
@@ -10,26 +11,47 @@ from app.contract import Contract, validate_contract
 from app.errors import NoCandidate
 from app.faults import fault
 from app.match import Assignment, Reject, match, width_exceeded
-from app.services.execution import start_steps
+from app.services.execution import start_steps, starts_anything
 from app.services.finish import finish
 from app.services.notify import AfterCommit
-from app.services.observe import render_run
+from app.services.observe import new_run_view, render_run
 from app.services.placement import assigned_json, grants, node_for_role
 from app.services.queue import wake_after_commit
+from app.services.records import manifest
 from app.services.tx import retrying
 from app.states import FAILED, QUEUED, RUNNING
 from app.store import DuplicateRun, NodeTaken
-from app.store.leases import insert_leases
-from app.store.nodes import live_adverts, node_labels, unavailable_node_ids
-from app.store.runs import get_run, insert_run
-from app.store.steps import insert_steps
-from app.wire import ts
+from app.store.leases import lease_rows
+from app.store.nodes import candidate_adverts
+from app.store.runs import create_run, get_run
+from app.store.steps import step_rows
 
 
 @dataclass(frozen=True)
 class Submitted:
     status: int  # 200 known, 201 RUNNING, 202 QUEUED
     view: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class _Placed:
+    """A run created RUNNING: what its answer is built from (no read after commit)."""
+
+    created_at: datetime
+    assignment: Assignment
+    labels: dict[str, str | None]
+    started: bool  # start_steps changed steps at creation: the answer is read back
+
+
+@dataclass(frozen=True)
+class _Refused:
+    """A rejected submit, stored FAILED (SPEC §6.4): answered 422 with this reason."""
+
+    reason: str
+
+
+class _Queued:
+    """Stored QUEUED (SPEC §7)."""
 
 
 def _view(ctx: Context, run_id: str) -> dict[str, Any]:
@@ -40,108 +62,130 @@ def _view(ctx: Context, run_id: str) -> dict[str, Any]:
 
 
 def _manifest(contract: Contract, caller: Caller, state: str, created_at: Any) -> dict[str, Any]:
-    return {
-        "run_id": contract.run_id,
-        "work_id": contract.work_id,
-        "requester": caller.principal,
-        "token": caller.token_name,
-        "contract": contract.document,
-        "created_at": ts(created_at),
-        "state": state,
-    }
-
-
-@retrying
-def _store_rejected(
-    ctx: Context, contract: Contract, caller: Caller, reject: dict[str, Any]
-) -> None:
-    """A rejected submit is born FAILED, with ``reject`` and no steps; it has no Record."""
-    with ctx.db.begin() as s:
-        insert_run(
-            s,
-            contract,
-            state=FAILED,
-            principal=caller.principal,
-            token_name=caller.token_name,
-            reject=reject,
-        )
-
-
-@retrying
-def _create_running(
-    ctx: Context, contract: Contract, caller: Caller, assignment: Assignment, after: AfterCommit
-) -> None:
-    """SPEC §6.7 in one transaction. The run row goes first (a duplicate run_id fails on its key
-    before anything else); a node taken since the match fails on ``pk_leases`` and the whole
-    transaction rolls back (:class:`NodeTaken`)."""
-    with ctx.db.begin() as s:
-        created_at = insert_run(
-            s,
-            contract,
-            state=RUNNING,
-            principal=caller.principal,
-            token_name=caller.token_name,
-            assigned=assigned_json(assignment),
-        )
-        fault("submit.after_insert")
-        insert_leases(
-            s,
-            contract.run_id,
-            grants(assignment, contract.requires),
-            ctx.config["lease.ttl_seconds"],
-        )
-        insert_steps(s, contract.run_id, contract.steps, node_for_role(assignment))
-        start_steps(s, ctx, contract.run_id, after)
-        ctx.records.open(contract.run_id, _manifest(contract, caller, RUNNING, created_at))
-
-
-@retrying
-def _queue(ctx: Context, contract: Contract, caller: Caller) -> None:
-    """Queue a run (SPEC §7): the run, its steps through the same function as RUNNING creation,
-    its Record opened before commit. It takes no lease, runs no acquire and raises no ask."""
-    with ctx.db.begin() as s:
-        created_at = insert_run(
-            s, contract, state=QUEUED, principal=caller.principal, token_name=caller.token_name
-        )
-        insert_steps(s, contract.run_id, contract.steps, {})
-        ctx.records.open(contract.run_id, _manifest(contract, caller, QUEUED, created_at))
-        fault("submit.queued")
+    return manifest(
+        run_id=contract.run_id,
+        work_id=contract.work_id,
+        principal=caller.principal,
+        token_name=caller.token_name,
+        contract=contract.document,
+        created_at=created_at,
+        state=state,
+    )
 
 
 def _reject_body(role: str, reason: str) -> dict[str, Any]:
     return {"Code": 422, "As": role, "Reason": reason}
 
 
+@retrying
+def _place(
+    ctx: Context, contract: Contract, caller: Caller, after: AfterCommit
+) -> _Placed | _Refused | _Queued:
+    """SPEC §6.3–6.7 in one transaction: read the candidates (one statement, no locks), match,
+    then write the outcome in one statement — the run RUNNING with its leases and steps, the run
+    QUEUED with its steps, or the rejected submit FAILED with its reject and no steps.
+
+    The run row goes first in that statement: a duplicate run_id fails on its key
+    (:class:`DuplicateRun`); a node taken since the read fails on ``pk_leases`` and the whole
+    transaction rolls back (:class:`NodeTaken`)."""
+    who: dict[str, Any] = {"principal": caller.principal, "token_name": caller.token_name}
+    with ctx.db.begin() as s:
+        found = candidate_adverts(s, contract.requires)
+        outcome = match(contract.requires, found.adverts, found.unavailable, ordered=True)
+        if isinstance(outcome, Reject) and outcome.code == 422:
+            reason = outcome.reason
+            create_run(s, contract, state=FAILED, reject=_reject_body(outcome.role, reason), **who)
+            return _Refused(reason)
+        if isinstance(outcome, Reject):
+            created_at = create_run(
+                s,
+                contract,
+                state=QUEUED,
+                steps=step_rows(contract.run_id, contract.steps, {}),
+                **who,
+            )
+            ctx.records.open(contract.run_id, _manifest(contract, caller, QUEUED, created_at))
+            fault("submit.queued")
+            return _Queued()
+        over = width_exceeded(outcome, ctx.config["lease.max_per_run"])
+        if over:
+            create_run(s, contract, state=FAILED, reject=_reject_body("", over), **who)
+            return _Refused(over)
+        bound = node_for_role(outcome)
+        created_at = create_run(
+            s,
+            contract,
+            state=RUNNING,
+            assigned=assigned_json(outcome),
+            leases=lease_rows(
+                contract.run_id,
+                grants(outcome, contract.requires),
+                ctx.config["lease.ttl_seconds"],
+            ),
+            steps=step_rows(contract.run_id, contract.steps, bound),
+            **who,
+        )
+        fault("submit.after_insert")
+        started = starts_anything(contract.steps)
+        if started:
+            start_steps(s, ctx, contract.run_id, after)
+        else:
+            # Every step is PENDING and nothing starts by itself: the claims of the steps'
+            # nodes are what the commit leaves to do.
+            after.claim_nodes |= {bound[st.uses] for st in contract.steps if st.uses in bound}
+        ctx.records.open(contract.run_id, _manifest(contract, caller, RUNNING, created_at))
+        labels = {a.node_id: a.label for a in found.adverts}
+        return _Placed(created_at, outcome, labels, started)
+
+
+@retrying
+def _queue(ctx: Context, contract: Contract, caller: Caller) -> None:
+    """Queue a run (SPEC §7) after its placement lost a node: the run, its steps through the
+    same builder as RUNNING creation, its Record opened before commit. It takes no lease, runs
+    no acquire and raises no ask."""
+    with ctx.db.begin() as s:
+        created_at = create_run(
+            s,
+            contract,
+            state=QUEUED,
+            principal=caller.principal,
+            token_name=caller.token_name,
+            steps=step_rows(contract.run_id, contract.steps, {}),
+        )
+        ctx.records.open(contract.run_id, _manifest(contract, caller, QUEUED, created_at))
+        fault("submit.queued")
+
+
 def submit_run(ctx: Context, doc: Any, caller: Caller) -> Submitted:
     contract = validate_contract(doc, capabilities=ctx.config["contract.capabilities"])
-    with ctx.db.read() as s:
-        known = get_run(s, contract.run_id)
-        if known is not None:
-            # The run_id is the idempotency key: the body is not compared (SPEC §6.2).
-            return Submitted(200, render_run(s, known))
-        adverts = live_adverts(s)
-        unavailable = unavailable_node_ids(s)
-    outcome = match(contract.requires, adverts, unavailable)
+    after = AfterCommit()
     try:
-        if isinstance(outcome, Reject) and outcome.code == 422:
-            _store_rejected(ctx, contract, caller, _reject_body(outcome.role, outcome.reason))
-            raise NoCandidate(outcome.reason)
-        if isinstance(outcome, Assignment):
-            over = width_exceeded(outcome, ctx.config["lease.max_per_run"])
-            if over:
-                _store_rejected(ctx, contract, caller, _reject_body("", over))
-                raise NoCandidate(over)
-            try:
-                after = AfterCommit()
-                _create_running(ctx, contract, caller, outcome, after)
-                finish(ctx, after)  # asks raised, claims notified (SPEC §6.7)
-                return Submitted(201, _view(ctx, contract.run_id))
-            except NodeTaken:
-                pass  # rolled back whole; "no room now" like all busy (SPEC §7)
-        _queue(ctx, contract, caller)
+        try:
+            outcome = _place(ctx, contract, caller, after)
+        except NodeTaken:
+            # Rolled back whole; "no room now" like all busy (SPEC §7).
+            _queue(ctx, contract, caller)
+            outcome = _Queued()
     except DuplicateRun:
-        # A concurrent submit of the same run_id won: answer like a resubmit.
+        # The run_id is the idempotency key, the body is not compared (SPEC §6.2): the insert
+        # itself finds a known run, and the answer is the run as it is.
         return Submitted(200, _view(ctx, contract.run_id))
+    if isinstance(outcome, _Refused):
+        raise NoCandidate(outcome.reason)
+    if isinstance(outcome, _Placed):
+        finish(ctx, after)  # asks raised, claims notified (SPEC §6.7)
+        if outcome.started:
+            return Submitted(201, _view(ctx, contract.run_id))
+        return Submitted(
+            201,
+            new_run_view(
+                contract,
+                principal=caller.principal,
+                created_at=outcome.created_at,
+                assignment=outcome.assignment,
+                labels=outcome.labels,
+            ),
+        )
     # Close the submit window: a resource freed after our read, whose own scan ran before our
     # QUEUED row was visible, is seen by this scan (SPEC §7).
     wake_after_commit(ctx, f"submit of {contract.run_id}")
@@ -153,14 +197,14 @@ def dry_run(ctx: Context, doc: Any) -> dict[str, Any]:
     """Match against live adverts only; busy and draining nodes are not read; nothing stored."""
     contract = validate_contract(doc, capabilities=ctx.config["contract.capabilities"])
     with ctx.db.read() as s:
-        adverts = live_adverts(s)
-        outcome = match(contract.requires, adverts, set())
-        if isinstance(outcome, Reject):
-            raise NoCandidate(outcome.reason)
-        over = width_exceeded(outcome, ctx.config["lease.max_per_run"])
-        if over:
-            raise NoCandidate(over)
-        labels = node_labels(s, outcome.nodes())
+        found = candidate_adverts(s, contract.requires)
+    outcome = match(contract.requires, found.adverts, set(), ordered=True)
+    if isinstance(outcome, Reject):
+        raise NoCandidate(outcome.reason)
+    over = width_exceeded(outcome, ctx.config["lease.max_per_run"])
+    if over:
+        raise NoCandidate(over)
+    labels = {a.node_id: a.label for a in found.adverts}
     return {
         "run_id": contract.run_id,
         "state": "DRY_RUN",

@@ -7,14 +7,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import delete, func, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.models import LEASES_PKEY, Lease, Run
-from app.states import RUN_ALIVE, RUN_FINISHED
+from app.states import RUN_ALIVE
 from app.store import NodeTaken, constraint_name
+from app.store.rows import LEASE_COLUMNS, rows_insert
 
 
 @dataclass(frozen=True)
@@ -24,25 +25,33 @@ class Grant:
     capability: str  # that role's capability (shown in the heartbeat reply)
 
 
-def insert_leases(s: Session, run_id: str, grants: Sequence[Grant], ttl_seconds: int) -> None:
-    """One lease per distinct node, in node_id order (SPEC §1 lock order), ``not_after = now() +
-    ttl``, a fresh random nonce each. A node another run holds fails on ``pk_leases`` ->
-    :class:`NodeTaken`; the transaction is then unusable and the caller rolls it back whole."""
-    if not grants:
-        return
-    rows = [
+def lease_rows(run_id: str, grants: Sequence[Grant], ttl_seconds: int) -> list[dict[str, object]]:
+    """One lease per distinct node, in node_id order (SPEC §1 lock order), a fresh random nonce
+    each, ``not_after = now() + ttl_seconds``. Inserted with the run
+    (:func:`app.store.runs.create_run`) or at its promotion (:func:`insert_leases`)."""
+    return [
         {
             "node_id": g.node_id,
             "run_id": run_id,
             "role": g.role,
             "capability": g.capability,
-            "not_after": func.now() + timedelta(seconds=ttl_seconds),
             "nonce": secrets.token_hex(16),
+            "ttl_seconds": ttl_seconds,
         }
         for g in sorted(grants, key=lambda g: g.node_id)
     ]
+
+
+_INSERT_LEASES = rows_insert(Lease, LEASE_COLUMNS, "leases")
+
+
+def insert_leases(s: Session, run_id: str, grants: Sequence[Grant], ttl_seconds: int) -> None:
+    """The leases of a promoted run. A node another run holds fails on ``pk_leases`` ->
+    :class:`NodeTaken`; the transaction is then unusable and the caller rolls it back whole."""
+    if not grants:
+        return
     try:
-        s.execute(insert(Lease).values(rows))
+        s.connection().execute(_INSERT_LEASES, {"leases": lease_rows(run_id, grants, ttl_seconds)})
     except IntegrityError as exc:
         if constraint_name(exc) == LEASES_PKEY:
             raise NodeTaken(run_id) from exc
@@ -85,20 +94,6 @@ def holders_of(s: Session, node_ids: Sequence[str]) -> dict[str, str]:
         return {}
     rows = s.execute(select(Lease.node_id, Lease.run_id).where(Lease.node_id.in_(list(node_ids))))
     return {r.node_id: r.run_id for r in rows}
-
-
-def renew_leases(s: Session, node_id: str, seconds: int) -> None:
-    """SPEC §4.3: every lease of this node whose run is not finished gets ``now() + window``."""
-    s.execute(
-        update(Lease)
-        .where(
-            Lease.node_id == node_id,
-            ~select(Run.run_id)
-            .where(Run.run_id == Lease.run_id, Run.state.in_(RUN_FINISHED))
-            .exists(),
-        )
-        .values(not_after=func.now() + timedelta(seconds=seconds))
-    )
 
 
 def lease_of_node(s: Session, node_id: str) -> Lease | None:

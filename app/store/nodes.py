@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, or_, select
-from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy import Boolean, Text, bindparam, func, or_, select, text
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 
-from app.match import Advert, adverts_from_rows
+from app.contract.types import Role
+from app.match import Advert, adverts_from_rows, candidate_order
 from app.models import Lease, Node
 
 
@@ -21,20 +24,72 @@ class PreviousAdvert:
     live: bool
 
 
-def lock_previous_advert(s: Session, node_id: str) -> PreviousAdvert | None:
-    """The node row ``FOR UPDATE`` (last in the lock order): two adverts of one node serialise, and
-    the second sees what the first stored. ``live`` is judged by the database clock."""
-    row = s.execute(
-        select(Node.drain, Node.capabilities, (Node.expires_at > func.now()).label("live"))
-        .where(Node.node_id == node_id)
-        .with_for_update()
-    ).first()
-    if row is None:
-        return None
-    return PreviousAdvert(row.drain, row.capabilities, bool(row.live))
+@dataclass(frozen=True)
+class Heartbeat:
+    """What :func:`heartbeat` found and did. ``restarted``: a step of this node is CLAIMED by
+    another instance, and nothing was written (the caller takes the restart path)."""
+
+    restarted: bool
+    previous: PreviousAdvert | None
+    leases: list[LeaseLine]
 
 
-def upsert_node(
+@dataclass(frozen=True)
+class LeaseLine:
+    """One lease of the heartbeat reply (SPEC §4)."""
+
+    run_id: str
+    node_id: str
+    capability: str
+    not_after: datetime
+    nonce: str
+
+
+_LOOK = text(
+    """
+    SELECT
+      EXISTS (
+        SELECT 1 FROM steps
+        WHERE steps.node_id = :node_id AND steps.state = 'CLAIMED'
+          AND steps.claimed_instance IS NOT NULL AND steps.claimed_instance <> :instance
+      ) AS restarted,
+      prev.drain, prev.capabilities, prev.live,
+      set_config('synchronous_commit', 'off', true) AS soft
+    FROM (SELECT 1) AS one
+    LEFT JOIN LATERAL (
+      SELECT drain, capabilities, expires_at > now() AS live FROM nodes
+      WHERE node_id = :node_id FOR UPDATE
+    ) AS prev ON true
+    """
+).columns(restarted=Boolean, drain=Text, capabilities=JSONB, live=Boolean, soft=Text)
+
+_RENEW_AND_STORE = text(
+    """
+    WITH renewed AS (
+      UPDATE leases SET not_after = now() + make_interval(secs => :window)
+      WHERE leases.node_id = :node_id
+        AND NOT EXISTS (
+          SELECT 1 FROM runs
+          WHERE runs.run_id = leases.run_id AND runs.state IN ('SUCCEEDED', 'FAILED')
+        )
+      RETURNING leases.run_id, leases.node_id, leases.capability, leases.not_after, leases.nonce
+    ), stored AS (
+      INSERT INTO nodes AS n (node_id, label, principal, instance, capabilities, attr_count, drain,
+                              seen_at, expires_at)
+      VALUES (:node_id, :label, :principal, :instance, :capabilities, :attr_count, :drain,
+              now(), now() + make_interval(secs => :window))
+      ON CONFLICT (node_id) DO UPDATE SET
+        label = excluded.label, principal = excluded.principal, instance = excluded.instance,
+        capabilities = excluded.capabilities, attr_count = excluded.attr_count,
+        drain = excluded.drain, seen_at = excluded.seen_at, expires_at = excluded.expires_at
+      RETURNING 1
+    )
+    SELECT run_id, node_id, capability, not_after, nonce FROM renewed
+    """
+).bindparams(bindparam("capabilities", type_=JSONB))
+
+
+def heartbeat(
     s: Session,
     *,
     node_id: str,
@@ -44,27 +99,88 @@ def upsert_node(
     capabilities: list[dict[str, Any]],
     drain: str,
     window_seconds: int,
-) -> None:
-    """Each advert replaces the previous one completely; ``seen_at = now()``, ``expires_at =
-    now() + renew_seconds × not_after_factor`` (SPEC §4)."""
-    values = {
-        "node_id": node_id,
-        "label": label,
-        "principal": principal,
-        "instance": instance,
-        "capabilities": capabilities,
-        "attr_count": sum(len(c.get("attrs") or {}) for c in capabilities),
-        "drain": drain,
-        "seen_at": func.now(),
-        "expires_at": func.now() + timedelta(seconds=window_seconds),
-    }
-    stmt = pg_insert(Node).values(**values)
-    s.execute(
-        stmt.on_conflict_do_update(
-            index_elements=[Node.node_id],
-            set_={k: getattr(stmt.excluded, k) for k in values if k != "node_id"},
-        )
+    check_restart: bool = True,
+) -> Heartbeat:
+    """An advert in two statements (SPEC §4): (1) whether another instance holds a claim of
+    this node (a restart), with the node row locked and read as it was; (2) unless it restarted,
+    the lease renewal (``now() + window`` for every lease of a run not finished, returned as the
+    reply's lease list) and the advert stored in place of the previous one.
+
+    A heartbeat is soft state: its commit does not wait for the WAL to reach the disk
+    (``synchronous_commit`` off for this transaction only). A crash may forget the last
+    heartbeats of the last few hundred milliseconds; the nodes send the next within
+    ``renew_seconds`` and the reaper's outage grace gives every lease a full window after a
+    restart (SPEC §12), so nothing that was acknowledged to a submitter is lost.
+
+    The node row is locked first here. Only adverts of the same node lock it, and none of the
+    transactions that lock runs, steps or leases waits for a node row, so this order cannot
+    deadlock with them."""
+    look = s.execute(_LOOK, {"node_id": node_id, "instance": instance}).one()
+    previous = (
+        None
+        if look.live is None
+        else PreviousAdvert(look.drain, look.capabilities, bool(look.live))
     )
+    if check_restart and instance and look.restarted:
+        return Heartbeat(True, previous, [])
+    rows = s.execute(
+        _RENEW_AND_STORE,
+        {
+            "node_id": node_id,
+            "label": label,
+            "principal": principal,
+            "instance": instance,
+            "capabilities": capabilities,
+            "attr_count": sum(len(c.get("attrs") or {}) for c in capabilities),
+            "drain": drain,
+            "window": window_seconds,
+        },
+    ).all()
+    leases = sorted((LeaseLine(*r) for r in rows), key=lambda line: line.run_id)
+    return Heartbeat(False, previous, leases)
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """The live adverts that may satisfy some role, and which of them are unavailable now (a
+    lease, or a drain): what the matcher decides among."""
+
+    adverts: list[Advert]
+    unavailable: set[str]
+
+
+def containment(role: Role) -> list[dict[str, Any]]:
+    """The JSONB a satisfying advert's ``capabilities`` contains (SPEC §3: one entry with the
+    role's capability name and every requested attribute equal)."""
+    entry: dict[str, Any] = {"capability": role.capability}
+    if role.attrs:
+        entry["attrs"] = dict(role.attrs)
+    return [entry]
+
+
+def containment_key(role: Role) -> str:
+    """Roles with the same key have the same candidates."""
+    return json.dumps(containment(role), sort_keys=True)
+
+
+def candidate_adverts(s: Session, roles: Iterable[Role]) -> Candidates:
+    """One statement through ``ix_nodes_capabilities``: only the adverts that can satisfy one of
+    ``roles`` are read, each with whether it is unavailable (a lease, whatever its ``not_after``,
+    or a drain), in :func:`candidate_order`. Containment finds a superset of what the matcher
+    accepts (the matcher stays the judge), so the cost follows the run, not the fleet."""
+    wanted = {containment_key(r): containment(r) for r in roles}
+    if not wanted:
+        return Candidates([], set())
+    leased = select(Lease.node_id).where(Lease.node_id == Node.node_id).exists()
+    busy = or_(Node.drain != "", leased).label("busy")
+    rows = s.execute(
+        select(Node.node_id, Node.capabilities, Node.label, busy).where(
+            Node.expires_at > func.now(),
+            or_(*(Node.capabilities.contains(v) for v in wanted.values())),
+        )
+    ).all()
+    adverts = candidate_order(adverts_from_rows((r.node_id, r.capabilities, r.label) for r in rows))
+    return Candidates(adverts, {r.node_id for r in rows if r.busy})
 
 
 def live_adverts(s: Session) -> list[Advert]:

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from sqlalchemy import Connection, delete, func, literal_column, or_, select, update
+from sqlalchemy import Connection, delete, func, literal_column, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
-from app.models import Lease, ReaperState, Run, Step
-from app.states import ASKED, RUN_ALIVE, RUN_FINISHED, RUNNING, STEP_OPEN, VERIFYING
+from app.models import OPEN_STEPS, UNSEALED_RUNS, Lease, ReaperState, Run, Step
+from app.states import ASKED, RUN_ALIVE, RUN_FINISHED, RUNNING, VERIFYING
 from app.store import rowcount
 
 REAPER_LOCK = 0x4D6564696174_0003  # one pass at a time across reapers (pg_try_advisory_lock)
@@ -80,10 +80,12 @@ def runs_with_expired_leases(s: Session, run_id: str | None = None) -> list[str]
 
 
 def open_steps_of_finished_runs(s: Session) -> list[str]:
+    """Through ``ix_steps_open``: the open steps are the live work, so the cost of this read does
+    not grow with finished history."""
     q = (
         select(Step.run_id)
         .join(Run, Run.run_id == Step.run_id)
-        .where(Run.state.in_(RUN_FINISHED), Step.state.in_(STEP_OPEN))
+        .where(text(f"steps.{OPEN_STEPS}"), Run.state.in_(RUN_FINISHED))
         .distinct()
     )
     return list(s.execute(q).scalars())
@@ -104,12 +106,9 @@ def verifying_runs(s: Session) -> list[str]:
 
 
 def unsealed_finished_runs(s: Session) -> list[str]:
-    """Finished, not sealed, and not a rejected submit (those have no Record: reject Code 422)."""
-    q = select(Run.run_id).where(
-        Run.sealed_at.is_(None),
-        Run.state.in_(RUN_FINISHED),
-        or_(Run.reject.is_(None), Run.reject["Code"].as_integer() != 422),
-    )
+    """Finished, not sealed, and not a rejected submit (those have no Record: reject Code 422),
+    through ``ix_runs_unsealed``, whose predicate this is word for word."""
+    q = select(Run.run_id).where(text(UNSEALED_RUNS))
     return list(s.execute(q).scalars())
 
 

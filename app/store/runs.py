@@ -2,20 +2,37 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, delete, func, insert, or_, select, tuple_, update
+from sqlalchemy import (
+    CTE,
+    Select,
+    Text,
+    and_,
+    bindparam,
+    case,
+    delete,
+    func,
+    insert,
+    null,
+    or_,
+    select,
+    tuple_,
+    update,
+)
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.contract import is_valid_id
 from app.contract.types import Contract
-from app.models import RUNS_PKEY, Run, RunEvent, WakeDebt
+from app.models import LEASES_PKEY, RUNS_PKEY, Lease, Run, RunEvent, Step, WakeDebt
 from app.states import FAILED, QUEUED, RUN_ALIVE, RUNNING
-from app.store import DuplicateRun, NotQueued, constraint_name
+from app.store import DuplicateRun, NodeTaken, NotQueued, constraint_name
+from app.store.rows import LEASE_COLUMNS, STEP_COLUMNS, rows_insert
 
 
 def get_run(s: Session, run_id: str) -> Run | None:
@@ -37,7 +54,7 @@ def lock_run(s: Session, run_id: str) -> Run | None:
     ).scalar_one_or_none()
 
 
-def insert_run(
+def create_run(
     s: Session,
     contract: Contract,
     *,
@@ -46,39 +63,96 @@ def insert_run(
     token_name: str | None,
     assigned: list[dict[str, Any]] | None = None,
     reject: dict[str, Any] | None = None,
+    leases: Sequence[dict[str, Any]] = (),
+    steps: Sequence[dict[str, Any]] = (),
     cause: str = "submit",
 ) -> datetime:
-    """Insert the run row first and flush it, so a concurrent duplicate run_id fails on
-    ``pk_runs`` before anything else is written (SPEC §6.7). Returns created_at."""
-    finished = state == FAILED
+    """A new run in one statement: its row, its first event, its leases and its steps (rows from
+    :func:`app.store.leases.lease_rows` and :func:`app.store.steps.step_rows`), as data-modifying
+    CTEs, so a submit writes in one round trip. Returns created_at.
+
+    A duplicate run_id fails on ``pk_runs`` (:class:`DuplicateRun`), a node another run holds on
+    ``pk_leases`` (:class:`NodeTaken`); either way nothing of the statement stays, and the caller
+    rolls the transaction back whole (SPEC §6.7)."""
+    params: dict[str, Any] = {
+        "run_id": contract.run_id,
+        "state": state,
+        "work_id": contract.work_id,
+        "principal": principal,
+        "token_name": token_name,
+        "contract": contract.document,
+        "requires": [r.to_wire() for r in contract.requires],
+        "requires_key": contract.requires_key,
+        "assigned": assigned,
+        "reject": reject,
+        "warnings": list(contract.warnings),
+        "ledger_scope": contract.ledger_scope,
+        "queue_timeout_seconds": contract.queue_timeout_seconds,
+        "cause": cause,
+        "new_leases": list(leases),
+        "new_steps": list(steps),
+    }
     try:
-        created_at = s.execute(
-            insert(Run)
-            .values(
-                run_id=contract.run_id,
-                state=state,
-                work_id=contract.work_id,
-                principal=principal,
-                token_name=token_name,
-                contract=contract.document,
-                requires=[r.to_wire() for r in contract.requires],
-                requires_key=contract.requires_key,
-                assigned=assigned,
-                reject=reject,
-                warnings=list(contract.warnings),
-                ledger_scope=contract.ledger_scope,
-                queue_timeout_seconds=contract.queue_timeout_seconds,
-                promoted_at=func.now() if state == RUNNING else None,
-                ended_at=func.now() if finished else None,
-            )
-            .returning(Run.created_at)
-        ).scalar_one()
+        return s.execute(_create_statement(bool(leases), bool(steps)), params).scalar_one()
     except IntegrityError as exc:
-        if constraint_name(exc) == RUNS_PKEY:
+        name = constraint_name(exc)
+        if name == RUNS_PKEY:
             raise DuplicateRun(contract.run_id) from exc
+        if name == LEASES_PKEY:
+            raise NodeTaken(contract.run_id) from exc
         raise
-    add_event(s, contract.run_id, None, state, cause, principal)
-    return created_at
+
+
+@functools.cache
+def _create_statement(with_leases: bool, with_steps: bool) -> Select[Any]:
+    """The statement of :func:`create_run`, built once per shape (building it costs more Python
+    than sending it); every value is a bound parameter."""
+    state = bindparam("state", type_=Text)
+    new_run = (
+        insert(Run)
+        .values(
+            {
+                c: bindparam(c)
+                for c in (
+                    "run_id",
+                    "work_id",
+                    "principal",
+                    "token_name",
+                    "contract",
+                    "requires",
+                    "requires_key",
+                    "assigned",
+                    "reject",
+                    "warnings",
+                    "ledger_scope",
+                    "queue_timeout_seconds",
+                )
+            }
+            | {
+                "state": state,
+                "promoted_at": case((state == RUNNING, func.now())),
+                "ended_at": case((state == FAILED, func.now())),
+            }
+        )
+        .returning(Run.run_id, Run.created_at)
+        .cte("new_run")
+    )
+    event = insert(RunEvent).from_select(
+        ["run_id", "from_state", "to_state", "cause", "by"],
+        select(
+            new_run.c.run_id,
+            null(),
+            state,
+            bindparam("cause", type_=Text),
+            bindparam("principal", type_=Text),
+        ),
+    )
+    ctes: list[CTE] = [event.cte("new_event")]
+    if with_leases:
+        ctes.append(rows_insert(Lease, LEASE_COLUMNS, "new_leases").cte("new_leases"))
+    if with_steps:
+        ctes.append(rows_insert(Step, STEP_COLUMNS, "new_steps").cte("new_steps"))
+    return select(new_run.c.created_at).add_cte(*ctes)
 
 
 def add_event(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import func, literal, select
+from sqlalchemy import Connection, func, literal, select
 from sqlalchemy.orm import Session
 
 
@@ -19,6 +19,13 @@ def has_passed(s: Session, when: datetime) -> bool:
     return bool(s.execute(select(literal(when) <= func.now())).scalar_one())
 
 
-def notify(s: Session, channel: str, payload: str) -> None:
-    """``pg_notify``: delivered to the channel's listeners when the transaction commits."""
+def notify(s: Session | Connection, channel: str, payload: str) -> None:
+    """``pg_notify``: delivered to the channel's listeners when the transaction commits (at once
+    on an autocommit connection)."""
     s.execute(select(func.pg_notify(channel, payload)))
+
+
+def durable_commit(s: Session) -> None:
+    """This transaction's commit waits for the WAL to reach the disk again (after a statement
+    that made it soft state, such as a heartbeat's)."""
+    s.execute(select(func.set_config("synchronous_commit", "on", True)))

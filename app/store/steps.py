@@ -5,7 +5,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Mapping, Sequence
 
-from sqlalchemy import case, func, insert, select, update
+from sqlalchemy import case, func, select, update
 from sqlalchemy.orm import Session, aliased
 
 from app.contract import is_valid_id
@@ -15,28 +15,25 @@ from app.states import ASKED, CLAIMED, DONE, FAILED, PENDING, RUNNING, SKIPPED, 
 from app.store import rowcount
 
 
-def insert_steps(
-    s: Session, run_id: str, steps: Sequence[StepDef], node_for_role: Mapping[str, str]
-) -> None:
-    """The one function that creates a run's steps, for RUNNING creation and for queueing alike
+def step_rows(
+    run_id: str, steps: Sequence[StepDef], node_for_role: Mapping[str, str]
+) -> list[dict[str, object]]:
+    """The rows of a run's steps: the one builder for RUNNING creation and for queueing alike
     (SPEC §7: two copies would let one contract run in a different order depending on its path).
     A queued run passes no nodes; promotion binds them with :func:`bind_steps`."""
-    s.execute(
-        insert(Step),
-        [
-            {
-                "run_id": run_id,
-                "seq": st.seq,
-                "step_id": st.id,
-                "kind": st.kind,
-                "uses": st.uses,
-                "node_id": node_for_role.get(st.uses) if st.uses else None,
-                "needs": list(st.needs),
-                "spec": st.spec,
-            }
-            for st in steps
-        ],
-    )
+    return [
+        {
+            "run_id": run_id,
+            "seq": st.seq,
+            "step_id": st.id,
+            "kind": st.kind,
+            "uses": st.uses,
+            "node_id": node_for_role.get(st.uses) if st.uses else None,
+            "needs": list(st.needs),
+            "spec": st.spec,
+        }
+        for st in steps
+    ]
 
 
 def bind_steps(s: Session, run_id: str, node_for_role: Mapping[str, str]) -> None:
