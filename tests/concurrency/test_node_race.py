@@ -5,6 +5,12 @@ steps exist exactly once, PENDING, bound to no node, and it holds nothing."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from sqlalchemy import event
+
+from app.models import LEASES_PKEY
+from app.store import constraint_name
 from tests.concurrency.common import apps_on, connect, race
 from tests.helpers import advertise, cap, contract, role, submit
 
@@ -29,12 +35,19 @@ def test_two_submits_racing_for_one_node_place_one_and_queue_the_other_whole(
         admin = apps.client(0)
         for i in range(ROUNDS):
             advertise(admin, f"n{i:02d}", cap("board", slot=f"s{i}"))
-        rolled_back = 0
+        # The lease-key conflicts the database reported to either app (the NodeTaken path).
+        conflicts: list[str] = []
+
+        def on_error(context: Any) -> None:
+            if constraint_name(context.sqlalchemy_exception) == LEASES_PKEY:
+                conflicts.append(context.statement)
+
+        for i in range(2):
+            event.listen(apps.ctx(i).db.engine, "handle_error", on_error)
         for i in range(ROUNDS):
             node, slot = f"n{i:02d}", f"s{i}"
             ids = (f"left-{i}", f"right-{i}")
             clients = (apps.client(0), apps.client(1))
-            before = sql.execute("select coalesce(max(id), 0) from run_events").fetchone()[0]
             resps = race(
                 *(
                     (lambda k=k: clients[k].post("/v1/runs", json=_doc(ids[k], slot)))
@@ -66,15 +79,11 @@ def test_two_submits_racing_for_one_node_place_one_and_queue_the_other_whole(
             assert sql.execute(
                 "select from_state, to_state, cause from run_events where run_id = %s", (loser,)
             ).fetchall() == [(None, "QUEUED", "submit")]
-            # Each committed submit wrote one event; a run_events id consumed beyond those two
-            # belongs to a transaction that was rolled back: the NodeTaken path was taken.
-            after = sql.execute("select max(id) from run_events").fetchone()[0]
-            rolled_back += after - before - 2
         assert sql.execute("select count(*) from leases").fetchone() == (ROUNDS,)
         # The rounds are racy by nature; with both threads released at a Barrier the lease-key
-        # conflict path is taken in most of them. At least one round must have exercised it, or
+        # conflict path is taken in many of them. At least one round must have exercised it, or
         # this test did not test what it says.
-        assert rolled_back >= 1
+        assert len(conflicts) >= 1
 
 
 def test_a_queued_loser_of_a_node_race_is_promoted_when_the_winner_is_cancelled(

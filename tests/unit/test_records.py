@@ -25,6 +25,8 @@ from tests.records.common import RUN, seal_example
 def rec(tmp_path: Path):
     r = FilesystemRecords(tmp_path / "records")
     r.open(RUN, {"run_id": RUN, "state": "RUNNING"})
+    for sub in ("steps", "logs", "blobs"):  # as they are once the first files landed
+        (r.path(RUN) / sub).mkdir()
     yield r
     for dirpath, _dirs, _files in os.walk(tmp_path):  # let tmp_path cleanup work as non-root
         os.chmod(dirpath, 0o755)
@@ -60,8 +62,11 @@ def test_open_and_exists(tmp_path: Path) -> None:
         "run_id": "r1",
         "again": True,
     }
-    for sub in ("steps", "logs", "blobs"):
-        assert (r.path("r1") / sub).is_dir()
+    # Opening is one small write: the parts appear with their first file.
+    assert sorted(p.name for p in r.path("r1").iterdir()) == ["manifest.json"]
+    r.put_blob("r1", 1, 0, "out.txt", b"x")
+    r.append_log("r1", 1, "build", b"line\n", 1 << 20)
+    assert (r.path("r1") / "blobs").is_dir() and (r.path("r1") / "logs").is_dir()
 
 
 # -- logs ----------------------------------------------------------------------------------------
