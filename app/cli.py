@@ -157,8 +157,18 @@ def example(ctx: click.Context, port: int, keep_serving: bool) -> None:
     help="Where the Records, logs and demo.json go (default: a new temporary directory).",
 )
 @click.option("--timeout", default=120.0, show_default=True, help="Seconds for the runs to end.")
+@click.option(
+    "--examples",
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
+    help="Where the example contracts are (default: examples/ of the source tree).",
+)
 def demo(
-    once: bool, database_url: str | None, port: int, directory: Path | None, timeout: float
+    once: bool,
+    database_url: str | None,
+    port: int,
+    directory: Path | None,
+    timeout: float,
+    examples: Path | None,
 ) -> None:
     """A Mediator, two real node agents and the runs of examples/: one runs, one waits QUEUED and
     is promoted the moment the first ends, one asks a question that the demo answers. Without
@@ -168,6 +178,8 @@ def demo(
     opts = DemoOptions(
         once=once, database_url=database_url, port=port, directory=directory, timeout=timeout
     )
+    if examples is not None:
+        opts.examples = examples
     sys.exit(run_demo(opts))
 
 

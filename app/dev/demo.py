@@ -646,6 +646,12 @@ class Demo:
 
     def _run(self) -> int:
         d = self.directory
+        missing = [p.example for p in SCENARIO if not (self.opts.examples / p.example).is_file()]
+        if missing:
+            raise DemoError(
+                f"{self.opts.examples} lacks {', '.join(missing)}: run the demo from a source "
+                "tree, or give --examples DIR"
+            )
         for sub in ("records", "logs", "work"):
             (d / sub).mkdir(parents=True, exist_ok=True)
         say(f"demo directory {d} (Records, logs, demo.json)")
