@@ -451,14 +451,16 @@ class Scenario:
         promotion = next(
             (e for e in events if str(e.get("cause", "")).startswith("promoted")), None
         )
-        cause = str((promotion or {}).get("cause", "promoted")).removeprefix("promoted: ")
+        if promotion is None:  # it left the queue otherwise: cancelled, or timed out
+            return
+        cause = str(promotion.get("cause")).removeprefix("promoted: ")
         t.promoted = cause
-        after = self._after_freeing(cause, _moment((promotion or {}).get("at")))
+        after = self._after_freeing(cause, _moment(promotion.get("at")))
         say(f"run {t.run_id} promoted ({cause}{after}): RUNNING on {render.assigned(view)}")
 
     def _after_freeing(self, cause: str, at: datetime | None) -> str:
-        """`` 0.004 s after it was freed``: how long the promotion took after the moment the node
-        was let go (the run's end, or the end of the step that released it)."""
+        """``, 0.004 s after the node was freed``: how long after the node was let go (the end of
+        the run that held it, or of the step that released it) the promotion committed."""
         if at is None:
             return ""
         freed: list[datetime] = []
@@ -627,7 +629,9 @@ class Demo:
         except Interrupted as stop:
             click.echo("")
             say(f"{stop}: stopping the agents, the server and the database")
-            return EXIT_INTERRUPTED if not self.state.get("expected") else EXIT_OK
+            if "expected" not in self.state:  # before the last verdict
+                return EXIT_INTERRUPTED
+            return EXIT_OK if self.state["expected"] else EXIT_UNEXPECTED
         except (DemoError, ClientError) as exc:
             message = exc.message if isinstance(exc, ClientError) else str(exc)
             click.echo(f"mediator demo: {message}", err=True)
@@ -693,13 +697,11 @@ class Demo:
         _write_state(d, self.state)
         for problem in problems:
             click.echo(f"mediator demo: {problem}", err=True)
-        if problems:
-            return EXIT_UNEXPECTED
-        say(f"all {len(scenario.runs)} verdicts as expected")
-        if self.opts.once:
-            return EXIT_OK
-        self._serve(base)
-        return EXIT_OK
+        if not problems:
+            say(f"all {len(scenario.runs)} verdicts as expected")
+        if not self.opts.once:
+            self._serve(base)  # until a signal, which ends the demo with the code above
+        return EXIT_UNEXPECTED if problems else EXIT_OK
 
     def _serve(self, base: str) -> None:
         click.echo("")

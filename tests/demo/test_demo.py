@@ -211,7 +211,7 @@ def _read_until(proc: subprocess.Popen[str], text: str, seen: list[str], timeout
     assert any(text in line for line in seen), "".join(seen)
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_without_once_it_keeps_serving_until_a_signal_stops_every_child(
     signum: int, fresh_db_url: str, tmp_path: Path
 ) -> None:
