@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import click
 
@@ -136,6 +137,50 @@ def example(ctx: click.Context, port: int, keep_serving: bool) -> None:
     from app.dev.example import serve_example
 
     serve_example(_load(ctx, need_database=False), port=port, keep_serving=keep_serving)
+
+
+@main.command()
+@click.option(
+    "--once", is_flag=True, help="Stop after the last verdict: exit 0 if all are as expected."
+)
+@click.option(
+    "--database-url",
+    envvar="MEDIATOR_DATABASE_URL",
+    show_envvar=True,
+    help="A PostgreSQL database to use (migrated); default: a throwaway embedded server.",
+)
+@click.option("--port", default=0, type=click.IntRange(0, 65535), help="Default: a free port.")
+@click.option(
+    "--dir",
+    "directory",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Where the Records, logs and demo.json go (default: a new temporary directory).",
+)
+@click.option("--timeout", default=120.0, show_default=True, help="Seconds for the runs to end.")
+@click.option(
+    "--examples",
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
+    help="Where the example contracts are (default: examples/ of the source tree).",
+)
+def demo(
+    once: bool,
+    database_url: str | None,
+    port: int,
+    directory: Path | None,
+    timeout: float,
+    examples: Path | None,
+) -> None:
+    """A Mediator, two real node agents and the runs of examples/: one runs, one waits QUEUED and
+    is promoted the moment the first ends, one asks a question that the demo answers. Without
+    --once everything keeps running until Ctrl-C."""
+    from app.dev.demo import DemoOptions, run_demo
+
+    opts = DemoOptions(
+        once=once, database_url=database_url, port=port, directory=directory, timeout=timeout
+    )
+    if examples is not None:
+        opts.examples = examples
+    sys.exit(run_demo(opts))
 
 
 main.add_command(agent_command)  # the reference node agent (app/agent)

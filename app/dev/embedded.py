@@ -335,6 +335,11 @@ class EmbeddedPostgres:
         return self._proc is not None and self._proc.poll() is None
 
     @property
+    def pid(self) -> int | None:
+        """The postmaster's process id while the server runs."""
+        return self._proc.pid if self.running and self._proc is not None else None
+
+    @property
     def admin_url(self) -> str:
         return self.url("postgres")
 
