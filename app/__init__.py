@@ -178,3 +178,15 @@ def startup(app: Flask) -> None:
     if guard.wake_owed:  # the schema was found ready before start-up ran
         guard.wake_owed = False
         wake_after_commit(app.extensions["mediator"], "start-up")
+
+
+def shutdown(app: Flask) -> None:
+    """A serving process stopping (gunicorn's ``worker_exit``): queued webhooks get a few
+    seconds to go out, then the pool, the scan-gate connection and the LISTEN thread close."""
+    from app.services.notify import flush_webhooks
+
+    unsent = flush_webhooks()
+    if unsent:
+        log.warning("shutting down with webhooks unsent", unsent=unsent)
+    app.extensions["mediator"].close()
+    log.info("process shut down: database pool, scan gate and claim listener closed")
