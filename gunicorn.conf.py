@@ -17,7 +17,8 @@ def _count(*names: str, default: int) -> int:
         if text:
             if not (text.isascii() and text.isdigit() and int(text) >= 1):
                 why = f"must be an integer of at least 1 (got {text!r})"
-                sys.exit(f"mediator: invalid gunicorn setting: {name}: {why}")
+                print(f"mediator: invalid gunicorn setting: {name}: {why}", file=sys.stderr)
+                sys.exit(2)  # like an invalid configuration (on_starting below)
             return int(text)
     return default
 
