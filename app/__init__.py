@@ -128,11 +128,12 @@ def create_app(config: Config | Mapping[str, Any] | None = None) -> Flask:
     app.extensions["mediator.schema"] = guard
 
     api = Api(app)
-    from app.api import asks, cancel, health, nodes, observe, records, results, submit
+    from app.api import asks, cancel, health, nodes, observe, records, results, status, submit
 
     for module in (submit, cancel, results, nodes, asks, observe, records):
         api.register_blueprint(module.blp)
     app.register_blueprint(health.blp)
+    app.register_blueprint(status.blp)  # the status page at /
     register_error_handlers(app)  # after Api(): ours replace smorest's error body
 
     @app.before_request
