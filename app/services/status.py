@@ -35,7 +35,7 @@ def _ago(now: datetime, then: datetime | None) -> str:
 
 def _requirement(wire: dict[str, Any]) -> str:
     """``board soc=imx8mp ×2``: a role's capability, attributes and count (its wire form)."""
-    attrs = wire.get("attrs") if isinstance(wire.get("attrs"), dict) else {}
+    attrs: dict[str, Any] = wire["attrs"] if isinstance(wire.get("attrs"), dict) else {}
     text = " ".join([str(wire.get("capability", "")), *(f"{k}={v}" for k, v in attrs.items())])
     count = wire.get("count", 1)
     return text + (f" ×{count}" if count != 1 else "")
