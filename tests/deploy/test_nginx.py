@@ -21,7 +21,8 @@ from app.config import KEYS_BY_NAME
 from tests.agent import claim, claimed, done
 from tests.apps import TOKEN, LiveServer, gunicorn_on
 from tests.concurrency.common import await_condition, connect
-from tests.deploy.nginx import DOCUMENTED, Http, Nginx, nginx_in_front
+from tests.deploy.http import Http
+from tests.deploy.nginx import DOCUMENTED, Nginx, nginx_in_front
 from tests.helpers import cap, contract, one_step, role
 
 MAX_BLOB = KEYS_BY_NAME["max_blob_bytes"].default
