@@ -142,3 +142,16 @@ def test_the_page_asks_no_token_by_default_and_the_api_still_does(client, app) -
     assert plain.get("/v1/runs").status_code == 401
     submit(client, one_step("r1"), 422)  # no node at all: rejected, finished at once
     assert "r1" in rows(page(plain), "finished-run")
+
+
+def test_on_a_schema_not_this_codes_the_page_is_a_503(fresh_db_url: str, tmp_path: Any) -> None:
+    import psycopg
+
+    from app.config import to_libpq_url
+
+    with psycopg.connect(to_libpq_url(fresh_db_url), autocommit=True) as conn:
+        conn.execute("UPDATE alembic_version SET version_num = 'an-older-one'")
+    with app_on(fresh_db_url, tmp_path / "records") as application:
+        resp = application.test_client().get("/")
+    assert resp.status_code == 503
+    assert "run `mediator db upgrade`" in resp.get_json()["error"]["reason"]
