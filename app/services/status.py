@@ -72,9 +72,15 @@ def status(ctx: Context) -> dict[str, Any]:
         draining = draining_node_ids(s)
         holders = all_holders(s)
         queued = []
+        # Queued runs share a few requirement shapes: each shape is matched against the fleet once.
+        explained: dict[str, list[dict[str, Any]]] = {}
         for position, run in enumerate(queued_runs(s, SHOWN_QUEUED), start=1):
             roles = []
-            lines = explain_roles(run.requires, adverts, draining, holders)
+            lines = explained.get(run.requires_key)
+            if lines is None:
+                lines = explained[run.requires_key] = explain_roles(
+                    run.requires, adverts, draining, holders
+                )
             for wire, line in zip(run.requires, lines, strict=True):
                 roles.append(
                     {
