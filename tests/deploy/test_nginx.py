@@ -79,7 +79,8 @@ def test_the_documented_limits_are_above_the_mediators_defaults() -> None:
 def test_a_long_poll_through_nginx_is_held_and_answered_with_the_promoted_step(stack) -> None:
     server, nginx, url = stack
     http = Http(nginx.url, TOKEN)
-    assert http.post("/v1/nodes", {"node_id": "host-1", "capabilities": [cap("agent.reason")]})
+    advert = {"node_id": "host-1", "capabilities": [cap("agent.reason")]}
+    assert http.post("/v1/nodes", advert).status_code == 200
     assert (
         http.post("/v1/nodes", {"node_id": "board-1", "capabilities": [cap()]}).status_code == 200
     )
@@ -133,7 +134,8 @@ def test_a_blob_of_the_largest_size_goes_through_and_a_record_downloads_as_it_do
     server, nginx, _ = stack
     http = Http(nginx.url, TOKEN)
     direct = Http(server.url, TOKEN)
-    assert http.post("/v1/nodes", {"node_id": "board-2", "capabilities": [cap(soc="big")]})
+    advert = {"node_id": "board-2", "capabilities": [cap(soc="big")]}
+    assert http.post("/v1/nodes", advert).status_code == 200
     doc = contract(
         "bulky", role("dut", soc="big"), steps=[{"id": "dump", "uses": "dut", "run": ["d"]}]
     )
