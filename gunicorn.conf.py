@@ -6,15 +6,32 @@ threads are created in each worker after fork, never in the master (no preload_a
 """
 
 import os
+import sys
+
+
+def _count(*names: str, default: int) -> int:
+    """The first of ``names`` set in the environment, an integer of at least 1; anything else
+    stops gunicorn with one line naming the variable (before any worker boots)."""
+    for name in names:
+        text = os.environ.get(name, "").strip()
+        if text:
+            if not (text.isascii() and text.isdigit() and int(text) >= 1):
+                why = f"must be an integer of at least 1 (got {text!r})"
+                print(f"mediator: invalid gunicorn setting: {name}: {why}", file=sys.stderr)
+                sys.exit(2)  # like an invalid configuration (on_starting below)
+            return int(text)
+    return default
+
 
 bind = os.environ.get("MEDIATOR_BIND", "127.0.0.1:8080")
-workers = int(os.environ.get("MEDIATOR_WORKERS", "4"))
+# WEB_CONCURRENCY is the variable platforms and gunicorn itself use for the worker count.
+workers = _count("MEDIATOR_WORKERS", "WEB_CONCURRENCY", default=4)
 worker_class = "gthread"
 # 4 x 160 threads: 500 claims waiting in long poll (SPEC §16) with room for other requests.
-threads = int(os.environ.get("MEDIATOR_THREADS", "160"))
+threads = _count("MEDIATOR_THREADS", default=160)
 # Above the long-poll window (claim.long_poll_seconds, 30 s by default).
-timeout = int(os.environ.get("MEDIATOR_WORKER_TIMEOUT", "90"))
-graceful_timeout = 30
+timeout = _count("MEDIATOR_WORKER_TIMEOUT", default=90)
+graceful_timeout = _count("MEDIATOR_GRACEFUL_TIMEOUT", default=30)
 keepalive = 75
 preload_app = False
 accesslog = None  # the app logs every request as JSON itself
@@ -41,3 +58,14 @@ def post_worker_init(worker):
     from app import startup
 
     startup(worker.wsgi)
+
+
+def worker_exit(server, worker):
+    # Close what the worker opened: its pool, scan-gate connection and LISTEN thread, and give
+    # queued webhooks a moment to go out. Called in the worker, and in the master for a worker
+    # that is already gone (no app there: nothing to close).
+    app = getattr(worker, "wsgi", None)
+    if app is not None and worker.pid == os.getpid():
+        from app import shutdown
+
+        shutdown(app)

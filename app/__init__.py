@@ -128,11 +128,12 @@ def create_app(config: Config | Mapping[str, Any] | None = None) -> Flask:
     app.extensions["mediator.schema"] = guard
 
     api = Api(app)
-    from app.api import asks, cancel, health, nodes, observe, records, results, submit
+    from app.api import asks, cancel, health, nodes, observe, records, results, status, submit
 
     for module in (submit, cancel, results, nodes, asks, observe, records):
         api.register_blueprint(module.blp)
     app.register_blueprint(health.blp)
+    app.register_blueprint(status.blp)  # the status page at /
     register_error_handlers(app)  # after Api(): ours replace smorest's error body
 
     @app.before_request
@@ -178,3 +179,15 @@ def startup(app: Flask) -> None:
     if guard.wake_owed:  # the schema was found ready before start-up ran
         guard.wake_owed = False
         wake_after_commit(app.extensions["mediator"], "start-up")
+
+
+def shutdown(app: Flask) -> None:
+    """A serving process stopping (gunicorn's ``worker_exit``): queued webhooks get a few
+    seconds to go out, then the pool, the scan-gate connection and the LISTEN thread close."""
+    from app.services.notify import flush_webhooks
+
+    unsent = flush_webhooks()
+    if unsent:
+        log.warning("shutting down with webhooks unsent", unsent=unsent)
+    app.extensions["mediator"].close()
+    log.info("process shut down: database pool, scan gate and claim listener closed")

@@ -26,6 +26,7 @@ def _load(ctx: click.Context, *, need_database: bool = True) -> Config:
 
 
 @click.group()
+@click.version_option(package_name="mediator", prog_name="mediator")
 @click.option(
     "--config",
     "config_path",
@@ -59,16 +60,37 @@ def db_upgrade(ctx: click.Context, revision: str) -> None:
     click.echo(f"database upgraded to {revision}")
 
 
+DB_CHECK_BEHIND = 1
+DB_CHECK_UNREACHABLE = 3
+
+
 @db.command("check")
 @click.pass_context
 def db_check(ctx: click.Context) -> None:
-    """Exit 0 when the database is at this code's head revision, else 1 with the reason."""
+    """Whether the database is at this code's schema revision, as one line and an exit code.
+
+    \b
+    Exit codes:
+      0  the database is at this code's head revision
+      1  the schema is behind, missing or not this Mediator's: run `mediator db upgrade`
+      2  the configuration is invalid (the line names the key)
+      3  the database is unreachable (down, refused, wrong host or credentials)
+    """
+    from sqlalchemy.exc import DBAPIError
+
     from app.migrate import database_problem, head_revision
 
-    problem = database_problem(_load(ctx).sqlalchemy_url)
+    cfg = _load(ctx)
+    try:
+        problem = database_problem(cfg.sqlalchemy_url)
+    except DBAPIError as exc:
+        # The driver's first line says why (refused, timed out, authentication); never the URL.
+        why = str(exc.orig).strip().splitlines()[0] if str(exc.orig).strip() else type(exc).__name__
+        click.echo(f"mediator: database unreachable: {why}", err=True)
+        sys.exit(DB_CHECK_UNREACHABLE)
     if problem:
         click.echo(problem, err=True)
-        sys.exit(1)
+        sys.exit(DB_CHECK_BEHIND)
     click.echo(f"database is at {head_revision()}")
 
 

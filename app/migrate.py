@@ -50,7 +50,8 @@ def database_revision(engine: Engine) -> str | None:
 
 def database_problem(url: str) -> str | None:
     """:func:`schema_problem` of the database at ``url``, on a connection of its own."""
-    engine = create_engine(url, poolclass=pool.NullPool)
+    # A host that drops packets answers nothing: give up after a while, like a refusal.
+    engine = create_engine(url, poolclass=pool.NullPool, connect_args={"connect_timeout": 10})
     try:
         return schema_problem(engine)
     finally:

@@ -91,6 +91,17 @@ class WebhookQueue:
         """How many webhooks wait for a sender (at most ``size``)."""
         return self._queue.qsize()
 
+    def unsent(self) -> int:
+        """Webhooks queued or being posted."""
+        return self._queue.unfinished_tasks
+
+    def join(self, timeout: float) -> bool:
+        """Wait at most ``timeout`` seconds until every queued webhook has been posted."""
+        with self._queue.all_tasks_done:
+            return self._queue.all_tasks_done.wait_for(
+                lambda: not self._queue.unfinished_tasks, timeout
+            )
+
     def submit(self, url: str, body: dict[str, Any]) -> bool:
         """Queue one POST; False when the queue was full and the webhook was dropped."""
         try:
@@ -155,6 +166,17 @@ def post_webhook(
     if not url:
         return
     _queue_of(queue_size).submit(url, body)
+
+
+def flush_webhooks(timeout: float = POST_TIMEOUT_SECONDS) -> int:
+    """Wait at most ``timeout`` seconds for this process's queued webhooks to be sent (a worker
+    shutting down); returns how many were still waiting then."""
+    with _queues_lock:
+        queues = list(_queues.values()) if _queues_pid == os.getpid() else []
+    deadline = time.monotonic() + timeout
+    for q in queues:
+        q.join(max(0.0, deadline - time.monotonic()))
+    return sum(q.unsent() for q in queues)
 
 
 def dropped_webhooks() -> int:

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 from app.context import Context
 from app.contract.types import Contract, role_from_wire
 from app.errors import NotFound
-from app.match import Assignment, satisfies
+from app.match import Advert, Assignment, satisfies
 from app.models import Run, Step
 from app.services.placement import assigned_json, node_for_role
 from app.states import PENDING, QUEUED, RUNNING
@@ -55,17 +55,18 @@ def _step_view(st: Step, ids: dict[int, str]) -> dict[str, Any]:
     return out
 
 
-def _queue_explanation(s: Session, run: Run, view: dict[str, Any]) -> None:
-    """Per role: candidates {live, busy, draining} and the runs holding the busy ones, from one
-    snapshot at read time (SPEC §7 "Explaining the wait")."""
-    now = database_now(s)
-    roles = [role_from_wire(wire) for wire in run.requires]
-    adverts = candidate_adverts(s, roles).adverts
-    draining = draining_node_ids(s)
+def explain_roles(
+    requires: list[dict[str, Any]],
+    adverts: list[Advert],
+    draining: set[str],
+    holders: dict[str, str],
+) -> list[dict[str, Any]]:
+    """Each role of a queued run as on the wire, with its candidates {live, busy, draining} and
+    the runs holding the busy ones (``holders``: node_id -> run, for the live adverts at least)."""
     lines = []
-    for wire, role in zip(run.requires, roles, strict=True):
+    for wire in requires:
+        role = role_from_wire(wire)
         cands = [a.node_id for a in adverts if satisfies(a, role)]
-        holders = holders_of(s, cands)
         busy = [n for n in cands if n in holders]
         line = dict(wire)
         line["candidates"] = {
@@ -75,7 +76,17 @@ def _queue_explanation(s: Session, run: Run, view: dict[str, Any]) -> None:
         }
         line["held_by"] = sorted({holders[n] for n in busy})
         lines.append(line)
-    view["requires"] = lines
+    return lines
+
+
+def _queue_explanation(s: Session, run: Run, view: dict[str, Any]) -> None:
+    """Per role: candidates {live, busy, draining} and the runs holding the busy ones, from one
+    snapshot at read time (SPEC §7 "Explaining the wait")."""
+    now = database_now(s)
+    adverts = candidate_adverts(s, [role_from_wire(wire) for wire in run.requires]).adverts
+    draining = draining_node_ids(s)
+    holders = holders_of(s, [a.node_id for a in adverts])
+    view["requires"] = explain_roles(run.requires, adverts, draining, holders)
     view["candidates_at"] = ts(now)
     ahead = count_queued_before(s, run.created_at, run.run_id)
     view["queue"] = {"position": ahead + 1, "ahead": ahead}

@@ -136,3 +136,8 @@ def delete_leases(s: Session, run_id: str, node_ids: Sequence[str]) -> list[str]
         .returning(Lease.node_id)
     ).all()
     return sorted(r.node_id for r in rows)
+
+
+def all_holders(s: Session) -> dict[str, str]:
+    """node_id -> the run holding it, for every lease."""
+    return {r.node_id: r.run_id for r in s.execute(select(Lease.node_id, Lease.run_id))}

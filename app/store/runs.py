@@ -308,3 +308,31 @@ def mark_sealed(s: Session, run_id: str) -> None:
         .where(Run.run_id == run_id, Run.sealed_at.is_(None))
         .values(sealed_at=func.now())
     )
+
+
+def queued_runs(s: Session, limit: int) -> list[Run]:
+    """QUEUED runs oldest first, in the order of :func:`count_queued_before` (the status page)."""
+    q = select(Run).where(Run.state == QUEUED).order_by(Run.created_at, Run.run_id).limit(limit)
+    return list(s.execute(q).scalars())
+
+
+def runs_in_states(s: Session, states: Sequence[str], limit: int) -> list[Run]:
+    """Runs in ``states``, oldest first (the status page's running runs)."""
+    q = (
+        select(Run)
+        .where(Run.state.in_(list(states)))
+        .order_by(Run.created_at, Run.run_id)
+        .limit(limit)
+    )
+    return list(s.execute(q).scalars())
+
+
+def recently_finished(s: Session, limit: int) -> list[Run]:
+    """Finished runs, the last to end first (the status page's recent verdicts)."""
+    q = (
+        select(Run)
+        .where(Run.ended_at.is_not(None))
+        .order_by(Run.ended_at.desc(), Run.run_id)
+        .limit(limit)
+    )
+    return list(s.execute(q).scalars())

@@ -175,6 +175,11 @@ def test_the_wheel_carries_every_module_of_app_and_the_migrations(installed: Ins
     assert any(m.startswith("app/migrations/versions/") for m in migrations)
     assert sorted(sources - names) == []
     assert sorted(migrations - names) == []
+    templates = {
+        p.relative_to(ROOT).as_posix() for p in (ROOT / "app" / "templates").glob("*.html")
+    }
+    assert "app/templates/status.html" in templates
+    assert sorted(templates - names) == []  # the status page's templates
     assert not any(n.startswith(("alembic/", "tests/")) or n == "wsgi.py" for n in names)
 
 

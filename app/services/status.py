@@ -1,0 +1,217 @@
+"""The status page's picture (SPEC §14): the queue and what each queued run waits for, the
+running runs and their nodes, the nodes, open asks and recent verdicts, read in one snapshot."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from app.context import Context
+from app.services.observe import explain_roles
+from app.states import RUNNING, VERIFYING
+from app.store.leases import all_holders
+from app.store.nodes import draining_node_ids, listed_nodes, live_adverts, node_labels
+from app.store.queue import queue_depth
+from app.store.runs import queued_runs, recently_finished, runs_in_states
+from app.store.server import database_now
+from app.store.steps import open_asks, steps_of_runs
+from app.wire import ts
+
+SHOWN_QUEUED = 100  # the page lists this many queued runs, oldest first; the depth counts all
+SHOWN_RUNNING = 100
+SHOWN_FINISHED = 20
+
+
+def _ago(now: datetime, then: datetime | None) -> str:
+    """How long ago, in the largest whole unit: "42 s", "5 min", "3 h", "2 d"."""
+    if then is None:
+        return ""
+    seconds = max(0, int((now - then).total_seconds()))
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds // size} {unit}"
+    return f"{seconds} s"
+
+
+def _requirement(wire: dict[str, Any]) -> str:
+    """``board soc=imx8mp ×2``: a role's capability, attributes and count (its wire form)."""
+    attrs: dict[str, Any] = wire["attrs"] if isinstance(wire.get("attrs"), dict) else {}
+    text = " ".join([str(wire.get("capability", "")), *(f"{k}={v}" for k, v in attrs.items())])
+    count = wire.get("count", 1)
+    return text + (f" ×{count}" if count != 1 else "")
+
+
+def _until(now: datetime, then: datetime | None) -> str:
+    """How long until, like :func:`_ago`; "passed" when it has."""
+    if then is None:
+        return ""
+    if then <= now:
+        return "passed"
+    return "in " + _ago(then, now)
+
+
+def _waits_for(line: dict[str, Any]) -> str:
+    """One role's wait in words, from its candidates."""
+    c = line["candidates"]
+    if c["live"] == 0:
+        return "no live node matches"
+    parts = [f"{c['live']} live", f"{c['busy']} busy"]
+    if c["draining"]:
+        parts.append(f"{c['draining']} draining")
+    text = ", ".join(parts)
+    if line["held_by"]:
+        text += "; held by " + ", ".join(line["held_by"])
+    return text
+
+
+def status(ctx: Context) -> dict[str, Any]:
+    with ctx.db.read(snapshot=True) as s:
+        now = database_now(s)
+        depth = queue_depth(s)
+        adverts = live_adverts(s)
+        draining = draining_node_ids(s)
+        holders = all_holders(s)
+        queued = []
+        # Queued runs share a few requirement shapes: each shape is matched against the fleet once.
+        explained: dict[str, list[dict[str, Any]]] = {}
+        for position, run in enumerate(queued_runs(s, SHOWN_QUEUED), start=1):
+            roles = []
+            lines = explained.get(run.requires_key)
+            if lines is None:
+                lines = explained[run.requires_key] = explain_roles(
+                    run.requires, adverts, draining, holders
+                )
+            for wire, line in zip(run.requires, lines, strict=True):
+                roles.append(
+                    {
+                        "as": line.get("as"),
+                        "requirement": _requirement(wire),
+                        "candidates": line["candidates"],
+                        "held_by": line["held_by"],
+                        "waits_for": _waits_for(line),
+                    }
+                )
+            queued.append(
+                {
+                    "run_id": run.run_id,
+                    "position": position,
+                    "principal": run.principal,
+                    "created_at": ts(run.created_at),
+                    "waiting": _ago(now, run.created_at),
+                    "roles": roles,
+                }
+            )
+
+        running_rows = runs_in_states(s, (RUNNING, VERIFYING), SHOWN_RUNNING)
+        steps = steps_of_runs(s, [r.run_id for r in running_rows])
+        assigned_nodes = sorted(
+            {n for r in running_rows for a in (r.assigned or []) for n in a["nodes"]}
+        )
+        labels = node_labels(s, assigned_nodes)
+        running = []
+        for run in running_rows:
+            run_steps = steps.get(run.run_id, [])
+            running.append(
+                {
+                    "run_id": run.run_id,
+                    "state": run.state,
+                    "principal": run.principal,
+                    "since": ts(run.promoted_at or run.created_at),
+                    "running_for": _ago(now, run.promoted_at or run.created_at),
+                    "nodes": [
+                        {"as": a["as"], "node": n, "label": labels.get(n)}
+                        for a in (run.assigned or [])
+                        for n in a["nodes"]
+                    ],
+                    "done": sum(1 for st in run_steps if st.state in {"DONE", "SKIPPED"}),
+                    "total": len(run_steps),
+                    "active": [
+                        {"id": st.step_id, "state": st.state, "node": st.node_id}
+                        for st in run_steps
+                        if st.state in {"CLAIMED", "ASKED"}
+                    ],
+                }
+            )
+
+        _, node_rows = listed_nodes(s)
+        nodes = [
+            {
+                "node_id": row.node.node_id,
+                "label": row.node.label,
+                "live": row.live,
+                "lease": None
+                if row.lease is None
+                else {
+                    "run_id": row.lease.run_id,
+                    "not_after": ts(row.lease.not_after),
+                    "until": _until(now, row.lease.not_after),
+                },
+                "draining": row.node.drain or "",
+                "seen_at": ts(row.node.seen_at),
+                "seen": _ago(now, row.node.seen_at),
+                "capabilities": ", ".join(
+                    str(c.get("capability"))
+                    for c in (row.node.capabilities or [])
+                    if isinstance(c, dict)
+                ),
+            }
+            for row in node_rows
+        ]
+
+        asks = [
+            {
+                "run_id": st.run_id,
+                "seq": st.seq,
+                "step": st.step_id,
+                "prompt": (st.spec.get("ask") or {}).get("prompt"),
+                "asked": _ago(now, st.asked_at),
+                "deadline": ts(st.ask_deadline),
+                "deadline_in": _until(now, st.ask_deadline),
+            }
+            for st, _run in open_asks(s)
+        ]
+
+        finished = [
+            {
+                "run_id": run.run_id,
+                "state": run.state,
+                "ended_at": ts(run.ended_at),
+                "ended": _ago(now, run.ended_at),
+                "why": _why(run.verdict, run.reject),
+            }
+            for run in recently_finished(s, SHOWN_FINISHED)
+        ]
+    return {
+        "observed_at": ts(now),
+        "depth": depth,
+        "queued": queued,
+        "running": running,
+        "nodes": nodes,
+        "asks": asks,
+        "finished": finished,
+        "shown_queued": SHOWN_QUEUED,
+    }
+
+
+def _why(verdict: Any, reject: Any) -> str:
+    """A finished run's verdict in a few words: the reject's reason, or the failed checks."""
+    if isinstance(reject, dict) and reject.get("Reason"):
+        return str(reject["Reason"])
+    if isinstance(verdict, dict):
+        checks = verdict.get("checks")
+        if isinstance(checks, list):
+            failed = [c for c in checks if isinstance(c, dict) and c.get("ok") is False]
+            if failed:
+                return "; ".join(_check(c) for c in failed)
+            return f"{len(checks)} checks passed" if checks else ""
+    return ""
+
+
+def _check(c: dict[str, Any]) -> str:
+    """``boot: exit_code wanted 0, got 1`` (and the check's note)."""
+    text = f"{c.get('step', 'run')}: {c.get('what')}"
+    if "want" in c:
+        text += f" wanted {c['want']}, got {c.get('got')}"
+    if c.get("note"):
+        text += f" ({c['note']})"
+    return text

@@ -1,0 +1,84 @@
+"""A fleet in every state the status page shows, built through the API by a node agent's and a
+submitter's requests (tests/agent.py): a finished run, runs running on nodes (one with an open
+ask), runs queued behind busy nodes and one for which no live node matches, a draining node."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.agent import claimed, done, report
+from tests.helpers import cap, contract, one_step, role
+
+DECISION = {"type": "object", "required": ["ok"], "properties": {"ok": {"type": "boolean"}}}
+
+
+def _ok(resp: Any, status: int) -> Any:
+    assert resp.status_code == status, (resp.status_code, resp.get_json())
+    return resp.get_json()
+
+
+def advertise(client: Any, node_id: str, *caps: dict[str, Any], **body: Any) -> None:
+    payload = {"node_id": node_id, "capabilities": list(caps) or [cap()], **body}
+    _ok(client.post("/v1/nodes", json=payload), 200)
+
+
+def submit(client: Any, doc: dict[str, Any], status: int, principal: str | None = None) -> None:
+    headers = {"X-Enode-Principal": principal} if principal else {}
+    _ok(client.post("/v1/runs", json=doc, headers=headers), status)
+
+
+def build_fleet(
+    client: Any,
+    *,
+    label: str = "Board in rack 3",
+    principal: str = "ana@lab.test",
+    prompt: str = "Does the board boot?",
+) -> None:
+    advertise(client, "board-1", cap("board", soc="imx8mp"), label=label)
+    advertise(client, "board-2", cap("board", soc="imx8mp"))
+    advertise(client, "scope-1", cap("scope"), policy={"drain": "graceful"})
+
+    # Finished: ran on board-1 and succeeded; a second one failed its step.
+    submit(client, one_step("done-ok"), 201, principal)
+    step = claimed(client, "board-1")
+    assert step["run_id"] == "done-ok"
+    assert done(client, "done-ok", step["seq"], "board-1")["run_state"] == "SUCCEEDED"
+    submit(
+        client, {**one_step("done-bad"), "success_when": [{"step": "work", "exit_code": 0}]}, 201
+    )
+    step = claimed(client, "board-1")
+    assert step["run_id"] == "done-bad"
+    resp = report(client, "done-bad", step["seq"], "board-1", exit_code=1)
+    assert resp.status_code == 200, resp.get_json()
+
+    # Running: flash on board-1 (claimed), and an ask open on board-2's run.
+    doc = contract(
+        "run-flash",
+        role("dut", soc="imx8mp"),
+        steps=[
+            {"id": "flash", "uses": "dut", "run": ["flash"]},
+            {"id": "boot", "uses": "dut", "run": ["boot"]},
+        ],
+    )
+    submit(client, doc, 201, principal)
+    step = claimed(client, "board-1")
+    assert (step["run_id"], step["name"]) == ("run-flash", "flash")
+    asking = contract(
+        "run-asks",
+        role("dut", soc="imx8mp"),
+        steps=[
+            {
+                "id": "sign-off",
+                "ask": {"prompt": prompt},
+                "out": ["decision"],
+                "schema": {"decision": DECISION},
+            },
+            {"id": "boot", "uses": "dut", "run": ["boot"], "needs": ["sign-off"]},
+        ],
+    )
+    submit(client, asking, 201)
+
+    # Queued: two behind the busy boards, one for a scope (the only one is draining).
+    submit(client, one_step("wait-1"), 202, principal)
+    submit(client, one_step("wait-2"), 202)
+    submit(client, one_step("wait-scope", capability="scope"), 202)
