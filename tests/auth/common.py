@@ -34,7 +34,9 @@ TOKENS: dict[str, tuple[str, dict[str, Any]]] = {
     "operator": ("s3cret-operator", sha256_entry("op", "s3cret-operator", "operator")),
     "alice": (
         "s3cret-alice",
-        sha256_entry("alice", "s3cret-alice", "submitter", "answerer", principal="alice@example.com"),
+        sha256_entry(
+            "alice", "s3cret-alice", "submitter", "answerer", principal="alice@example.com"
+        ),
     ),
 }
 SECRETS = {name: secret for name, (secret, _) in TOKENS.items()} | {"legacy": TOKEN}
