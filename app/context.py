@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from app.config import Config
 from app.db import Database
 from app.listener import ClaimListener
+from app.logs import log
 from app.records import FilesystemRecords, RecordStore
 from app.store.gate import ScanGate
 from app.tokens import TokenSet
@@ -21,6 +22,8 @@ class Context:
         self.records: RecordStore = FilesystemRecords(config["records.root"])
         self.claims = ClaimListener(config)
         self.tokens = TokenSet.from_config(config)  # with the process's cache of checked secrets
+        if not self.tokens:
+            log.warning("no token is configured (tokens, token): every /v1 request is 401")
 
     @property
     def lease_window_seconds(self) -> int:
