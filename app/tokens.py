@@ -148,7 +148,8 @@ def parse_tokens(key: str, entries: Any) -> tuple[Token, ...]:
     names: set[str] = set()
     hashes: set[bytes] = set()
     for i, entry in enumerate(entries):
-        token = parse_token(f"{key}[{i}]", entry)
+        # An entry already parsed (a configuration handed on as its values) is kept as it is.
+        token = entry if isinstance(entry, Token) else parse_token(f"{key}[{i}]", entry)
         if token.name in names:
             raise ConfigError(f"{key}[{i}].name: {token.name!r} is the name of an earlier token")
         if token.sha256 is not None and token.sha256 in hashes:

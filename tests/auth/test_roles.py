@@ -112,3 +112,11 @@ def test_an_unknown_token_is_401_beside_configured_ones(app):
     resp = token_client(app, "s3cret-nobody").get("/v1/runs")
     assert resp.status_code == 401
     assert resp.get_json() == {"error": {"code": 401, "reason": "missing or invalid token"}}
+
+
+def test_head_is_a_get_and_options_is_open_to_every_valid_token(app):
+    node = token_client(app, SECRETS["node-n2"])
+    assert node.head("/v1/runs").status_code == 200
+    assert node.open("/v1/runs/dry-run", method="OPTIONS").status_code == 200
+    assert token_client(app, None).open("/v1/runs", method="OPTIONS").status_code == 401
+    assert node.head("/v1/asks").status_code == 403

@@ -254,3 +254,9 @@ def test_the_server_checks_an_argon2_token_once_across_requests(tmp_path, db_url
         assert sorted(after_first) == ["argon", "token"]  # its hash and the legacy one, once
         assert checks == after_first
         assert token_client(application, TOKEN).get("/v1/runs").status_code == 200
+
+
+def test_a_configuration_handed_on_keeps_its_tokens():
+    first = load_config(env={}, overrides={"tokens": [argon2_entry()]})
+    again = load_config(env={}, overrides={"tokens": first["tokens"]})
+    assert again["tokens"] == first["tokens"]
