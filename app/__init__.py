@@ -129,6 +129,7 @@ def create_app(config: Config | Mapping[str, Any] | None = None) -> Flask:
 
     api = Api(app)
     from app.api import asks, cancel, health, nodes, observe, records, results, status, submit
+    from app.api.auth import authorise_request
 
     for module in (submit, cancel, results, nodes, asks, observe, records):
         api.register_blueprint(module.blp)
@@ -144,6 +145,8 @@ def create_app(config: Config | Mapping[str, Any] | None = None) -> Flask:
         structlog.contextvars.bind_contextvars(request_id=g.request_id)
         if request.path.startswith("/v1/") and request.path != "/v1/openapi.json":
             guard.check()
+
+    app.before_request(authorise_request)  # after _begin: every /v1 request's token, first
 
     @app.after_request
     def _end(resp: Response) -> Response:

@@ -11,6 +11,7 @@ from app.agent.command import agent as agent_command
 from app.client.commands import client_options, register_client_commands
 from app.config import Config, load_config
 from app.errors import ConfigError
+from app.token_command import token as token_command
 
 
 def _load(ctx: click.Context, *, need_database: bool = True) -> Config:
@@ -206,6 +207,7 @@ def demo(
 
 
 main.add_command(agent_command)  # the reference node agent (app/agent)
+main.add_command(token_command)  # token new
 
 register_client_commands(main)  # submit, status, runs, nodes, cancel, asks, answer, ...
 

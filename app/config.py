@@ -21,6 +21,7 @@ import structlog
 
 from app.errors import ConfigError
 from app.logs import configure_logging, log
+from app.tokens import Token, parse_tokens
 
 
 @dataclass(frozen=True)
@@ -87,15 +88,8 @@ def _str_list(name: str, v: Any) -> tuple[str, ...]:
     return tuple(v)
 
 
-def _tokens(name: str, v: Any) -> tuple[dict[str, Any], ...]:
-    if isinstance(v, str):
-        try:
-            v = json.loads(v) if v.strip() else []
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"must be a JSON list ({exc.msg})") from None
-    if not isinstance(v, (list, tuple)) or not all(isinstance(x, dict) for x in v):
-        raise ValueError("must be a list of objects")
-    return tuple(dict(x) for x in v)
+def _tokens(name: str, v: Any) -> tuple[Token, ...]:
+    return parse_tokens(name, v)  # a wrong entry is a ConfigError naming it and its field
 
 
 def _database_url(name: str, v: Any) -> str | None:

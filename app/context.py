@@ -8,8 +8,10 @@ from dataclasses import dataclass
 from app.config import Config
 from app.db import Database
 from app.listener import ClaimListener
+from app.logs import log
 from app.records import FilesystemRecords, RecordStore
 from app.store.gate import ScanGate
+from app.tokens import TokenSet
 
 
 class Context:
@@ -19,6 +21,9 @@ class Context:
         self.gate = ScanGate(self.db.dedicated_connection)
         self.records: RecordStore = FilesystemRecords(config["records.root"])
         self.claims = ClaimListener(config)
+        self.tokens = TokenSet.from_config(config)  # with the process's cache of checked secrets
+        if not self.tokens:
+            log.warning("no token is configured (tokens, token): every /v1 request is 401")
 
     @property
     def lease_window_seconds(self) -> int:
@@ -33,12 +38,15 @@ class Context:
 
 @dataclass(frozen=True)
 class Caller:
-    """Who acts: the token's name and roles, and the principal (header or the token's own)."""
+    """Who acts: the token's name and roles, and the principal (the token's own, or the
+    ``X-Enode-Principal`` header taken as given: ``principal_declared``)."""
 
     token_name: str
     roles: frozenset[str]
     principal: str | None
     nodes: frozenset[str] | None = None  # a node token bound to these node ids (SPEC §13)
+    max_priority: int = 0  # the highest queue priority the token may ask for
+    principal_declared: bool = True  # False when the principal is the token's own
 
     @property
     def by(self) -> str:

@@ -1,13 +1,9 @@
-"""What every blueprint shares: the services context, the caller, bounded JSON bodies, roles."""
+"""What every blueprint shares: the services context, the caller, bounded JSON bodies."""
 
 from __future__ import annotations
 
-import functools
-import hashlib
-import hmac
 import re
-from collections.abc import Callable
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn
 
 from flask import current_app, g, request
 from flask_smorest import Blueprint
@@ -17,13 +13,9 @@ from webargs.flaskparser import FlaskParser
 from app.api.schemas import AgentBody
 from app.context import Caller, Context
 from app.contract import check_no_nul, parse_json
-from app.errors import BadRequest, Forbidden, PayloadTooLarge, Unauthorized
+from app.errors import BadRequest, PayloadTooLarge
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
-
-ALL_ROLES = frozenset({"submitter", "node", "answerer", "reader", "operator"})
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 
 def ctx() -> Context:
@@ -100,24 +92,6 @@ def bounded_body(limit: int) -> bytes:
     return raw
 
 
-def _token_digest(secret: str) -> bytes:
-    return hashlib.sha256(secret.encode("utf-8", "surrogatepass")).digest()
-
-
-def authenticate() -> Caller:
-    """``Authorization: Bearer <token>``; the legacy single token carries every role (SPEC §13).
-    Secrets are compared in constant time, as digests so length leaks nothing."""
-    header = request.headers.get("Authorization", "")
-    scheme, _, secret = header.partition(" ")
-    legacy = ctx().config["token"]
-    if scheme.lower() != "bearer" or not secret.strip() or not legacy:
-        raise Unauthorized()
-    if not hmac.compare_digest(_token_digest(secret.strip()), _token_digest(legacy)):
-        raise Unauthorized()
-    principal = header_text("X-Enode-Principal")
-    return Caller(token_name="token", roles=ALL_ROLES, principal=principal)
-
-
 def _unstorable(text: str) -> bool:
     """Whether PostgreSQL would refuse ``text``: no text value holds a NUL, and a lone surrogate
     has no UTF-8 encoding."""
@@ -146,38 +120,11 @@ def caller() -> Caller:
     return g.caller
 
 
-def requires_role(*roles: str) -> Callable[[F], F]:
-    """Authorisation before anything else: a token without one of ``roles`` is 403 (SPEC §13)."""
-
-    def deco(fn: F) -> F:
-        @functools.wraps(fn)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            if not (caller().roles & set(roles)):
-                raise Forbidden(f"token lacks the role: {' or '.join(roles)}")
-            return fn(*args, **kwargs)
-
-        return wrapper  # type: ignore[return-value]
-
-    return deco
-
-
-def requires_node(node_id: str) -> None:
-    """A node token bound to node ids acts only for those nodes (SPEC §13)."""
-    nodes = caller().nodes
-    if nodes is not None and node_id not in nodes:
-        raise Forbidden(f"token may not act for node {node_id}")
-
-
 def doc_json(schema: type, description: str = "ok") -> dict[str, Any]:
     """An OpenAPI response entry whose body is ``schema`` (for ``@blp.doc(responses=...)``)."""
     return {"description": description, "content": {"application/json": {"schema": schema}}}
 
 
 def make_blueprint(name: str, description: str) -> MediatorBlueprint:
-    blp = MediatorBlueprint(name, __name__, url_prefix="/v1", description=description)
-
-    @blp.before_request
-    def _authenticate() -> None:
-        g.caller = authenticate()
-
-    return blp
+    """A ``/v1`` blueprint; its requests are authorised by the app's hook (app/api/auth.py)."""
+    return MediatorBlueprint(name, __name__, url_prefix="/v1", description=description)

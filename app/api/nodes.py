@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.api.common import caller, ctx, doc_json, make_blueprint, requires_role
+from app.api.common import caller, ctx, doc_json, make_blueprint
 from app.api.schemas import AdvertReplySchema, ErrorBodySchema, NodeAdvertSchema
 from app.services.nodes import advertise
 
@@ -12,7 +12,6 @@ blp = make_blueprint("nodes", "Node agents advertise what they can do")
 
 
 @blp.route("/nodes", methods=["POST"])
-@requires_role("node", "operator")
 @blp.arguments(NodeAdvertSchema)
 @blp.doc(
     responses={

@@ -13,8 +13,6 @@ from app.api.common import (
     doc_json,
     header_text,
     make_blueprint,
-    requires_node,
-    requires_role,
 )
 from app.api.schemas import ClaimSchema, ErrorBodySchema, ResultReplySchema, ResultSchema
 from app.contract import is_valid_id
@@ -73,7 +71,6 @@ def _blob_body() -> bytes:
 
 
 @blp.route("/nodes/<node_id>/claim", methods=["POST"])
-@requires_role("node", "operator")
 @blp.doc(
     responses={
         "200": doc_json(ClaimSchema),
@@ -82,7 +79,6 @@ def _blob_body() -> bytes:
     }
 )
 def post_claim(node_id: str) -> Any:
-    requires_node(node_id)
     if not is_valid_id(node_id):  # node ids share the run_id grammar (SPEC §3, §13)
         raise BadRequest(f"node_id must be 1-200 characters of [A-Za-z0-9._:@-], got {node_id!r}")
     instance = header_text("X-Enode-Instance")
@@ -100,7 +96,6 @@ def post_claim(node_id: str) -> Any:
 
 
 @blp.route("/runs/<run_id>/steps/<seq>/result", methods=["POST"])
-@requires_role("node", "operator")
 @blp.arguments(ResultSchema)
 @blp.doc(
     responses={
@@ -109,12 +104,10 @@ def post_claim(node_id: str) -> Any:
     }
 )
 def post_result(body: dict[str, Any], run_id: str, seq: str) -> dict[str, Any]:
-    requires_node(body["node"])
     return report_result(ctx(), run_id, _seq(seq), body)
 
 
 @blp.route("/runs/<run_id>/steps/<seq>/log", methods=["PUT"])
-@requires_role("node", "operator")
 @blp.doc(
     responses={
         "200": {
@@ -161,7 +154,6 @@ def get_log(run_id: str, seq: str) -> Response:
 
 
 @blp.route("/runs/<run_id>/steps/<seq>/blob/<name>", methods=["PUT"])
-@requires_role("node", "operator")
 @blp.doc(
     responses={
         "204": {"description": "stored"},

@@ -3,12 +3,11 @@ token by default; ``ui.require_token`` makes it ask for one (SPEC §13)."""
 
 from __future__ import annotations
 
-import hmac
 from pathlib import Path
 
 from flask import Blueprint, current_app, render_template, request
 
-from app.api.common import _token_digest, ctx
+from app.api.common import ctx
 from app.errors import Unauthorized
 from app.services.status import status
 
@@ -23,9 +22,9 @@ CHALLENGE = 'Basic realm="Mediator status", charset="UTF-8"'
 
 def token_is_valid(secret: str) -> bool:
     """Whether ``secret`` is a token this Mediator accepts, of any role (``ui.require_token``
-    asks for any valid token). Today the legacy single token."""
-    legacy = ctx().config["token"]
-    return bool(legacy) and hmac.compare_digest(_token_digest(secret), _token_digest(legacy))
+    asks for any valid token, SPEC §13): the configured tokens and the legacy one, through the
+    process's cache of checked secrets."""
+    return ctx().tokens.verify(secret) is not None
 
 
 def presented_secret() -> str | None:

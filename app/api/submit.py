@@ -6,7 +6,7 @@ from typing import Any
 
 from flask import g
 
-from app.api.common import caller, ctx, doc_json, json_body, make_blueprint, requires_role
+from app.api.common import caller, ctx, doc_json, json_body, make_blueprint
 from app.api.schemas import ContractSchema, DryRunSchema, ErrorBodySchema, RunViewSchema
 from app.services.submit import dry_run, submit_run
 
@@ -16,7 +16,6 @@ _CONTRACT_BODY = {"content": {"application/json": {"schema": ContractSchema}}, "
 
 
 @blp.route("/runs", methods=["POST"])
-@requires_role("submitter", "operator")
 @blp.doc(
     requestBody=_CONTRACT_BODY,
     responses={
@@ -36,7 +35,6 @@ def post_run() -> tuple[dict[str, Any], int]:
 
 
 @blp.route("/runs/dry-run", methods=["POST"])
-@requires_role("submitter", "operator")
 @blp.doc(
     requestBody=_CONTRACT_BODY,
     responses={

@@ -237,3 +237,12 @@ def get_step(s: Session, run_id: str, seq: int) -> Step | None:
     return s.execute(
         select(Step).where(Step.run_id == run_id, Step.seq == seq)
     ).scalar_one_or_none()
+
+
+def step_node(s: Session, run_id: str, seq: int) -> tuple[bool, str | None]:
+    """Whether the run has step ``seq``, and the node it is bound to (None before placement):
+    what a node token's binding is checked against. A plain read; nothing is locked."""
+    if not is_valid_id(run_id):
+        return False, None
+    row = s.execute(select(Step.node_id).where(Step.run_id == run_id, Step.seq == seq)).first()
+    return (True, row[0]) if row is not None else (False, None)

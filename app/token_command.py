@@ -1,0 +1,63 @@
+"""``mediator token new``: a new secret, shown once, and the configuration entry with its hash."""
+
+from __future__ import annotations
+
+import click
+
+from app.errors import ConfigError
+from app.tokens import PRIORITY_RANGE, ROLES, new_token
+
+
+@click.group()
+def token() -> None:
+    """Bearer tokens of the Mediator's API."""
+
+
+@token.command("new")
+@click.option("--name", required=True, help="The token's name (on its runs and in the logs).")
+@click.option(
+    "--role",
+    "roles",
+    multiple=True,
+    required=True,
+    type=click.Choice(ROLES),
+    help="A role of the token; repeat for several.",
+)
+@click.option(
+    "--node",
+    "nodes",
+    multiple=True,
+    help="A node id the token may act for (node role); repeat for several. Default: any node.",
+)
+@click.option("--principal", help="The principal the token acts as, whatever the caller says.")
+@click.option(
+    "--max-priority",
+    type=click.IntRange(*PRIORITY_RANGE),
+    help="The highest queue priority it may ask for (default 0, operators 100).",
+)
+def token_new(
+    name: str,
+    roles: tuple[str, ...],
+    nodes: tuple[str, ...],
+    principal: str | None,
+    max_priority: int | None,
+) -> None:
+    """Print a new secret (shown this once: only its argon2 hash is kept) and the entry to add
+    to the configuration's ``tokens`` list, as YAML for the file and as JSON for
+    MEDIATOR_TOKENS."""
+    try:
+        made = new_token(
+            name,
+            list(dict.fromkeys(roles)),
+            nodes=list(dict.fromkeys(nodes)),
+            principal=principal,
+            max_priority=max_priority,
+        )
+    except ConfigError as exc:
+        raise click.UsageError(str(exc).removeprefix("token.")) from None
+    click.echo("# The secret, shown this once: give it to the token's holder.")
+    click.echo(made.secret)
+    click.echo("# Add this entry to the `tokens:` list of the configuration file:")
+    click.echo(made.yaml_entry, nl=False)
+    click.echo("# or this one to the JSON list of MEDIATOR_TOKENS:")
+    click.echo(made.json_entry)
