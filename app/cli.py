@@ -10,6 +10,7 @@ from app.agent.command import agent as agent_command
 from app.client.commands import client_options, register_client_commands
 from app.config import Config, load_config
 from app.errors import ConfigError
+from app.prune import prune_command
 
 
 def _load(ctx: click.Context, *, need_database: bool = True) -> Config:
@@ -139,6 +140,7 @@ def example(ctx: click.Context, port: int, keep_serving: bool) -> None:
 
 
 main.add_command(agent_command)  # the reference node agent (app/agent)
+main.add_command(prune_command)  # retention on demand (app/prune.py)
 
 register_client_commands(main)  # submit, status, runs, nodes, cancel, asks, answer, ...
 

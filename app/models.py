@@ -36,6 +36,7 @@ NAMING = {
 }
 
 RUNS_PKEY = "pk_runs"
+TOMBSTONES_PKEY = "pk_run_tombstones"  # also what the trigger names when it refuses a pruned id
 LEASES_PKEY = "pk_leases"
 
 
@@ -117,6 +118,8 @@ class Run(Base):
             postgresql_where=text("sealed_at IS NULL AND state IN ('SUCCEEDED', 'FAILED')"),
         ),
         Index("ix_runs_verifying", "run_id", postgresql_where=text("state = 'VERIFYING'")),
+        # Retention finds the oldest sealed runs first (SPEC §11).
+        Index("ix_runs_sealed_ended", "ended_at", postgresql_where=text("sealed_at IS NOT NULL")),
     )
 
 
@@ -213,6 +216,23 @@ class Blob(Base):
     schema_ok: Mapped[bool | None] = mapped_column(Boolean)
 
     __table_args__ = (Index("ix_blobs_work_id", "work_id", "at"),)
+
+
+class RunTombstone(Base):
+    """The id of a pruned run (SPEC §11): a trigger on ``runs`` refuses the id again (migration
+    0004), so it stays the idempotency key. ``record_pending`` until its Record is deleted."""
+
+    __tablename__ = "run_tombstones"
+
+    run_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    pruned_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    record_pending: Mapped[bool] = mapped_column(Boolean, server_default=text("true"))
+
+    __table_args__ = (
+        Index(
+            "ix_run_tombstones_record_pending", "pruned_at", postgresql_where=text("record_pending")
+        ),
+    )
 
 
 class WakeDebt(Base):

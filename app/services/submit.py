@@ -7,7 +7,7 @@ from typing import Any
 
 from app.context import Caller, Context
 from app.contract import Contract, validate_contract
-from app.errors import NoCandidate
+from app.errors import Conflict, NoCandidate
 from app.faults import fault
 from app.match import Assignment, Reject, match, width_exceeded
 from app.services.execution import start_steps
@@ -18,7 +18,7 @@ from app.services.placement import assigned_json, grants, node_for_role
 from app.services.queue import wake_after_commit
 from app.services.tx import retrying
 from app.states import FAILED, QUEUED, RUNNING
-from app.store import DuplicateRun, NodeTaken
+from app.store import DuplicateRun, NodeTaken, PrunedRunId
 from app.store.leases import insert_leases
 from app.store.nodes import live_adverts, node_labels, unavailable_node_ids
 from app.store.runs import get_run, insert_run
@@ -142,6 +142,8 @@ def submit_run(ctx: Context, doc: Any, caller: Caller) -> Submitted:
     except DuplicateRun:
         # A concurrent submit of the same run_id won: answer like a resubmit.
         return Submitted(200, _view(ctx, contract.run_id))
+    except PrunedRunId:
+        raise Conflict("run id used by a pruned run") from None  # SPEC §11: the id stays the key
     # Close the submit window: a resource freed after our read, whose own scan ran before our
     # QUEUED row was visible, is seen by this scan (SPEC §7).
     wake_after_commit(ctx, f"submit of {contract.run_id}")

@@ -13,9 +13,9 @@ from sqlalchemy.orm import Session
 
 from app.contract import is_valid_id
 from app.contract.types import Contract
-from app.models import RUNS_PKEY, Run, RunEvent, WakeDebt
+from app.models import RUNS_PKEY, TOMBSTONES_PKEY, Run, RunEvent, WakeDebt
 from app.states import FAILED, QUEUED, RUN_ALIVE, RUNNING
-from app.store import DuplicateRun, NotQueued, constraint_name
+from app.store import DuplicateRun, NotQueued, PrunedRunId, constraint_name
 
 
 def get_run(s: Session, run_id: str) -> Run | None:
@@ -49,7 +49,8 @@ def insert_run(
     cause: str = "submit",
 ) -> datetime:
     """Insert the run row first and flush it, so a concurrent duplicate run_id fails on
-    ``pk_runs`` before anything else is written (SPEC §6.7). Returns created_at."""
+    ``pk_runs`` before anything else is written (SPEC §6.7); the id of a pruned run fails on its
+    tombstone (a trigger, :class:`PrunedRunId`, SPEC §11). Returns created_at."""
     finished = state == FAILED
     try:
         created_at = s.execute(
@@ -76,6 +77,8 @@ def insert_run(
     except IntegrityError as exc:
         if constraint_name(exc) == RUNS_PKEY:
             raise DuplicateRun(contract.run_id) from exc
+        if constraint_name(exc) == TOMBSTONES_PKEY:
+            raise PrunedRunId(contract.run_id) from exc
         raise
     add_event(s, contract.run_id, None, state, cause, principal)
     return created_at
