@@ -48,15 +48,21 @@ def prune_command(ctx: click.Context, before_text: str, dry_run: bool, verbose: 
         )
         sys.exit(2)
 
-    from app.cli import _load
+    from app.config import load_config
     from app.context import Context
+    from app.errors import ConfigError
     from app.logs import configure_logging
     from app.migrate import database_problem
     from app.services.retention import prune
 
-    cfg = _load(ctx)
+    try:
+        cfg = load_config((ctx.obj or {}).get("config_path"))
+        url = cfg.sqlalchemy_url
+    except ConfigError as exc:
+        click.echo(f"mediator: invalid configuration: {exc}", err=True)
+        sys.exit(2)
     configure_logging(cfg["log.format"], cfg["log.level"])
-    problem = database_problem(cfg.sqlalchemy_url)
+    problem = database_problem(url)
     if problem:
         click.echo(f"mediator prune: {problem}", err=True)
         sys.exit(1)

@@ -233,3 +233,20 @@ def test_a_run_still_being_pruned_reads_as_it_was_and_live_requests_do_not_wait(
 
     assert client.get("/v1/runs/old").status_code == 404
     assert client.get("/v1/runs/live").get_json()["steps"][0]["state"] == "DONE"
+
+
+@pytest.mark.parametrize("value", ["-1", "soon", "1.5", "true"])
+def test_retention_days_must_be_a_whole_number_of_days_not_negative(value):
+    from app.config import load_config
+    from app.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        load_config(env={"MEDIATOR_RETENTION_DAYS": value})
+    assert str(err.value).startswith("retention.days") and "\n" not in str(err.value)
+
+
+def test_retention_is_off_by_default_and_set_in_days():
+    from app.config import load_config
+
+    assert load_config(env={})["retention.days"] == 0
+    assert load_config(env={"MEDIATOR_RETENTION_DAYS": "90"})["retention.days"] == 90
