@@ -44,6 +44,11 @@ def _in(column: str, values: tuple[str, ...]) -> str:
     return f"{column} IN ({', '.join(repr(v) for v in values)})"
 
 
+# What retention may prune once old enough (SPEC §11): sealed runs, and rejected submits (reject
+# Code 422: born FAILED, never sealed). Repeated word for word by the query that must use the
+# partial index ``ix_runs_prunable`` (a parameter in its place would keep the plan off it).
+PRUNABLE_RUNS = "sealed_at IS NOT NULL OR (reject ->> 'Code') = '422'"
+
 # Python None is SQL NULL, not the JSON value null, so `IS NULL` finds it.
 NULLABLE_JSONB = JSONB(none_as_null=True)
 
@@ -118,8 +123,8 @@ class Run(Base):
             postgresql_where=text("sealed_at IS NULL AND state IN ('SUCCEEDED', 'FAILED')"),
         ),
         Index("ix_runs_verifying", "run_id", postgresql_where=text("state = 'VERIFYING'")),
-        # Retention finds the oldest sealed runs first (SPEC §11).
-        Index("ix_runs_sealed_ended", "ended_at", postgresql_where=text("sealed_at IS NOT NULL")),
+        # Retention finds the oldest prunable runs first (SPEC §11).
+        Index("ix_runs_prunable", "ended_at", postgresql_where=text(PRUNABLE_RUNS)),
     )
 
 

@@ -8,8 +8,9 @@ function), so a prune that deleted the old row and wrote the tombstone in one tr
 ``record_pending`` is true until the pruned run's Record is deleted (after the commit that deleted
 its rows): the next pass deletes the Records a crash left behind.
 
-``ix_runs_sealed_ended`` lets a retention pass find the oldest sealed runs without reading the rest
-of the history; it is built CONCURRENTLY, so writers of ``runs`` are not held meanwhile.
+``ix_runs_prunable`` lets a retention pass find the oldest runs it may prune (sealed runs and
+rejected submits) without reading the rest of the history; it is built CONCURRENTLY, so writers of
+``runs`` are not held meanwhile.
 
 Revision ID: 0004
 Revises: 0003
@@ -27,6 +28,8 @@ revision: str = "0004"
 down_revision: str | None = "0003"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
+
+PRUNABLE_RUNS = "sealed_at IS NOT NULL OR (reject ->> 'Code') = '422'"
 
 TRIGGER_FUNCTION = """
 CREATE FUNCTION mediator_refuse_pruned_run_id() RETURNS trigger
@@ -69,11 +72,11 @@ def upgrade() -> None:
     )
     with op.get_context().autocommit_block():
         op.create_index(
-            "ix_runs_sealed_ended",
+            "ix_runs_prunable",
             "runs",
             ["ended_at"],
             unique=False,
-            postgresql_where=sa.text("sealed_at IS NOT NULL"),
+            postgresql_where=sa.text(PRUNABLE_RUNS),
             postgresql_concurrently=True,
             if_not_exists=True,
         )
@@ -82,7 +85,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     with op.get_context().autocommit_block():
         op.drop_index(
-            "ix_runs_sealed_ended",
+            "ix_runs_prunable",
             table_name="runs",
             postgresql_concurrently=True,
             if_exists=True,

@@ -15,18 +15,27 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, delete, func, literal_column, select, tuple_, update
+from sqlalchemy import (
+    ColumnElement,
+    Select,
+    delete,
+    func,
+    literal_column,
+    select,
+    text,
+    tuple_,
+    update,
+)
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
-from app.models import Blob, Lease, Run, RunEvent, RunTombstone, Step
+from app.models import PRUNABLE_RUNS, Blob, Lease, Run, RunEvent, RunTombstone, Step
 from app.states import RUN_FINISHED
 from app.store import rowcount
 
-# The finished states written as constants, so the planner can match the partial indexes'
-# predicates (``ix_runs_sealed_ended``, ``ix_runs_unsealed``).
+# The index's predicate word for word (``ix_runs_prunable``), and the finished states as constants.
+_PRUNABLE = text(f"({PRUNABLE_RUNS})")  # parenthesised: it is an OR, ANDed with the rest
 _FINISHED = Run.state.in_([literal_column(f"'{state}'") for state in RUN_FINISHED])
-_REJECTED = Run.reject["Code"].as_integer() == literal_column("422")
 
 
 @dataclass
@@ -40,32 +49,23 @@ class Deleted:
     leases: int = 0
 
 
-def _sealed_before(before: datetime | ColumnElement[Any]) -> list[ColumnElement[bool]]:
-    return [Run.sealed_at.is_not(None), _FINISHED, Run.ended_at < before]
-
-
-def _rejected_before(before: datetime | ColumnElement[Any]) -> list[ColumnElement[bool]]:
-    """Rejected submits: born FAILED, ``ended_at`` = ``created_at``, never sealed (no Record)."""
-    return [Run.sealed_at.is_(None), _FINISHED, _REJECTED, Run.ended_at < before]
+def prunable_query(before: datetime | ColumnElement[Any], limit: int) -> Select[Any]:
+    """The statement of :func:`lock_prunable` (its predicate is ``ix_runs_prunable``'s)."""
+    return (
+        select(Run.run_id)
+        .where(_PRUNABLE, _FINISHED, Run.ended_at < before)
+        .order_by(Run.ended_at)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    )
 
 
 def lock_prunable(s: Session, before: datetime | ColumnElement[Any], limit: int) -> list[str]:
     """Up to ``limit`` ids of runs that ended before ``before`` and are sealed, or are rejected
-    submits, oldest first, each locked ``FOR UPDATE SKIP LOCKED``. Runs whose Record is not
-    sealed yet (the reaper still owes the seal) and unfinished runs are never among them."""
-    ids: list[str] = []
-    for where in (_sealed_before(before), _rejected_before(before)):
-        if len(ids) >= limit:
-            break
-        q = (
-            select(Run.run_id)
-            .where(*where)
-            .order_by(Run.ended_at)
-            .limit(limit - len(ids))
-            .with_for_update(skip_locked=True)
-        )
-        ids += s.execute(q).scalars()
-    return ids
+    submits (born FAILED with ``ended_at`` = ``created_at``, never sealed: they have no Record),
+    oldest first, each locked ``FOR UPDATE SKIP LOCKED``. Runs whose Record is not sealed yet (the
+    reaper still owes the seal) and unfinished runs are never among them."""
+    return list(s.scalars(prunable_query(before, limit)))
 
 
 def delete_runs(s: Session, run_ids: Sequence[str]) -> Deleted:
@@ -95,13 +95,11 @@ def prunable_page(
     limit: int,
 ) -> list[tuple[str, datetime, bool]]:
     """What :func:`lock_prunable` would take, read without locks, a page at a time in
-    (ended_at, run_id) order after the cursor ``after``: for ``--dry-run``. Sealed runs and
-    rejected submits come in one order; each is (run_id, ended_at, sealed)."""
-    cond = [Run.ended_at < before, _FINISHED]
+    (ended_at, run_id) order after the cursor ``after``: for ``--dry-run``. Each is (run_id,
+    ended_at, sealed)."""
     q = (
         select(Run.run_id, Run.ended_at, Run.sealed_at.is_not(None).label("sealed"))
-        .where(*cond)
-        .where((Run.sealed_at.is_not(None)) | (Run.sealed_at.is_(None) & _REJECTED))
+        .where(_PRUNABLE, _FINISHED, Run.ended_at < before)
         .order_by(Run.ended_at, Run.run_id)
         .limit(limit)
     )
