@@ -11,6 +11,7 @@ from app.agent.command import agent as agent_command
 from app.client.commands import client_options, register_client_commands
 from app.config import Config, load_config
 from app.errors import ConfigError
+from app.prune import prune_command
 from app.token_command import token as token_command
 
 
@@ -208,6 +209,7 @@ def demo(
 
 main.add_command(agent_command)  # the reference node agent (app/agent)
 main.add_command(token_command)  # token new
+main.add_command(prune_command)  # retention on demand (app/prune.py)
 
 register_client_commands(main)  # submit, status, runs, nodes, cancel, asks, answer, ...
 

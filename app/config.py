@@ -141,6 +141,8 @@ KEYS: tuple[Key, ...] = (
     Key("token", None, _str, secret=True),
     Key("metrics.require_token", False, _bool),
     Key("ui.require_token", False, _bool),
+    # Finished runs older than this many days are pruned by the reaper; 0 keeps every run.
+    Key("retention.days", 0, _int, _not_negative),
     Key("log.format", "json", _str, _one_of("json", "console")),
     Key("log.level", "info", _str, _one_of("debug", "info", "warning", "error")),
 )

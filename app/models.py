@@ -36,12 +36,18 @@ NAMING = {
 }
 
 RUNS_PKEY = "pk_runs"
+TOMBSTONES_PKEY = "pk_run_tombstones"  # also what the trigger names when it refuses a pruned id
 LEASES_PKEY = "pk_leases"
 
 
 def _in(column: str, values: tuple[str, ...]) -> str:
     return f"{column} IN ({', '.join(repr(v) for v in values)})"
 
+
+# What retention may prune once old enough (SPEC §11): sealed runs, and rejected submits (reject
+# Code 422: born FAILED, never sealed). Repeated word for word by the query that must use the
+# partial index ``ix_runs_prunable`` (a parameter in its place would keep the plan off it).
+PRUNABLE_RUNS = "sealed_at IS NOT NULL OR (reject ->> 'Code') = '422'"
 
 # Python None is SQL NULL, not the JSON value null, so `IS NULL` finds it.
 NULLABLE_JSONB = JSONB(none_as_null=True)
@@ -136,6 +142,8 @@ class Run(Base):
             postgresql_where=text(UNSEALED_RUNS),
         ),
         Index("ix_runs_verifying", "run_id", postgresql_where=text("state = 'VERIFYING'")),
+        # Retention finds the oldest prunable runs first (SPEC §11).
+        Index("ix_runs_prunable", "ended_at", postgresql_where=text(PRUNABLE_RUNS)),
     )
 
 
@@ -234,6 +242,23 @@ class Blob(Base):
     schema_ok: Mapped[bool | None] = mapped_column(Boolean)
 
     __table_args__ = (Index("ix_blobs_work_id", "work_id", "at"),)
+
+
+class RunTombstone(Base):
+    """The id of a pruned run (SPEC §11): a trigger on ``runs`` refuses the id again (migration
+    0005), so it stays the idempotency key. ``record_pending`` until its Record is deleted."""
+
+    __tablename__ = "run_tombstones"
+
+    run_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    pruned_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    record_pending: Mapped[bool] = mapped_column(Boolean, server_default=text("true"))
+
+    __table_args__ = (
+        Index(
+            "ix_run_tombstones_record_pending", "pruned_at", postgresql_where=text("record_pending")
+        ),
+    )
 
 
 class WakeDebt(Base):

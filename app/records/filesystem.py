@@ -24,6 +24,9 @@ from app.records.tarstream import Member, stat_tarinfo, tar_chunks
 SUMS = "SHA256SUMS"
 PROGRESS = ".progress"
 _TMP_PREFIX = ".tmp-"
+_TRASH_PREFIX = (
+    ".deleting-"  # a Record being deleted (never a Record: those never start with a dot)
+)
 _NOTE_RE = re.compile(rb"\n\[mediator: log truncated at \d+ bytes\]\n\Z")
 _NOTE_TAIL = 80  # bytes; longer than any note
 # The line that ends a progress file the cap cut: a JSON line in the transcript, as the original
@@ -494,6 +497,26 @@ class FilesystemRecords:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(d / SUMS)
 
+    # -- retention -----------------------------------------------------------------------------
+
+    def delete(self, run_id: str) -> bool:
+        """Move the Record directory aside under a dotted name first (one rename: from then on the
+        run has no Record, and a crash never leaves a half Record under its name), then remove it
+        and the run's progress. A dotted leftover of a crash goes with the next delete of the same
+        run. Sealed directories are 0555: each is made writable before its entries go."""
+        d = self.path(run_id)
+        trash = self.root / f"{_TRASH_PREFIX}{d.name}"
+        _rmtree(trash)
+        try:
+            os.chmod(d, 0o755)
+            os.replace(d, trash)
+            found = True
+        except FileNotFoundError:
+            found = False
+        _rmtree(trash)
+        self._drop_progress(run_id)
+        return found
+
     # -- export --------------------------------------------------------------------------------
 
     def tar_stream(self, run_id: str) -> Iterator[bytes]:
@@ -503,6 +526,29 @@ class FilesystemRecords:
         if not d.is_dir():
             raise FileNotFoundError(str(d))
         return tar_chunks(_tar_members(d, "run-" + d.name))
+
+
+def _rmtree(path: Path) -> None:
+    """Remove ``path`` and everything below it, read-only (sealed) directories included; symlinks
+    are removed, never followed. A missing ``path``, or entries removed meanwhile by another
+    deleter, are no error."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISDIR(st.st_mode):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        return
+    for here, _dirs, _files in os.walk(path):  # top-down; never into a symlinked directory
+        with contextlib.suppress(FileNotFoundError):
+            os.chmod(here, 0o755)
+
+    def gone_already(func: Any, p: str, exc_info: Any) -> None:
+        if not isinstance(exc_info[1], FileNotFoundError):
+            raise exc_info[1]
+
+    shutil.rmtree(path, onerror=gone_already)
 
 
 def _tar_members(d: Path, top: str) -> Iterator[Member]:

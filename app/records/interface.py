@@ -105,6 +105,13 @@ class RecordStore(Protocol):
         FileNotFoundError at once when there is no Record."""
         ...
 
+    def delete(self, run_id: str) -> bool:
+        """Remove the run's Record, sealed or not, and its progress, for good (retention, SPEC
+        §11). Idempotent: returns whether there was anything to remove, and a Record that is
+        already gone, or half gone after a crash, is no error. ``exists`` is False as soon as
+        this has begun, even while the bytes are still being removed."""
+        ...
+
 
 def record_dir_name(run_id: str) -> str:
     """A directory name that cannot escape the root: the run id itself when it is plainly safe,

@@ -22,6 +22,7 @@ from app.services.finish import finish
 from app.services.notify import AfterCommit
 from app.services.queue import wake_queued
 from app.services.records import seal_run
+from app.services.retention import prune_expired
 from app.services.settle import complete_verdict
 from app.services.tx import retrying
 from app.states import ASKED, FAILED, QUEUED, RUN_FINISHED, RUNNING
@@ -46,6 +47,7 @@ class PassReport:
     queue_timeouts: list[str] = field(default_factory=list)
     sealed: int = 0
     woke: bool = False
+    pruned: int = 0  # runs deleted by retention (SPEC §11) in this pass
 
     @property
     def freed(self) -> bool:
@@ -214,6 +216,13 @@ def _pass(ctx: Context, report: PassReport, previous_failed: bool) -> None:
         if debt:
             with ctx.db.begin() as s:
                 clear_wake_debt(s, set_before=started)
+    # Retention last: it frees nothing a queued run waits for, and a failure of it fails no other
+    # work of the pass (the next pass tries again).
+    try:
+        pruned = prune_expired(ctx)
+        report.pruned = pruned.runs if pruned is not None else 0
+    except Exception:
+        log.exception("reaper: retention failed")
     log.info(
         "reaper pass",
         extended=report.extended,
@@ -225,6 +234,7 @@ def _pass(ctx: Context, report: PassReport, previous_failed: bool) -> None:
         queue_timeouts=len(report.queue_timeouts),
         sealed=report.sealed,
         woke=report.woke,
+        pruned=report.pruned,
     )
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from app.context import Caller, Context
 from app.contract import Contract, validate_contract
-from app.errors import NoCandidate
+from app.errors import Conflict, NoCandidate
 from app.faults import fault
 from app.match import Assignment, Reject, match, width_exceeded
 from app.services.execution import start_steps, starts_anything
@@ -20,7 +20,7 @@ from app.services.queue import wake_after_commit
 from app.services.records import manifest
 from app.services.tx import retrying
 from app.states import FAILED, QUEUED, RUNNING
-from app.store import DuplicateRun, NodeTaken
+from app.store import DuplicateRun, NodeTaken, PrunedRunId
 from app.store.leases import lease_rows
 from app.store.nodes import candidate_adverts
 from app.store.runs import create_run, get_run
@@ -170,6 +170,8 @@ def submit_run(ctx: Context, doc: Any, caller: Caller) -> Submitted:
         # The run_id is the idempotency key, the body is not compared (SPEC §6.2): the insert
         # itself finds a known run, and the answer is the run as it is.
         return Submitted(200, _view(ctx, contract.run_id))
+    except PrunedRunId:
+        raise Conflict("run id used by a pruned run") from None  # SPEC §11: the id stays the key
     if isinstance(outcome, _Refused):
         raise NoCandidate(outcome.reason)
     if isinstance(outcome, _Placed):

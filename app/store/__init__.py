@@ -21,6 +21,10 @@ class DuplicateRun(StoreOutcome):
     """The ``runs`` primary key: another request created this run_id first."""
 
 
+class PrunedRunId(StoreOutcome):
+    """The tombstone of a pruned run: its id may not be used again (SPEC §11)."""
+
+
 class NodeTaken(StoreOutcome):
     """The ``leases`` primary key: another run holds the node (SPEC §1, §7)."""
 

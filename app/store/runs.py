@@ -29,9 +29,9 @@ from sqlalchemy.orm import Session
 
 from app.contract import is_valid_id
 from app.contract.types import Contract
-from app.models import LEASES_PKEY, RUNS_PKEY, Lease, Run, RunEvent, Step, WakeDebt
+from app.models import LEASES_PKEY, RUNS_PKEY, TOMBSTONES_PKEY, Lease, Run, RunEvent, Step, WakeDebt
 from app.states import FAILED, QUEUED, RUN_ALIVE, RUNNING
-from app.store import DuplicateRun, NodeTaken, NotQueued, constraint_name
+from app.store import DuplicateRun, NodeTaken, NotQueued, PrunedRunId, constraint_name
 from app.store.rows import LEASE_COLUMNS, STEP_COLUMNS, rows_insert
 
 
@@ -72,7 +72,8 @@ def create_run(
     CTEs, so a submit writes in one round trip. Returns created_at.
 
     A duplicate run_id fails on ``pk_runs`` (:class:`DuplicateRun`), a node another run holds on
-    ``pk_leases`` (:class:`NodeTaken`); either way nothing of the statement stays, and the caller
+    ``pk_leases`` (:class:`NodeTaken`), the id of a pruned run on its tombstone (a trigger,
+    :class:`PrunedRunId`, SPEC §11); either way nothing of the statement stays, and the caller
     rolls the transaction back whole (SPEC §6.7)."""
     params: dict[str, Any] = {
         "run_id": contract.run_id,
@@ -100,6 +101,8 @@ def create_run(
             raise DuplicateRun(contract.run_id) from exc
         if name == LEASES_PKEY:
             raise NodeTaken(contract.run_id) from exc
+        if name == TOMBSTONES_PKEY:
+            raise PrunedRunId(contract.run_id) from exc
         raise
 
 
