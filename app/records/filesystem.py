@@ -490,6 +490,23 @@ class FilesystemRecords:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(d / SUMS)
 
+    # -- removal -------------------------------------------------------------------------------
+
+    def delete(self, run_id: str) -> None:
+        """Remove the Record directory (made writable again first: a sealed one is 0555) and the
+        run's progress. The exclusive lock keeps writers out meanwhile."""
+        d = self.path(run_id)
+        if not d.is_dir():
+            self._drop_progress(run_id)
+            return
+        with self._dir_lock(run_id, exclusive=True):
+            self._drop_progress(run_id)
+            os.chmod(d, 0o755)
+            for p, st in _walk(d):
+                if stat.S_ISDIR(st.st_mode):
+                    os.chmod(p, 0o755)
+            shutil.rmtree(d)
+
     # -- export --------------------------------------------------------------------------------
 
     def tar_stream(self, run_id: str) -> Iterator[bytes]:
