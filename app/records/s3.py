@@ -399,9 +399,8 @@ class S3Records:
                 chunks = self._numbered(prefix, writing=True)
                 size = sum(c[2] for c in chunks)
                 tail = self._tail(chunks, size) if size > cap else b""
-                if size > cap:
-                    if _NOTE_RE.search(tail[-_NOTE_TAIL:]):
-                        return size  # already truncated
+                if size > cap and _NOTE_RE.search(tail[-_NOTE_TAIL:]):
+                    return size  # already truncated
                 if not data:
                     return size
                 room = max(0, cap - size)
