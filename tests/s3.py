@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import logging
 import os
 import uuid
 from typing import Any
@@ -23,6 +24,9 @@ AWS_ENV = {
     "AWS_SECRET_ACCESS_KEY": "mediator-test-secret",
     "AWS_DEFAULT_REGION": "us-east-1",
 }
+
+
+logging.getLogger("werkzeug").setLevel(logging.WARNING)  # the server's line per request
 
 
 class S3Server:
