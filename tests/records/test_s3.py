@@ -14,6 +14,9 @@ from typing import Any
 
 import pytest
 
+from app.config import load_config
+from app.context import record_store
+from app.errors import ConfigError
 from app.records import RecordSealed, RecordStoreUnavailable
 from app.records.s3 import S3Records
 from app.services.reaper import reap_pass
@@ -174,7 +177,9 @@ def config_overrides(own_server: S3Server) -> dict[str, Any]:
     }
 
 
-UNAVAILABLE = {"error": {"code": 503, "reason": "record store unavailable: EndpointConnectionError"}}
+UNAVAILABLE = {
+    "error": {"code": 503, "reason": "record store unavailable: EndpointConnectionError"}
+}
 
 
 def _boot(client: Any, run_id: str) -> None:
@@ -219,3 +224,49 @@ def test_an_unreachable_store_is_503_and_the_reaper_seals_once_it_is_back(
     resp = client.get("/v1/runs/r1/record")  # sealed in the database, but the store is down
     assert (resp.status_code, resp.get_json()) == (503, UNAVAILABLE)
     own_server.start()
+
+
+def test_a_submit_while_the_store_is_down_is_503_and_stores_no_run(
+    client: Any, sql: Any, own_server: S3Server
+) -> None:
+    advertise(client, "n1", cap("board"))
+    own_server.stop()
+    resp = client.post("/v1/runs", json=contract("r2", role("dut")))
+    assert (resp.status_code, resp.get_json()) == (503, UNAVAILABLE)
+    assert scalar(sql, "select count(*) from runs") == 0
+    own_server.start()
+    assert client.post("/v1/runs", json=contract("r2", role("dut"))).status_code == 201
+
+
+# ---------------------------------------------------------------- configuration
+
+
+def test_the_record_store_keys_are_read_from_the_environment() -> None:
+    env = {
+        "MEDIATOR_RECORDS_BACKEND": "s3",
+        "MEDIATOR_RECORDS_S3_BUCKET": "records",
+        "MEDIATOR_RECORDS_S3_PREFIX": "prod/",
+        "MEDIATOR_RECORDS_S3_ENDPOINT_URL": "http://127.0.0.1:9",
+    }
+    cfg = load_config(env=env)
+    assert (cfg["records.backend"], cfg["records.s3.bucket"]) == ("s3", "records")
+    assert (cfg["records.s3.prefix"], cfg["records.s3.endpoint_url"]) == (
+        "prod/",
+        "http://127.0.0.1:9",
+    )
+    store = record_store(cfg)
+    assert isinstance(store, S3Records) and store.prefix == "prod/"
+    assert load_config(env={})["records.backend"] == "filesystem"
+
+
+@pytest.mark.parametrize(
+    ("env", "line"),
+    [
+        ({"MEDIATOR_RECORDS_BACKEND": "s3"}, "records.s3.bucket: must be set"),
+        ({"MEDIATOR_RECORDS_BACKEND": "nfs"}, "records.backend: must be one of filesystem, s3"),
+    ],
+)
+def test_a_bad_record_store_configuration_names_its_key(env: dict[str, str], line: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(env=env)
+    assert str(info.value).startswith(line)
