@@ -124,6 +124,12 @@ KEYS: tuple[Key, ...] = (
     Key("database.pool_timeout", 5.0, _float, _positive),
     Key("database.statement_timeout_seconds", 10.0, _float, _positive),
     Key("records.root", "./var/records", _str),
+    # Where the Records live: a local directory (records.root) or an S3-compatible bucket, which
+    # several hosts need. The store's credentials come from the AWS chain, never from here.
+    Key("records.backend", "filesystem", _str, _one_of("filesystem", "s3")),
+    Key("records.s3.bucket", None, _str),
+    Key("records.s3.prefix", "", _str),
+    Key("records.s3.endpoint_url", None, _str),
     Key("max_blob_bytes", 10 * 1024 * 1024, _int, _positive),
     Key("max_body_bytes", 1024 * 1024, _int, _positive),
     Key("claim.long_poll_seconds", 30.0, _float, _not_negative),
@@ -308,5 +314,7 @@ def load_config(
             if problem:
                 raise ConfigError(f"{key.name}: {problem}{shown}")
         values[key.name] = value
+    if values["records.backend"] == "s3" and not values["records.s3.bucket"]:
+        raise ConfigError("records.s3.bucket: must be set when records.backend is s3")
     _warn_unknown_variables(env, values)
     return Config(values)

@@ -19,7 +19,7 @@ class Context:
         self.config = config
         self.db = Database(config)
         self.gate = ScanGate(self.db.dedicated_connection)
-        self.records: RecordStore = FilesystemRecords(config["records.root"])
+        self.records: RecordStore = record_store(config)
         self.claims = ClaimListener(config)
         self.tokens = TokenSet.from_config(config)  # with the process's cache of checked secrets
         if not self.tokens:
@@ -34,6 +34,19 @@ class Context:
         self.claims.close()
         self.gate.close()
         self.db.dispose()
+
+
+def record_store(config: Config) -> RecordStore:
+    """The configured Record store backend (``records.backend``)."""
+    if config["records.backend"] == "s3":
+        from app.records.s3 import S3Records  # boto3 is only needed for this backend
+
+        return S3Records(
+            config["records.s3.bucket"],
+            config["records.s3.prefix"] or "",
+            endpoint_url=config["records.s3.endpoint_url"],
+        )
+    return FilesystemRecords(config["records.root"])
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,16 @@
 """Records (SPEC §11): the interface the services use (``interface``), the filesystem backend
-(``filesystem``) and the tar stream of a Record (``tarstream``); an object-store backend can follow."""
+(``filesystem``), the tar stream of a Record (``tarstream``) and the object-store backend (``s3``,
+imported only when configured: it needs boto3, the ``s3`` extra)."""
 
 from app.records.filesystem import SUMS, FilesystemRecords, write_atomic
-from app.records.interface import LogState, RecordSealed, RecordStore, check_name, record_dir_name
+from app.records.interface import (
+    LogState,
+    RecordSealed,
+    RecordStore,
+    RecordStoreUnavailable,
+    check_name,
+    record_dir_name,
+)
 
 __all__ = [
     "SUMS",
@@ -10,6 +18,7 @@ __all__ = [
     "LogState",
     "RecordSealed",
     "RecordStore",
+    "RecordStoreUnavailable",
     "check_name",
     "record_dir_name",
     "write_atomic",

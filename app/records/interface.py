@@ -8,11 +8,22 @@ import re
 from collections.abc import Iterator
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
+from app.errors import Unavailable
+
 _SAFE = re.compile(r"^[A-Za-z0-9._:@-]{1,120}$")
 
 
 class RecordSealed(Exception):
     """A write (log, blob, step) into a Record that is already sealed."""
+
+
+class RecordStoreUnavailable(Unavailable):
+    """The store that holds the Records cannot be reached or refuses to work (an object store that
+    is down, a bucket that is missing, credentials that are refused): a 503 for the request that
+    needs it, and a seal that is left to the reaper's next pass. Nothing is half-written: a write
+    either happened whole or not at all, and a seal is complete only once its marker is written."""
+
+    default_reason = "record store unavailable"
 
 
 class LogState(NamedTuple):
@@ -29,7 +40,7 @@ class LogState(NamedTuple):
 class RecordStore(Protocol):
     """The Record store as the services use it (``ctx.records``). Names (log, blob, step id) pass
     ``check_name`` and seq/attempt are non-negative ints, else ValueError; a write into a sealed
-    Record raises RecordSealed."""
+    Record raises RecordSealed; a store that cannot be reached raises RecordStoreUnavailable."""
 
     def open(self, run_id: str, manifest: dict[str, Any]) -> None:
         """Open the run's Record with its manifest; idempotent (the manifest is written again)."""

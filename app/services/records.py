@@ -15,13 +15,13 @@ from app.contract.fields import has_control_character
 from app.errors import BadRequest, Forbidden, Gone, NotFound, NotSealed, Unprocessable
 from app.logs import log
 from app.models import Run, Step
-from app.records import LogState, RecordSealed, check_name
+from app.records import LogState, RecordSealed, RecordStoreUnavailable, check_name
 from app.services.tx import retrying
 from app.states import RUN_FINISHED
 from app.store.blobs import blobs_of_runs, earlier_runs_of_work, newest_blob, record_blob
 from app.store.logs import lock_log
 from app.store.nodes import node_labels
-from app.store.runs import get_run, mark_sealed, run_events
+from app.store.runs import get_run, mark_sealed, run_events, share_run, try_lock_seal
 from app.store.steps import get_step, steps_of
 from app.wire import ts
 
@@ -65,6 +65,7 @@ def _write_log(
     log's advisory lock: appends to one (run, seq, name) from every process and host take their
     turn there, never by a lock of this process alone (SPEC §19.4)."""
     with ctx.db.begin() as s:
+        share_run(s, run_id)  # the end of the run waits for this write (SPEC §11)
         run, step = _run_and_step(s, run_id, seq)
         authorise_node(caller, step)
         if run.state in RUN_FINISHED:
@@ -202,6 +203,9 @@ def put_blob(ctx: Context, run_id: str, seq: int, name: str, data: bytes, caller
         schema_ok = True
     try:
         with ctx.db.begin() as s:
+            locked = share_run(s, run_id)  # the end of the run waits for this write (SPEC §11)
+            if locked is None or locked.state in RUN_FINISHED:
+                raise Gone()
             store_blob(
                 s, ctx, run, seq, step.attempt, name, data, by=step.node_id, schema_ok=schema_ok
             )
@@ -305,25 +309,35 @@ def seal_run(ctx: Context, run_id: str) -> bool:
                 for e in run_events(s, run_id)
             ]
         docs = [(st.seq, st.step_id, step_document(st, labels)) for st in steps]
-        ctx.records.seal(
-            run_id,
-            verdict=run.verdict or {"state": run.state, "checks": []},
-            steps=docs,
-            events=events,
-            manifest_update=manifest(
-                run_id=run.run_id,
-                work_id=run.work_id,
-                principal=run.principal,
-                token_name=run.token_name,
-                contract=run.contract,
-                created_at=run.created_at,
-                state=run.state,
-            )
-            | {"ended_at": ts(run.ended_at)},
-        )
         with ctx.db.begin() as s:
+            # One seal of a run at a time on every host; the one that finds it held leaves it
+            # to the holder (or to the reaper's next pass, should the holder fail).
+            if not try_lock_seal(s, run_id):
+                return False
+            current = get_run(s, run_id)
+            if current is None or current.sealed_at is not None:
+                return False
+            ctx.records.seal(
+                run_id,
+                verdict=run.verdict or {"state": run.state, "checks": []},
+                steps=docs,
+                events=events,
+                manifest_update=manifest(
+                    run_id=run.run_id,
+                    work_id=run.work_id,
+                    principal=run.principal,
+                    token_name=run.token_name,
+                    contract=run.contract,
+                    created_at=run.created_at,
+                    state=run.state,
+                )
+                | {"ended_at": ts(run.ended_at)},
+            )
             mark_sealed(s, run_id)
         return True
+    except RecordStoreUnavailable as exc:
+        log.warning("sealing failed; the reaper retries", run_id=run_id, reason=exc.reason)
+        return False
     except Exception:
         log.exception("sealing failed; the reaper retries", run_id=run_id)
         return False

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
@@ -50,6 +51,22 @@ def lock_run(s: Session, run_id: str) -> Run | None:
         select(Run)
         .where(Run.run_id == run_id)
         .with_for_update()
+        .execution_options(populate_existing=True)
+    ).scalar_one_or_none()
+
+
+def share_run(s: Session, run_id: str) -> Run | None:
+    """``SELECT … FOR SHARE`` of the run row, the first lock of a write into the run's Record (a
+    log append, a blob): held until that write commits, it makes the transaction that ends the
+    run (``lock_run`` first) wait for the writes begun before it, and every later write sees the
+    run finished. The seal follows that commit, so no write lands in a Record being sealed, on
+    any host, whatever store holds it (SPEC §11)."""
+    if not is_valid_id(run_id):
+        return None
+    return s.execute(
+        select(Run)
+        .where(Run.run_id == run_id)
+        .with_for_update(read=True)
         .execution_options(populate_existing=True)
     ).scalar_one_or_none()
 
@@ -302,6 +319,20 @@ def set_run_state(s: Session, run_id: str, from_states: Sequence[str], to_state:
 def set_run_fields(s: Session, run_id: str, **values: Any) -> None:
     """Fields that are not the state (``assigned`` after acquire/release); run row locked."""
     s.execute(update(Run).where(Run.run_id == run_id).values(**values))
+
+
+# The two-int4 advisory-lock space ("MSea"), as the log locks use it (app/store/logs.py).
+SEAL_LOCK_CLASS = 0x4D536561
+
+
+def try_lock_seal(s: Session, run_id: str) -> bool:
+    """``pg_try_advisory_xact_lock`` on the run's seal: one seal of a run at a time across every
+    process and host (the finishing request's and each reaper's); False when another holds it."""
+    digest = hashlib.sha256(run_id.encode("utf-8", "surrogatepass")).digest()
+    key = int.from_bytes(digest[:4], "big", signed=True)
+    return bool(
+        s.execute(select(func.pg_try_advisory_xact_lock(SEAL_LOCK_CLASS, key))).scalar_one()
+    )
 
 
 def mark_sealed(s: Session, run_id: str) -> None:

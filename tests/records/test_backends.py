@@ -29,7 +29,9 @@ from app.records import (
     check_name,
     record_dir_name,
 )
+from app.records.s3 import S3Records
 from tests.records.common import RUN, seal_example
+from tests.s3 import new_bucket, s3_client, shared_server
 
 NOTE = b"\n[mediator: log truncated at %d bytes]\n"
 CAPPED = b'{"type":"enode.capped","bytes":%d}\n'
@@ -47,7 +49,26 @@ def filesystem(tmp_path: Path) -> Iterator[RecordStore]:
         os.chmod(dirpath, 0o755)
 
 
-BACKENDS: list[Any] = [pytest.param(filesystem, id="filesystem")]
+@contextlib.contextmanager
+def s3(tmp_path: Path) -> Iterator[RecordStore]:
+    """A fresh bucket on moto's S3 server on 127.0.0.1; a low multipart threshold (S3's smallest
+    part) so that the suite's larger blobs go multipart."""
+    server = shared_server()
+    bucket = new_bucket(server.url)
+    yield S3Records(
+        bucket,
+        "records",
+        client=s3_client(server.url),
+        multipart_threshold=MULTIPART,
+    )
+
+
+MULTIPART = 5 * 1024 * 1024
+
+BACKENDS: list[Any] = [
+    pytest.param(filesystem, id="filesystem"),
+    pytest.param(s3, id="s3"),
+]
 
 
 @pytest.fixture(params=BACKENDS)
@@ -353,8 +374,10 @@ def test_log_slice_tells_the_log_s_length_and_whether_the_cap_cut_it(rec: Record
 # -- progress --------------------------------------------------------------------------------------
 
 
-def _progress(rec: RecordStore, seq: int, name: str, offset: int = 0) -> bytes | None:
-    got = rec.read_progress(RUN, seq, name, offset, limit=WHOLE)
+def _progress(
+    rec: RecordStore, seq: int, name: str, offset: int = 0, run_id: str = RUN
+) -> bytes | None:
+    got = rec.read_progress(run_id, seq, name, offset, limit=WHOLE)
     return None if got is None else got[0]
 
 
@@ -632,3 +655,56 @@ def test_tar_stream_abandoned_early(rec: RecordStore) -> None:
     close = getattr(gen, "close", None)
     if close is not None:
         close()  # a client that went away: no error
+
+
+# -- delete --------------------------------------------------------------------------------------
+
+
+def test_delete_removes_a_sealed_record_and_leaves_the_others(store: RecordStore) -> None:
+    for run_id in ("gone", "kept"):
+        store.open(run_id, {"run_id": run_id})
+        store.append_log(run_id, 1, "build", b"line\n", 1000)
+        store.put_blob(run_id, 1, 1, "out.json", b"{}")
+        store.put_progress(run_id, 2, "test", 0, b"live\n", 1000)
+    seal_example(store, "gone")
+    store.delete("gone")
+    assert not store.exists("gone") and not store.is_sealed("gone")
+    assert store.read_blob("gone", 1, 1, "out.json") is None
+    assert _log(store, 1, "build", "gone") == b""
+    assert store.read_progress("gone", 2, "test", 0) is None
+    with pytest.raises(FileNotFoundError):
+        store.tar_stream("gone")
+    assert store.exists("kept") and store.read_blob("kept", 1, 1, "out.json") == b"{}"
+    assert _log(store, 1, "build", "kept") == b"line\n"
+    assert _progress(store, 2, "test", run_id="kept") == b"live\n"
+    store.delete("gone")  # again, and a run that never had a Record: nothing to do
+    store.delete("never-there")
+
+
+def test_delete_removes_an_unsealed_record_with_its_progress(rec: RecordStore) -> None:
+    rec.append_log(RUN, 1, "build", b"x\n", 100)
+    rec.put_progress(RUN, 1, "build", 3, b"p\n", 100)
+    rec.delete(RUN)
+    assert not rec.exists(RUN)
+    assert rec.read_progress(RUN, 1, "build", 0) is None
+    assert _log(rec, 1, "build") == b""
+
+
+# -- large objects -------------------------------------------------------------------------------
+
+
+def test_a_blob_and_a_log_past_the_multipart_threshold_seal_and_stream_whole(
+    rec: RecordStore,
+) -> None:
+    big = os.urandom(MULTIPART + 123_457)
+    assert rec.put_blob(RUN, 1, 1, "big.bin", big) == hashlib.sha256(big).hexdigest()
+    assert rec.read_blob(RUN, 1, 1, "big.bin") == big
+    piece = os.urandom(1 << 20)
+    for _ in range(6):  # a log longer than one part once it is sealed as one object
+        rec.append_log(RUN, 1, "build", piece, 1 << 30)
+    seal_example(rec)
+    files = _files(rec)
+    assert files["blobs/01.1-big.bin"] == big
+    assert files["logs/01-build.log"] == piece * 6
+    assert rec.read_log(RUN, 1, "build", 5 << 20, limit=WHOLE) == piece
+    assert "blobs/01.1-big.bin" in _verify_sums(files)

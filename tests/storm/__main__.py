@@ -1,5 +1,7 @@
-"""``python -m tests.storm --soak SECONDS [--seed N]``: a long storm outside CI, on a database of
-its own, migrated here and dropped afterwards (see tests/storm/__init__.py)."""
+"""``python -m tests.storm --soak SECONDS [--seed N] [--hosts N]``: a long storm outside CI, on a
+database of its own, migrated here and dropped afterwards (see tests/storm/__init__.py).
+``--hosts 2`` runs it across two Mediator hosts sharing their Records in a bucket of moto's S3
+server, started here on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -19,7 +21,18 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tests.storm")
     p.add_argument("--soak", type=float, default=0.0, help="seconds (0: the bounded CI storm)")
     p.add_argument("--seed", type=int, default=None, help="replay a storm's choices")
+    p.add_argument("--hosts", type=int, default=1, help="Mediator hosts (2+: Records in S3)")
     args = p.parse_args(argv)
+    store: dict[str, str] = {}
+    if args.hosts > 1:
+        from tests.s3 import new_bucket, shared_server
+
+        s3 = shared_server()
+        store = {
+            "records.backend": "s3",
+            "records.s3.bucket": new_bucket(s3.url),
+            "records.s3.endpoint_url": s3.url,
+        }
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1_000_000)
     print(f"storm seed {seed}", flush=True)
     plan = Plan(seconds=args.soak) if args.soak else Plan(deadline=22)
@@ -30,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             upgrade(url)
             with tempfile.TemporaryDirectory(prefix="mediator-storm-") as work:
-                report = run_storm(url, Path(work), seed, plan)
+                report = run_storm(url, Path(work), seed, plan, hosts=args.hosts, store=store)
         finally:
             drop_database(admin, name)
     finally:

@@ -57,10 +57,12 @@ SOCS = ("a", "b")
 
 class Client:
     """Requests to the Mediator, each on a new connection (gunicorn hands each to whichever
-    worker accepts it), every answer tallied and checked."""
+    worker accepts it), every answer tallied and checked. ``base`` may name several hosts,
+    comma-separated: each request goes to one of them, drawn from ``seed``'s stream."""
 
-    def __init__(self, base: str, token: str) -> None:
-        self.base = base
+    def __init__(self, base: str, token: str, seed: str = "") -> None:
+        self.bases = [b for b in base.split(",") if b]
+        self.pick = random.Random(f"{seed}/hosts")
         self.headers = {TOKEN_HEADER: f"Bearer {token}"}
         self.tally: Counter[str] = Counter()
         self.latency: dict[str, list[float]] = {}
@@ -84,7 +86,7 @@ class Client:
         try:
             resp = requests.request(
                 method,
-                self.base + path,
+                self.pick.choice(self.bases) + path,
                 json=json_body,
                 data=data,
                 headers={**self.headers, **(headers or {})},
@@ -281,7 +283,7 @@ class Driver:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.rng = random.Random(f"{args.seed}/{args.role}/{args.index}")
-        self.client = Client(args.url, args.token)
+        self.client = Client(args.url, args.token, f"{args.seed}/{args.role}/{args.index}")
         self.ops = 0
         self.started = time.monotonic()
         self.stopping = False
@@ -576,6 +578,7 @@ class Reaper(Driver):
             self.args.db,
             self.args.records,
             **{"lease.renew_seconds": self.args.renew, "log.level": "error"},
+            **json.loads(self.args.store),
         )
         app = create_app(config)
         ctx = app.extensions["mediator"]
@@ -614,10 +617,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("role", choices=sorted(ROLES))
     p.add_argument("--index", type=int, default=0)
     p.add_argument("--seed", type=int, required=True)
-    p.add_argument("--url", required=True, help="the Mediator's base URL")
+    p.add_argument("--url", required=True, help="the Mediator's base URL (or several, by commas)")
     p.add_argument("--token", required=True)
     p.add_argument("--db", required=True, help="the database URL (the reaper)")
     p.add_argument("--records", required=True, help="the Record store's root (the reaper)")
+    p.add_argument("--store", default="{}", help="Record store keys as JSON (the reaper)")
     p.add_argument("--out", required=True, help="where the JSON summary goes")
     p.add_argument("--ops", type=int, default=100, help="operations, when not --seconds")
     p.add_argument("--seconds", type=float, default=0.0, help="run this long instead (soak)")

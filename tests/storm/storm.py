@@ -3,6 +3,7 @@ the invariant checker sampled throughout and run in full once everything is quie
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -17,8 +18,9 @@ from typing import Any
 
 from psycopg.rows import dict_row
 
+from app.config import KEYS_BY_NAME
 from app.services.reaper import reap_pass
-from tests.apps import ROOT, TOKEN, app_on, gunicorn_on
+from tests.apps import ROOT, TOKEN, LiveServer, app_on, gunicorn_on
 from tests.invariants import check, check_settled, connect
 
 RENEW_SECONDS = 2  # lease window 6 s: a silent node's leases expire within a storm
@@ -138,93 +140,127 @@ def _rows(url: str) -> dict[str, int]:
         return out
 
 
-def run_storm(url: str, workdir: Path, seed: int, plan: Plan | None = None) -> StormReport:
+def run_storm(
+    url: str,
+    workdir: Path,
+    seed: int,
+    plan: Plan | None = None,
+    *,
+    hosts: int = 1,
+    store: dict[str, str] | None = None,
+) -> StormReport:
     """Start the server, the drivers and the sampler on the database ``url``; wait for the
     drivers, stop the reapers, run one last reaper pass and every check. Never raises on what
-    the storm finds: the report says it."""
+    the storm finds: the report says it.
+
+    ``hosts`` > 1: that many gunicorns on the one database, each with a directory of its own,
+    the 4 workers shared among them; every driver sends each request to one of them, and the
+    reapers take turns at the hosts' configurations. ``store``: the Record store's keys
+    (``records.backend`` and ``records.s3.*``), which several hosts need to share Records."""
     plan = plan or Plan()
+    store = store or {}
     report = StormReport(seed)
     started = time.monotonic()
-    records = workdir / "records"
+    host_dirs = [workdir] if hosts == 1 else [workdir / f"host-{i}" for i in range(hosts)]
     env = {
-        "MEDIATOR_WORKERS": "4",
+        "MEDIATOR_WORKERS": str(max(1, 4 // hosts)),
         "MEDIATOR_THREADS": "16",
         "MEDIATOR_DATABASE_POOL_SIZE": "4",
         "MEDIATOR_LEASE_RENEW_SECONDS": str(RENEW_SECONDS),
         "MEDIATOR_CLAIM_RECHECK_SECONDS": "1",
+        **{KEYS_BY_NAME[k].env: v for k, v in store.items()},
     }
-    with gunicorn_on(url, workdir, **env) as server:
-        stop = threading.Event()
-        sampler = threading.Thread(target=_sampler, args=(url, report, stop), daemon=True)
-        sampler.start()
-        procs: list[tuple[str, Path, subprocess.Popen[bytes]]] = []
-        child_env = dict(os.environ, PYTHONPATH=str(ROOT))
-        try:
-            for role, index, extra in plan.drivers():
-                out = workdir / f"{role}-{index}.json"
-                args = [
-                    sys.executable,
-                    "-m",
-                    "tests.storm.driver",
-                    role,
-                    f"--index={index}",
-                    f"--seed={seed}",
-                    f"--url={server.url}",
-                    f"--token={TOKEN}",
-                    f"--db={url}",
-                    f"--records={records}",
-                    f"--out={out}",
-                    f"--renew={RENEW_SECONDS}",
-                    *extra,
-                ]
-                if plan.seconds and role != "reaper":
-                    args.append(f"--seconds={plan.seconds}")
-                if plan.deadline and role != "reaper":
-                    args.append(f"--deadline={plan.deadline}")
-                with open(workdir / f"{role}-{index}.log", "wb") as log:
-                    proc = subprocess.Popen(args, cwd=ROOT, env=child_env, stderr=log)
-                procs.append((role, out, proc))
-            limit = (plan.seconds or plan.deadline or 600) + 60
-            for role, _, proc in procs:
-                if role != "reaper":
-                    proc.wait(limit)
-            for role, _, proc in procs:
-                if role == "reaper":
-                    proc.send_signal(signal.SIGTERM)
-            for _, _, proc in procs:
-                proc.wait(30)
-        finally:
-            for _, _, proc in procs:
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait()
-            stop.set()
-            sampler.join(10)
-        for role, out, proc in procs:
-            if not out.exists():
-                report.driver_errors.append(
-                    f"{role} {out.name}: no summary (exit {proc.returncode})"
-                )
-                continue
-            summary: dict[str, Any] = json.loads(out.read_text())
-            report.requests += summary["requests"]
-            report.tally.update(summary["tally"])
-            for route, seconds in summary["latency"].items():
-                report.latency.setdefault(route, []).extend(seconds)
-            report.unexpected += summary["unexpected"]
-            report.no_answer += summary["no_answer"]
-            report.driver_errors += [f"{role}-{summary['index']}: {e}" for e in summary["errors"]]
-            report.notes.update({f"{role} {k}": v for k, v in summary["notes"].items()})
-            report.notes[f"{role} seconds"] = max(
-                report.notes[f"{role} seconds"], round(summary["seconds"])
-            )
-        # Quiet now: one reaper pass, then every check.
-        with app_on(url, records, **{"lease.renew_seconds": RENEW_SECONDS}) as app:
-            reap_pass(app.extensions["mediator"])
-        with connect(url) as sql:
-            report.final_violations = check_settled(sql)
-        report.rows = _rows(url)
-        server.proc.send_signal(signal.SIGINT)  # quick shutdown: nothing is left to serve
-        server.proc.wait(20)
+    with contextlib.ExitStack() as servers:
+        for d in host_dirs:
+            d.mkdir(parents=True, exist_ok=True)
+        live = [servers.enter_context(gunicorn_on(url, d, **env)) for d in host_dirs]
+        _storm(url, workdir, host_dirs, live, seed, plan, store, report)
     report.seconds = time.monotonic() - started
     return report
+
+
+def _storm(
+    url: str,
+    workdir: Path,
+    host_dirs: list[Path],
+    live: list[LiveServer],
+    seed: int,
+    plan: Plan,
+    store: dict[str, str],
+    report: StormReport,
+) -> None:
+    stop = threading.Event()
+    sampler = threading.Thread(target=_sampler, args=(url, report, stop), daemon=True)
+    sampler.start()
+    procs: list[tuple[str, Path, subprocess.Popen[bytes]]] = []
+    child_env = dict(os.environ, PYTHONPATH=str(ROOT))
+    try:
+        for role, index, extra in plan.drivers():
+            out = workdir / f"{role}-{index}.json"
+            records = host_dirs[index % len(host_dirs)] / "records"
+            args = [
+                sys.executable,
+                "-m",
+                "tests.storm.driver",
+                role,
+                f"--index={index}",
+                f"--seed={seed}",
+                f"--url={','.join(s.url for s in live)}",
+                f"--token={TOKEN}",
+                f"--db={url}",
+                f"--records={records}",
+                f"--out={out}",
+                f"--renew={RENEW_SECONDS}",
+                f"--store={json.dumps(store)}",
+                *extra,
+            ]
+            if plan.seconds and role != "reaper":
+                args.append(f"--seconds={plan.seconds}")
+            if plan.deadline and role != "reaper":
+                args.append(f"--deadline={plan.deadline}")
+            with open(workdir / f"{role}-{index}.log", "wb") as log:
+                proc = subprocess.Popen(args, cwd=ROOT, env=child_env, stderr=log)
+            procs.append((role, out, proc))
+        limit = (plan.seconds or plan.deadline or 600) + 60
+        for role, _, proc in procs:
+            if role != "reaper":
+                proc.wait(limit)
+        for role, _, proc in procs:
+            if role == "reaper":
+                proc.send_signal(signal.SIGTERM)
+        for _, _, proc in procs:
+            proc.wait(30)
+    finally:
+        for _, _, proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        stop.set()
+        sampler.join(10)
+    for role, out, proc in procs:
+        if not out.exists():
+            report.driver_errors.append(f"{role} {out.name}: no summary (exit {proc.returncode})")
+            continue
+        summary: dict[str, Any] = json.loads(out.read_text())
+        report.requests += summary["requests"]
+        report.tally.update(summary["tally"])
+        for route, seconds in summary["latency"].items():
+            report.latency.setdefault(route, []).extend(seconds)
+        report.unexpected += summary["unexpected"]
+        report.no_answer += summary["no_answer"]
+        report.driver_errors += [f"{role}-{summary['index']}: {e}" for e in summary["errors"]]
+        report.notes.update({f"{role} {k}": v for k, v in summary["notes"].items()})
+        report.notes[f"{role} seconds"] = max(
+            report.notes[f"{role} seconds"], round(summary["seconds"])
+        )
+    # Quiet now: one reaper pass, then every check.
+    records = host_dirs[0] / "records"
+    with app_on(url, records, **{"lease.renew_seconds": RENEW_SECONDS}, **store) as app:
+        reap_pass(app.extensions["mediator"])
+    with connect(url) as sql:
+        report.final_violations = check_settled(sql)
+    report.rows = _rows(url)
+    for server in live:
+        server.proc.send_signal(signal.SIGINT)  # quick shutdown: nothing is left to serve
+    for server in live:
+        server.proc.wait(20)

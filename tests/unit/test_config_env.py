@@ -75,6 +75,7 @@ def test_a_variable_the_mediator_reads_is_not_warned_about(name, tmp_path):
         "MEDIATOR_METRICS_REQUIRE_TOKEN": "false",
         "MEDIATOR_UI_REQUIRE_TOKEN": "false",
         "MEDIATOR_CONTRACT_CAPABILITIES": "board",
+        "MEDIATOR_RECORDS_BACKEND": "filesystem",
     }.get(name, "7")
     if name == "MEDIATOR_CONFIG":
         (tmp_path / "absent-but-named.yaml").write_text("{}\n")
