@@ -128,7 +128,7 @@ KEYS: tuple[Key, ...] = (
     # several hosts need. The store's credentials come from the AWS chain, never from here.
     Key("records.backend", "filesystem", _str, _one_of("filesystem", "s3")),
     Key("records.s3.bucket", None, _str),
-    Key("records.s3.prefix", "", _str),
+    Key("records.s3.prefix", None, _str),
     Key("records.s3.endpoint_url", None, _str),
     Key("max_blob_bytes", 10 * 1024 * 1024, _int, _positive),
     Key("max_body_bytes", 1024 * 1024, _int, _positive),
