@@ -168,11 +168,6 @@ def requires_node(node_id: str) -> None:
         raise Forbidden(f"token may not act for node {node_id}")
 
 
-def doc_json(schema: type, description: str = "ok") -> dict[str, Any]:
-    """An OpenAPI response entry whose body is ``schema`` (for ``@blp.doc(responses=...)``)."""
-    return {"description": description, "content": {"application/json": {"schema": schema}}}
-
-
 def make_blueprint(name: str, description: str) -> MediatorBlueprint:
     blp = MediatorBlueprint(name, __name__, url_prefix="/v1", description=description)
 

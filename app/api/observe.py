@@ -7,10 +7,10 @@ from typing import Any
 
 from flask import request
 
-from app.api.common import ctx, doc_json, make_blueprint, query_text
+from app.api.common import ctx, make_blueprint, query_text
+from app.api.openapi import RUN_ID, json_reply, operation
 from app.api.schemas import (
     CapabilitiesSchema,
-    ErrorBodySchema,
     EventsSchema,
     NodeListSchema,
     RunListQuerySchema,
@@ -26,16 +26,24 @@ blp = make_blueprint("observe", "Read runs, nodes and capabilities")
 MAX_LIMIT = 1000
 
 
-@blp.route("/runs/<run_id>", methods=["GET"])
+@blp.route("/runs/<run_id>", methods=["GET"], parameters=[RUN_ID])
 @blp.doc(
-    responses={"200": doc_json(RunViewSchema), "404": doc_json(ErrorBodySchema, "unknown run")}
+    **operation(
+        {200: json_reply(RunViewSchema, "the run view; while QUEUED, why it waits")},
+        {404: "no such run"},
+    )
 )
 def get_run(run_id: str) -> dict[str, Any]:
     return run_view(ctx(), run_id)
 
 
-@blp.route("/runs/<run_id>/events", methods=["GET"])
-@blp.doc(responses={"200": doc_json(EventsSchema), "404": doc_json(ErrorBodySchema, "unknown run")})
+@blp.route("/runs/<run_id>/events", methods=["GET"], parameters=[RUN_ID])
+@blp.doc(
+    **operation(
+        {200: json_reply(EventsSchema, "the run's state changes, oldest first")},
+        {404: "no such run"},
+    )
+)
 def get_events(run_id: str) -> dict[str, Any]:
     return events_of(ctx(), run_id)
 
@@ -43,19 +51,21 @@ def get_events(run_id: str) -> dict[str, Any]:
 def _limit(text: str | None) -> int:
     if text is None:
         return 100
-    # ASCII digits only: int() would also take "1_000" and other scripts' digits.
-    if not re.fullmatch(r"[+-]?[0-9]{1,12}", text.strip()):
+    # ASCII digits only: int() would also take "1_000" and other scripts' digits. Any positive
+    # integer is clamped, however long; only its first digits are read.
+    match = re.fullmatch(r"([+-]?)0*([0-9]{1,100})", text.strip())
+    if match is None or int(match[2]) == 0 or match[1] == "-":
         raise BadRequest(f"limit must be a positive integer, got {text!r}")
-    value = int(text)
-    if value <= 0:
-        raise BadRequest(f"limit must be a positive integer, got {text!r}")
-    return min(value, MAX_LIMIT)
+    return min(int(match[2][:12]) if len(match[2]) <= 12 else MAX_LIMIT, MAX_LIMIT)
 
 
 @blp.route("/runs", methods=["GET"])
 @blp.doc(
-    parameters=[{"in": "query", "schema": RunListQuerySchema}],
-    responses={"200": doc_json(RunListSchema), "400": doc_json(ErrorBodySchema, "bad filter")},
+    **operation(
+        {200: json_reply(RunListSchema, "runs, newest first; next is the cursor of the next page")},
+        {400: "a bad filter: since or before not a time, limit not a positive integer"},
+        parameters=[{"in": "query", "schema": RunListQuerySchema}],
+    )
 )
 def get_runs() -> dict[str, Any]:
     # A state no run can have (runctl offers CANCELLED) lists no runs (SPEC §19.8).
@@ -93,10 +103,10 @@ def get_runs() -> dict[str, Any]:
 
 @blp.route("/nodes", methods=["GET"])
 @blp.doc(
-    responses={
-        "200": doc_json(NodeListSchema),
-        "400": doc_json(ErrorBodySchema, "any query parameter"),
-    }
+    **operation(
+        {200: json_reply(NodeListSchema, "live nodes, and nodes that still hold a lease")},
+        {400: "any query parameter"},
+    )
 )
 def get_nodes() -> dict[str, Any]:
     if request.args:
@@ -107,6 +117,6 @@ def get_nodes() -> dict[str, Any]:
 
 
 @blp.route("/capabilities", methods=["GET"])
-@blp.doc(responses={"200": doc_json(CapabilitiesSchema)})
+@blp.doc(**operation({200: json_reply(CapabilitiesSchema, "each capability over live adverts")}))
 def get_capabilities() -> dict[str, Any]:
     return capabilities(ctx())
