@@ -37,6 +37,18 @@ def get_run(run_id: str) -> dict[str, Any]:
     return run_view(ctx(), run_id)
 
 
+@blp.route("/runs/dry-run", methods=["GET"])
+@blp.doc(
+    **operation(
+        {200: json_reply(RunViewSchema, "the view of the run whose run_id is dry-run")},
+        {404: "no such run"},
+        description="GET /v1/runs/{run_id} for the run_id dry-run, which this path also is.",
+    )
+)
+def get_run_dry_run() -> dict[str, Any]:
+    return run_view(ctx(), "dry-run")
+
+
 @blp.route("/runs/<run_id>/events", methods=["GET"], parameters=[RUN_ID])
 @blp.doc(
     **operation(
@@ -51,12 +63,13 @@ def get_events(run_id: str) -> dict[str, Any]:
 def _limit(text: str | None) -> int:
     if text is None:
         return 100
-    # ASCII digits only: int() would also take "1_000" and other scripts' digits. Any positive
-    # integer is clamped, however long; only its first digits are read.
-    match = re.fullmatch(r"([+-]?)0*([0-9]{1,100})", text.strip())
-    if match is None or int(match[2]) == 0 or match[1] == "-":
+    # ASCII digits only: int() would also take "1_000" and other scripts' digits.
+    if not re.fullmatch(r"[+-]?[0-9]{1,12}", text.strip()):
         raise BadRequest(f"limit must be a positive integer, got {text!r}")
-    return min(int(match[2][:12]) if len(match[2]) <= 12 else MAX_LIMIT, MAX_LIMIT)
+    value = int(text)
+    if value <= 0:
+        raise BadRequest(f"limit must be a positive integer, got {text!r}")
+    return min(value, MAX_LIMIT)
 
 
 @blp.route("/runs", methods=["GET"])

@@ -210,20 +210,23 @@ class RunListQuerySchema(Schema):
         metadata={"description": "exact state; one no run has lists none"},
     )
     since = fields.String(
-        metadata={"format": "date-time", "description": "RFC 3339, inclusive on created_at"}
+        metadata={
+            "anyOf": [{"format": "date-time"}, {"maxLength": 0}],
+            "description": "RFC 3339, inclusive on created_at; empty is no filter",
+        }
     )
     work = fields.String(
         validate=validate.Regexp(r"^[^\x00]*$"), metadata={"description": "a work_id"}
     )
     limit = fields.Integer(
-        validate=validate.Range(min=1),
+        validate=validate.Range(min=1, max=999_999_999_999),
         metadata={"description": "default 100; above 1000 is 1000", "default": 100},
     )
     before = fields.String(
         metadata={
-            "format": "run-cursor",
+            "anyOf": [{"format": "run-cursor"}, {"maxLength": 0}],
             "description": "paging cursor <created_at>,<run_id> (an RFC 3339 time, a comma and "
-            "a run_id): the next of the previous page",
+            "a run_id): the next of the previous page; empty is the first page",
         },
     )
 
@@ -299,6 +302,16 @@ class ErrorBodySchema(Schema):
     error = fields.Nested(ErrorDetailSchema, required=True)
 
 
+class JSONInteger(fields.Integer):
+    """An integer as JSON has it: ``3184.0`` is the number 3184 (JSON Schema says so too), while
+    ``1.5``, ``true`` and ``"3"`` are not integers."""
+
+    def _deserialize(self, value: Any, attr: Any, data: Any, **kwargs: Any) -> Any:
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        return super()._deserialize(value, attr, data, **kwargs)
+
+
 class ResultSchema(AgentBody):
     """``POST …/steps/{seq}/result`` from a node agent. Only the fields the Mediator decides on
     (``node``, ``exit_code``, ``produced``) are refused for their type; ``error`` of any length
@@ -311,7 +324,7 @@ class ResultSchema(AgentBody):
     node = fields.String(required=True, validate=NAME)
     # Any exit code an operating system reports (Windows: 0xC0000005 is 3221225477); the column
     # is a bigint, so beyond 64 bits is a 400 (SPEC §18).
-    exit_code = fields.Integer(
+    exit_code = JSONInteger(
         allow_none=True,
         strict=True,
         validate=validate.Range(min=INT64_MIN, max=INT64_MAX, error=INT64_ERROR),
