@@ -228,7 +228,7 @@ class DispatchSchema(Closed):
     to = _names(
         required=True,
         validate=validate.Length(min=2),
-        metadata={"uniqueItems": True, "description": "later step ids; one is chosen"},
+        metadata={"description": "later step ids, each once; one is chosen"},
     )
 
 
@@ -302,7 +302,7 @@ class StepSchema(Open):
     in_ = fields.Nested(StepInSchema, data_key="in")
     feedback = fields.List(fields.String())
     see = fields.Nested(SeeSchema)
-    out = _artifacts(metadata={"uniqueItems": True})
+    out = _artifacts(metadata={"description": "artifact names, each once"})
     schema = fields.Dict(
         keys=fields.String(),
         values=fields.Nested(ArtifactSchemaSchema),
