@@ -11,7 +11,6 @@ from typing import Any
 
 import structlog
 from flask import Flask, Response, g, jsonify, request
-from flask_smorest import Api
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from werkzeug.exceptions import HTTPException
@@ -117,7 +116,7 @@ def create_app(config: Config | Mapping[str, Any] | None = None) -> Flask:
     app.config.update(
         API_TITLE="Mediator",
         API_VERSION="1",
-        OPENAPI_VERSION="3.0.3",
+        OPENAPI_VERSION="3.1.0",
         OPENAPI_URL_PREFIX="/v1",
         OPENAPI_JSON_PATH="openapi.json",
         MAX_CONTENT_LENGTH=max(cfg["max_body_bytes"], cfg["max_blob_bytes"]),
@@ -127,13 +126,14 @@ def create_app(config: Config | Mapping[str, Any] | None = None) -> Flask:
     guard = SchemaGuard(context)
     app.extensions["mediator.schema"] = guard
 
-    api = Api(app)
     from app.api import asks, cancel, health, nodes, observe, records, results, status, submit
     from app.api.auth import authorise_request
+    from app.api.openapi import make_api
 
-    for module in (submit, cancel, results, nodes, asks, observe, records):
+    api = make_api(app)
+
+    for module in (submit, cancel, results, nodes, asks, observe, records, health):
         api.register_blueprint(module.blp)
-    app.register_blueprint(health.blp)
     app.register_blueprint(status.blp)  # the status page at /
     register_error_handlers(app)  # after Api(): ours replace smorest's error body
 

@@ -4,29 +4,49 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.api.common import bounded_body, caller, ctx, doc_json, make_blueprint
+from app.api.common import bounded_body, caller, ctx, make_blueprint
+from app.api.openapi import PRINCIPAL, RUN_ID, SEQ, json_reply, operation
 from app.api.results import _seq
-from app.api.schemas import AsksSchema, ErrorBodySchema, ResultReplySchema
+from app.api.schemas import AsksSchema, ResultReplySchema
 from app.services.asks import answer, list_asks
 
 blp = make_blueprint("asks", "People answer the questions steps ask")
 
+_ANSWER_BODY = {
+    "description": "the answer: any JSON value, which must satisfy the ask's schema if it has one",
+    "required": True,
+    "content": {"application/json": {"schema": {}}},
+}
+
 
 @blp.route("/asks", methods=["GET"])
-@blp.doc(responses={"200": doc_json(AsksSchema)})
+@blp.doc(
+    **operation(
+        {200: json_reply(AsksSchema, "the open asks; can_answer says whether the caller may")},
+        roles=("answerer", "reader", "operator"),
+        parameters=[PRINCIPAL],
+    )
+)
 def get_asks() -> dict[str, Any]:
     return list_asks(ctx(), caller())
 
 
-@blp.route("/runs/<run_id>/steps/<seq>/answer", methods=["POST"])
+@blp.route("/runs/<run_id>/steps/<seq>/answer", methods=["POST"], parameters=[RUN_ID, SEQ])
 @blp.doc(
-    responses={
-        "200": doc_json(ResultReplySchema),
-        "403": doc_json(ErrorBodySchema, "not an allowed answerer"),
-        "409": doc_json(ErrorBodySchema, "no open ask"),
-        "413": doc_json(ErrorBodySchema),
-        "422": doc_json(ErrorBodySchema, "schema violation"),
-    }
+    requestBody=_ANSWER_BODY,
+    **operation(
+        {200: json_reply(ResultReplySchema, "taken, like a result")},
+        {
+            400: "seq is not a positive integer, or the body is not JSON",
+            403: "the token lacks the role (answerer or operator), or the principal is not an "
+            "allowed answerer",
+            409: "no open ask at that step",
+            413: "body over max_blob_bytes",
+            422: "the answer does not satisfy the ask's schema",
+        },
+        roles=("answerer", "operator"),
+        parameters=[PRINCIPAL],
+    ),
 )
 def post_answer(run_id: str, seq: str) -> dict[str, Any]:
     n = _seq(seq)

@@ -60,6 +60,7 @@ ROUTES: dict[tuple[str, str], Access] = {
     ("POST", "/v1/runs"): Access(SUBMITTER),
     ("POST", "/v1/runs/dry-run"): Access(SUBMITTER),
     ("GET", "/v1/runs/<run_id>"): ANY_TOKEN,
+    ("GET", "/v1/runs/dry-run"): ANY_TOKEN,  # the run view of a run named dry-run
     ("GET", "/v1/runs"): ANY_TOKEN,
     ("GET", "/v1/nodes"): ANY_TOKEN,
     ("GET", "/v1/capabilities"): ANY_TOKEN,

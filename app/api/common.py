@@ -120,11 +120,6 @@ def caller() -> Caller:
     return g.caller
 
 
-def doc_json(schema: type, description: str = "ok") -> dict[str, Any]:
-    """An OpenAPI response entry whose body is ``schema`` (for ``@blp.doc(responses=...)``)."""
-    return {"description": description, "content": {"application/json": {"schema": schema}}}
-
-
 def make_blueprint(name: str, description: str) -> MediatorBlueprint:
     """A ``/v1`` blueprint; its requests are authorised by the app's hook (app/api/auth.py)."""
     return MediatorBlueprint(name, __name__, url_prefix="/v1", description=description)

@@ -4,20 +4,40 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Blueprint
+from marshmallow import Schema, fields, validate
 
-from app.api.common import ctx
+from app.api.common import MediatorBlueprint, ctx
+from app.api.openapi import json_reply, operation
 from app.migrate import schema_problem
 
-blp = Blueprint("health", __name__)
+blp = MediatorBlueprint("health", __name__, description="Liveness and readiness, without a token")
 
 
-@blp.get("/healthz")
+class HealthSchema(Schema):
+    status = fields.String(required=True, validate=validate.OneOf(["ok"]))
+
+
+class ReadySchema(Schema):
+    status = fields.String(required=True, validate=validate.OneOf(["ready", "unavailable"]))
+    reason = fields.String(metadata={"description": "why not ready"})
+
+
+@blp.route("/healthz", methods=["GET"])
+@blp.doc(**operation({200: json_reply(HealthSchema, "the process serves")}, token=False))
 def healthz() -> dict[str, Any]:
     return {"status": "ok"}
 
 
-@blp.get("/readyz")
+@blp.route("/readyz", methods=["GET"])
+@blp.doc(
+    **operation(
+        {
+            200: json_reply(ReadySchema, "database reachable and migrated"),
+            503: json_reply(ReadySchema, "not ready: the database is unreachable or behind"),
+        },
+        token=False,
+    )
+)
 def readyz() -> tuple[dict[str, Any], int]:
     try:
         problem = schema_problem(ctx().db.engine)

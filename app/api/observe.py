@@ -7,10 +7,10 @@ from typing import Any
 
 from flask import request
 
-from app.api.common import ctx, doc_json, make_blueprint, query_text
+from app.api.common import ctx, make_blueprint, query_text
+from app.api.openapi import RUN_ID, json_reply, operation
 from app.api.schemas import (
     CapabilitiesSchema,
-    ErrorBodySchema,
     EventsSchema,
     NodeListSchema,
     RunListQuerySchema,
@@ -26,16 +26,36 @@ blp = make_blueprint("observe", "Read runs, nodes and capabilities")
 MAX_LIMIT = 1000
 
 
-@blp.route("/runs/<run_id>", methods=["GET"])
+@blp.route("/runs/<run_id>", methods=["GET"], parameters=[RUN_ID])
 @blp.doc(
-    responses={"200": doc_json(RunViewSchema), "404": doc_json(ErrorBodySchema, "unknown run")}
+    **operation(
+        {200: json_reply(RunViewSchema, "the run view; while QUEUED, why it waits")},
+        {404: "no such run"},
+    )
 )
 def get_run(run_id: str) -> dict[str, Any]:
     return run_view(ctx(), run_id)
 
 
-@blp.route("/runs/<run_id>/events", methods=["GET"])
-@blp.doc(responses={"200": doc_json(EventsSchema), "404": doc_json(ErrorBodySchema, "unknown run")})
+@blp.route("/runs/dry-run", methods=["GET"])
+@blp.doc(
+    **operation(
+        {200: json_reply(RunViewSchema, "the view of the run whose run_id is dry-run")},
+        {404: "no such run"},
+        description="GET /v1/runs/{run_id} for the run_id dry-run, which this path also is.",
+    )
+)
+def get_run_dry_run() -> dict[str, Any]:
+    return run_view(ctx(), "dry-run")
+
+
+@blp.route("/runs/<run_id>/events", methods=["GET"], parameters=[RUN_ID])
+@blp.doc(
+    **operation(
+        {200: json_reply(EventsSchema, "the run's state changes, oldest first")},
+        {404: "no such run"},
+    )
+)
 def get_events(run_id: str) -> dict[str, Any]:
     return events_of(ctx(), run_id)
 
@@ -54,8 +74,11 @@ def _limit(text: str | None) -> int:
 
 @blp.route("/runs", methods=["GET"])
 @blp.doc(
-    parameters=[{"in": "query", "schema": RunListQuerySchema}],
-    responses={"200": doc_json(RunListSchema), "400": doc_json(ErrorBodySchema, "bad filter")},
+    **operation(
+        {200: json_reply(RunListSchema, "runs, newest first; next is the cursor of the next page")},
+        {400: "a bad filter: since or before not a time, limit not a positive integer"},
+        parameters=[{"in": "query", "schema": RunListQuerySchema}],
+    )
 )
 def get_runs() -> dict[str, Any]:
     # A state no run can have (runctl offers CANCELLED) lists no runs (SPEC §19.8).
@@ -93,10 +116,10 @@ def get_runs() -> dict[str, Any]:
 
 @blp.route("/nodes", methods=["GET"])
 @blp.doc(
-    responses={
-        "200": doc_json(NodeListSchema),
-        "400": doc_json(ErrorBodySchema, "any query parameter"),
-    }
+    **operation(
+        {200: json_reply(NodeListSchema, "live nodes, and nodes that still hold a lease")},
+        {400: "any query parameter"},
+    )
 )
 def get_nodes() -> dict[str, Any]:
     if request.args:
@@ -107,6 +130,6 @@ def get_nodes() -> dict[str, Any]:
 
 
 @blp.route("/capabilities", methods=["GET"])
-@blp.doc(responses={"200": doc_json(CapabilitiesSchema)})
+@blp.doc(**operation({200: json_reply(CapabilitiesSchema, "each capability over live adverts")}))
 def get_capabilities() -> dict[str, Any]:
     return capabilities(ctx())

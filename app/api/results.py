@@ -10,11 +10,23 @@ from app.api.common import (
     bounded_body,
     caller,
     ctx,
-    doc_json,
     header_text,
     make_blueprint,
 )
-from app.api.schemas import ClaimSchema, ErrorBodySchema, ResultReplySchema, ResultSchema
+from app.api.openapi import (
+    BLOB_NAME,
+    INSTANCE,
+    LOG_NAME_SCHEMA,
+    NODE_ID,
+    RUN_ID,
+    SEQ,
+    content_reply,
+    empty_reply,
+    header,
+    json_reply,
+    operation,
+)
+from app.api.schemas import ClaimSchema, ResultReplySchema, ResultSchema
 from app.contract import is_valid_id
 from app.errors import BadRequest
 from app.records import LogState
@@ -22,6 +34,22 @@ from app.services.records import append_log, get_blob, put_blob, put_progress, r
 from app.services.results import claim, report_result
 
 blp = make_blueprint("results", "Node agents claim steps and report what they did")
+
+_NODE = ("node", "operator")
+_BYTES_BODY = {
+    "description": "the bytes, as they are",
+    "required": False,
+    "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+}
+_LOG_NAME = {
+    "in": "query",
+    "name": "name",
+    "description": "which log of the step: one file-name segment",
+    "schema": LOG_NAME_SCHEMA,
+}
+_LOG_BYTES = header("the log file's whole length in bytes (the next from=)", {"type": "integer"})
+_LOG_ATTEMPT = header("the attempt the bytes belong to", {"type": "integer"}, required=False)
+_LOG_CAPPED = header("1 once the cap cut the file", {"type": "string", "enum": ["1"]}, False)
 
 
 def _seq(text: str) -> int:
@@ -70,13 +98,26 @@ def _blob_body() -> bytes:
     return bounded_body(ctx().config["max_blob_bytes"])
 
 
-@blp.route("/nodes/<node_id>/claim", methods=["POST"])
+@blp.route("/nodes/<node_id>/claim", methods=["POST"], parameters=[NODE_ID])
 @blp.doc(
-    responses={
-        "200": doc_json(ClaimSchema),
-        "204": {"description": "nothing to do"},
-        "503": doc_json(ErrorBodySchema),
-    }
+    **operation(
+        {
+            200: json_reply(ClaimSchema, "the next step for this node (or the one it holds)"),
+            204: empty_reply("nothing to do within the long-poll window"),
+        },
+        {400: "node_id, wait or X-Enode-Instance is not valid"},
+        roles=_NODE,
+        parameters=[
+            INSTANCE,
+            {
+                "in": "query",
+                "name": "wait",
+                "description": "seconds to wait for a step, at most claim.long_poll_seconds "
+                "(a negative one is 0)",
+                "schema": {"type": "number"},
+            },
+        ],
+    )
 )
 def post_claim(node_id: str) -> Any:
     if not is_valid_id(node_id):  # node ids share the run_id grammar (SPEC §3, §13)
@@ -95,29 +136,64 @@ def post_claim(node_id: str) -> Any:
     return body
 
 
-@blp.route("/runs/<run_id>/steps/<seq>/result", methods=["POST"])
+@blp.route("/runs/<run_id>/steps/<seq>/result", methods=["POST"], parameters=[RUN_ID, SEQ])
 @blp.arguments(ResultSchema)
 @blp.doc(
-    responses={
-        "200": doc_json(ResultReplySchema),
-        "409": doc_json(ErrorBodySchema, "not claimed by that node"),
-    }
+    **operation(
+        {200: json_reply(ResultReplySchema, "taken: the step is judged and the run goes on")},
+        {
+            400: "seq is not a positive integer, or node, exit_code or produced has the wrong "
+            "type (other fields are never refused)",
+            409: "the step is not claimed by that node (or the lease nonce is not current)",
+            413: "body over max_body_bytes",
+        },
+        roles=_NODE,
+    )
 )
 def post_result(body: dict[str, Any], run_id: str, seq: str) -> dict[str, Any]:
     return report_result(ctx(), run_id, _seq(seq), body)
 
 
-@blp.route("/runs/<run_id>/steps/<seq>/log", methods=["PUT"])
+@blp.route("/runs/<run_id>/steps/<seq>/log", methods=["PUT"], parameters=[RUN_ID, SEQ])
 @blp.doc(
-    responses={
-        "200": {
-            "description": "appended; X-Enode-Log-Bytes is the file's total length. With "
-            "?progress=1&attempt=N a progress chunk, kept apart from the log until the seal, "
-            "also answers X-Enode-Log-Attempt (the attempt kept) and X-Enode-Log-Capped: 1"
+    requestBody=_BYTES_BODY,
+    **operation(
+        {
+            200: empty_reply(
+                "appended to the log; with progress=1, a progress chunk kept apart from the log "
+                "until the seal (a chunk of an older attempt than the stored one changes "
+                "nothing), answered with X-Enode-Log-Attempt (the attempt kept)",
+                {
+                    "X-Enode-Log-Bytes": _LOG_BYTES,
+                    "X-Enode-Log-Attempt": _LOG_ATTEMPT,
+                    "X-Enode-Log-Capped": _LOG_CAPPED,
+                },
+            )
         },
-        "400": doc_json(ErrorBodySchema, "bad name or invalid attempt"),
-        "410": doc_json(ErrorBodySchema),
-    }
+        {
+            400: "seq is not a positive integer, name is not valid, or invalid attempt",
+            404: "no such run or step",
+            410: "the run has already finished",
+            413: "body over max_blob_bytes",
+        },
+        roles=_NODE,
+        parameters=[
+            _LOG_NAME,
+            {
+                "in": "query",
+                "name": "progress",
+                "description": "1: the body is a progress chunk (any other value: the log)",
+                "schema": {"type": "string"},
+            },
+            {
+                "in": "query",
+                "name": "attempt",
+                "description": "with progress=1: the 0-based attempt the chunk belongs to, "
+                "at most 9 digits, else 400 invalid attempt",
+                "schema": {"type": "string"},
+            },
+        ],
+    ),
 )
 def put_log(run_id: str, seq: str) -> Response:
     n = _seq(seq)
@@ -132,16 +208,43 @@ def put_log(run_id: str, seq: str) -> Response:
     return resp
 
 
-@blp.route("/runs/<run_id>/steps/<seq>/log", methods=["GET"])
+@blp.route("/runs/<run_id>/steps/<seq>/log", methods=["GET"], parameters=[RUN_ID, SEQ])
 @blp.doc(
-    responses={
-        "200": {
-            "description": "the log from ?from= (text), with X-Enode-Log-Bytes, "
-            "X-Enode-Log-Source (progress before the seal, sealed after), X-Enode-Log-Attempt "
-            "and X-Enode-Log-Capped; a step without a log is empty"
+    **operation(
+        {
+            200: content_reply(
+                "text/plain",
+                "the log's bytes from the offset; a step without a log (or that the run does "
+                "not have) is empty",
+                {
+                    "X-Enode-Log-Bytes": _LOG_BYTES,
+                    "X-Enode-Log-Attempt": header(
+                        "the attempt the bytes belong to", {"type": "integer"}
+                    ),
+                    "X-Enode-Log-Capped": _LOG_CAPPED,
+                    "X-Enode-Log-Source": header(
+                        "progress before the seal, sealed after",
+                        {"type": "string", "enum": ["progress", "sealed"]},
+                    ),
+                },
+            )
         },
-        "404": doc_json(ErrorBodySchema, "no such run"),
-    }
+        {400: "seq is not a positive integer, or name or from is not valid", 404: "no such run"},
+        parameters=[
+            _LOG_NAME,
+            {
+                "in": "query",
+                "name": "from",
+                "description": "a byte offset into the log",
+                "schema": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "maximum": 999_999_999_999_999_999,
+                    "default": 0,
+                },
+            },
+        ],
+    )
 )
 def get_log(run_id: str, seq: str) -> Response:
     n = _seq(seq)
@@ -153,13 +256,22 @@ def get_log(run_id: str, seq: str) -> Response:
     return resp
 
 
-@blp.route("/runs/<run_id>/steps/<seq>/blob/<name>", methods=["PUT"])
+@blp.route(
+    "/runs/<run_id>/steps/<seq>/blob/<name>", methods=["PUT"], parameters=[RUN_ID, SEQ, BLOB_NAME]
+)
 @blp.doc(
-    responses={
-        "204": {"description": "stored"},
-        "413": doc_json(ErrorBodySchema),
-        "422": doc_json(ErrorBodySchema),
-    }
+    requestBody=_BYTES_BODY,
+    **operation(
+        {204: empty_reply("stored, as the step's current attempt")},
+        {
+            400: "seq is not a positive integer, or the name holds a control character",
+            404: "no such run or step, or a name no artifact can have",
+            410: "the run has already finished",
+            413: "body over max_blob_bytes",
+            422: "schema violation: the step's schema for that name refuses the bytes",
+        },
+        roles=_NODE,
+    ),
 )
 def put_blob_route(run_id: str, seq: str, name: str) -> Response:
     n = _seq(seq)
@@ -167,12 +279,18 @@ def put_blob_route(run_id: str, seq: str, name: str) -> Response:
     return Response(status=204)
 
 
-@blp.route("/runs/<run_id>/blob/<name>", methods=["GET"])
+@blp.route("/runs/<run_id>/blob/<name>", methods=["GET"], parameters=[RUN_ID, BLOB_NAME])
 @blp.doc(
-    responses={
-        "200": {"description": "the newest attempt of that name"},
-        "404": doc_json(ErrorBodySchema),
-    }
+    **operation(
+        {
+            200: content_reply(
+                "application/octet-stream",
+                "the newest attempt of that name (among the steps that declare it in out, "
+                "else among all the run's blobs)",
+            )
+        },
+        {404: "no such run, or no such blob"},
+    )
 )
 def get_blob_route(run_id: str, name: str) -> Response:
     return Response(get_blob(ctx(), run_id, name), status=200, mimetype="application/octet-stream")

@@ -6,12 +6,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from marshmallow import EXCLUDE, INCLUDE, Schema, fields, pre_load, validate
+from marshmallow import EXCLUDE, RAISE, Schema, fields, pre_load, validate
 
-NAME = validate.And(validate.Length(min=1, max=200), validate.Regexp(r"^[A-Za-z0-9._:@-]+$"))
+NAME = [validate.Length(min=1, max=200), validate.Regexp(r"^[A-Za-z0-9._:@-]+$")]
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 INT64_ERROR = "must be a signed 64-bit integer, got {input}"
-CAPABILITY = validate.And(validate.Length(min=1, max=200), validate.Regexp(r"^[a-z][a-z0-9._-]*$"))
+CAPABILITY = [validate.Length(min=1, max=200), validate.Regexp(r"^[a-z][a-z0-9._-]*$")]
 
 
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
@@ -80,126 +80,236 @@ class NodeAdvertSchema(AgentBody):
     policy = fields.Nested(PolicySchema, allow_none=True)
 
 
-class LeaseSchema(Schema):
-    run_id = fields.String()
-    node = fields.String()
-    capability = fields.String()
-    not_after = fields.String(metadata={"format": "date-time"})
-    nonce = fields.String()
-
-
-class AdvertReplySchema(Schema):
-    leases = fields.List(fields.Nested(LeaseSchema))
-    renew_seconds = fields.Integer()
-    drain = fields.String()
-
-
-class ContractSchema(Schema):
-    """The run contract (SPEC §3). Documented here; validated by ``app.contract`` in a fixed
-    order so that the first failure names its field and value."""
+class Reply(Schema):
+    """A response body. Fields the Mediator adds later may appear: clients ignore what they do
+    not know."""
 
     class Meta:
-        unknown = INCLUDE
-
-    run_id = fields.String(required=True, validate=NAME)
-    work = fields.Dict()
-    requires = fields.List(fields.Dict(), required=True)
-    steps = fields.List(fields.Dict(), required=True)
-    success_when = fields.List(fields.Dict())
-    ledger = fields.Dict()
-    queue = fields.Dict()
+        unknown = EXCLUDE
 
 
-class AssignedNodeSchema(Schema):
-    node = fields.String()
-    label = fields.String(allow_none=True)
+def _ts(**kw: Any) -> fields.String:
+    return fields.String(metadata={"format": "date-time", **kw.pop("metadata", {})}, **kw)
 
 
-class AssignedSchema(Schema):
-    as_ = fields.String(data_key="as")
-    nodes = fields.List(fields.Nested(AssignedNodeSchema))
+class LeaseSchema(Reply):
+    run_id = fields.String(required=True)
+    node = fields.String(required=True)
+    capability = fields.String(required=True, allow_none=True)
+    not_after = _ts(required=True, allow_none=True)
+    nonce = fields.String(required=True, allow_none=True)
 
 
-class StepViewSchema(Schema):
-    seq = fields.Integer()
-    id = fields.String()
-    kind = fields.String()
-    state = fields.String()
+class AdvertReplySchema(Reply):
+    leases = fields.List(fields.Nested(LeaseSchema), required=True)
+    renew_seconds = fields.Integer(required=True)
+    drain = fields.String(required=True)
+
+
+class AssignedNodeSchema(Reply):
+    node = fields.String(required=True)
+    label = fields.String(required=True, allow_none=True)
+
+
+class AssignedSchema(Reply):
+    as_ = fields.String(data_key="as", required=True)
+    nodes = fields.List(fields.Nested(AssignedNodeSchema), required=True)
+
+
+class StepViewSchema(Reply):
+    seq = fields.Integer(required=True)
+    id = fields.String(required=True)
+    kind = fields.String(required=True, validate=validate.OneOf(["run", "agent", "ask", "acquire"]))
+    state = fields.String(required=True)
     uses = fields.String()
     node = fields.String()
-    needs = fields.List(fields.String())
-    attempt = fields.Integer()
-    chosen = fields.Boolean()
-    started_at = fields.String(metadata={"format": "date-time"})
-    ended_at = fields.String(metadata={"format": "date-time"})
+    needs = fields.List(fields.String(), required=True)
+    attempt = fields.Integer(metadata={"description": "0-based; omitted when 0"})
+    chosen = fields.Boolean(required=True)
+    started_at = _ts()
+    ended_at = _ts()
+    error = fields.String()
+    exit_code = fields.Integer()
 
 
-class RunViewSchema(Schema):
-    run_id = fields.String()
-    state = fields.String()
+class CandidatesSchema(Reply):
+    live = fields.Integer(required=True)
+    busy = fields.Integer(required=True)
+    draining = fields.Integer(required=True)
+
+
+class RoleViewSchema(Reply):
+    """A role as the run view shows it: attributes nested; while QUEUED, its candidates."""
+
+    as_ = fields.String(data_key="as", required=True)
+    capability = fields.String(required=True)
+    count = fields.Integer()
+    attrs = fields.Dict(keys=fields.String(), values=fields.String(), required=True)
+    candidates = fields.Nested(CandidatesSchema)
+    held_by = fields.List(fields.String(), metadata={"description": "runs holding busy nodes"})
+
+
+class QueuePlaceSchema(Reply):
+    position = fields.Integer(required=True)
+    ahead = fields.Integer(required=True)
+
+
+class RejectSchema(Reply):
+    Code = fields.Integer(required=True)
+    As = fields.String(required=True)
+    Reason = fields.String(required=True)
+
+
+class VerdictSchema(Reply):
+    state = fields.String(required=True)
+    checks = fields.List(fields.Raw(), required=True)
+    fleet = fields.Raw()
+
+
+class RunSummarySchema(Reply):
+    run_id = fields.String(required=True)
+    state = fields.String(required=True)
+    created_at = _ts(required=True)
     work_id = fields.String()
     principal = fields.String()
-    created_at = fields.String(metadata={"format": "date-time"})
-    ended_at = fields.String(metadata={"format": "date-time"})
+    ended_at = _ts()
+
+
+class RunViewSchema(RunSummarySchema):
     assigned = fields.List(fields.Nested(AssignedSchema))
-    reject = fields.Dict()
-    verdict = fields.Dict()
-    steps = fields.List(fields.Nested(StepViewSchema))
+    reject = fields.Nested(RejectSchema)
+    verdict = fields.Nested(VerdictSchema)
+    steps = fields.List(fields.Nested(StepViewSchema), required=True)
     warnings = fields.List(fields.String())
-    requires = fields.List(fields.Dict())
-    candidates_at = fields.String(metadata={"format": "date-time"})
-    queue = fields.Dict()
+    requires = fields.List(fields.Nested(RoleViewSchema), required=True)
+    candidates_at = _ts(metadata={"description": "while QUEUED"})
+    queue = fields.Nested(QueuePlaceSchema, metadata={"description": "while QUEUED"})
 
 
-class DryRunSchema(Schema):
-    run_id = fields.String()
-    state = fields.String()
-    assigned = fields.List(fields.Nested(AssignedSchema))
-    warnings = fields.List(fields.String())
+class DryRunSchema(Reply):
+    run_id = fields.String(required=True)
+    state = fields.String(required=True, validate=validate.OneOf(["DRY_RUN"]))
+    assigned = fields.List(fields.Nested(AssignedSchema), required=True)
+    warnings = fields.List(fields.String(), required=True)
 
 
-class RunListSchema(Schema):
-    observed_at = fields.String(metadata={"format": "date-time"})
-    runs = fields.List(fields.Dict())
-    next = fields.String()
+class RunListSchema(Reply):
+    observed_at = _ts(required=True)
+    runs = fields.List(fields.Nested(RunSummarySchema), required=True)
+    next = fields.String(metadata={"description": "the before= of the next page, when full"})
 
 
 class RunListQuerySchema(Schema):
+    """``GET /v1/runs``; unknown parameters are ignored (SPEC §14). Parsed by the view."""
+
     class Meta:
-        unknown = EXCLUDE  # SPEC §14: unknown parameters ignored
+        unknown = EXCLUDE
 
-    state = fields.String()
-    since = fields.String()
-    work = fields.String()
-    limit = fields.String()
-    before = fields.String()
+    state = fields.String(
+        validate=validate.Regexp(r"^[^\x00]*$"),
+        metadata={"description": "exact state; one no run has lists none"},
+    )
+    since = fields.String(
+        metadata={
+            "anyOf": [{"format": "date-time"}, {"maxLength": 0}],
+            "description": "RFC 3339, inclusive on created_at; empty is no filter",
+        }
+    )
+    work = fields.String(
+        validate=validate.Regexp(r"^[^\x00]*$"), metadata={"description": "a work_id"}
+    )
+    limit = fields.Integer(
+        validate=validate.Range(min=1, max=999_999_999_999),
+        metadata={"description": "default 100; above 1000 is 1000", "default": 100},
+    )
+    before = fields.String(
+        metadata={
+            "anyOf": [{"format": "run-cursor"}, {"maxLength": 0}],
+            "description": "paging cursor <created_at>,<run_id> (an RFC 3339 time, a comma and "
+            "a run_id): the next of the previous page; empty is the first page",
+        },
+    )
 
 
-class RunStateSchema(Schema):
-    run_id = fields.String()
-    state = fields.String()
+class RunStateSchema(Reply):
+    run_id = fields.String(required=True)
+    state = fields.String(required=True)
 
 
-class NodeListSchema(Schema):
-    observed_at = fields.String(metadata={"format": "date-time"})
-    nodes = fields.List(fields.Dict())
+class NodeLeaseSchema(Reply):
+    run_id = fields.String(required=True)
+    not_after = _ts(required=True)
 
 
-class CapabilitiesSchema(Schema):
-    capabilities = fields.List(fields.Dict())
+class AdvertisedCapabilitySchema(Reply):
+    capability = fields.String(required=True)
+    attrs = fields.Dict(keys=fields.String(), values=fields.String(), required=True)
 
 
-class EventsSchema(Schema):
-    events = fields.List(fields.Dict())
+class NodeViewSchema(Reply):
+    node_id = fields.String(required=True)
+    label = fields.String(required=True, allow_none=True)
+    instance = fields.String(required=True, allow_none=True)
+    capabilities = fields.List(fields.Nested(AdvertisedCapabilitySchema), required=True)
+    seen_at = _ts(required=True)
+    expires_at = _ts(required=True)
+    live = fields.Boolean(required=True)
+    lease = fields.Nested(NodeLeaseSchema, required=True, allow_none=True)
+    draining = fields.String(required=True)
+
+
+class NodeListSchema(Reply):
+    observed_at = _ts(required=True)
+    nodes = fields.List(fields.Nested(NodeViewSchema), required=True)
+
+
+class CapabilityViewSchema(Reply):
+    capability = fields.String(required=True)
+    nodes = fields.Integer(required=True)
+    attrs = fields.Dict(keys=fields.String(), values=fields.List(fields.String()), required=True)
+
+
+class CapabilitiesSchema(Reply):
+    capabilities = fields.List(fields.Nested(CapabilityViewSchema), required=True)
+
+
+class EventSchema(Reply):
+    at = _ts(required=True)
+    from_ = fields.String(data_key="from", required=True, allow_none=True)
+    to = fields.String(required=True)
+    cause = fields.String(required=True, allow_none=True)
+    by = fields.String(required=True, allow_none=True)
+
+
+class EventsSchema(Reply):
+    events = fields.List(fields.Nested(EventSchema), required=True)
 
 
 class ErrorDetailSchema(Schema):
-    code = fields.Integer()
-    reason = fields.String()
+    class Meta:
+        unknown = RAISE
+
+    code = fields.Integer(required=True, metadata={"description": "the HTTP status"})
+    reason = fields.String(required=True, metadata={"description": "names the field at fault"})
 
 
 class ErrorBodySchema(Schema):
-    error = fields.Nested(ErrorDetailSchema)
+    """Every error the Mediator answers: ``{"error": {"code", "reason"}}``."""
+
+    class Meta:
+        unknown = RAISE
+
+    error = fields.Nested(ErrorDetailSchema, required=True)
+
+
+class JSONInteger(fields.Integer):
+    """An integer as JSON has it: ``3184.0`` is the number 3184 (JSON Schema says so too), while
+    ``1.5``, ``true`` and ``"3"`` are not integers."""
+
+    def _deserialize(self, value: Any, attr: Any, data: Any, **kwargs: Any) -> Any:
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        return super()._deserialize(value, attr, data, **kwargs)
 
 
 class ResultSchema(AgentBody):
@@ -214,7 +324,7 @@ class ResultSchema(AgentBody):
     node = fields.String(required=True, validate=NAME)
     # Any exit code an operating system reports (Windows: 0xC0000005 is 3221225477); the column
     # is a bigint, so beyond 64 bits is a 400 (SPEC §18).
-    exit_code = fields.Integer(
+    exit_code = JSONInteger(
         allow_none=True,
         strict=True,
         validate=validate.Range(min=INT64_MIN, max=INT64_MAX, error=INT64_ERROR),
@@ -234,39 +344,75 @@ class ResultSchema(AgentBody):
     nonce = fields.String(allow_none=True, validate=validate.Length(max=200))
 
 
-class ResultReplySchema(Schema):
-    run_id = fields.String()
-    seq = fields.Integer()
-    run_state = fields.String()
-    rolled_back = fields.Boolean()
+class ResultReplySchema(Reply):
+    run_id = fields.String(required=True)
+    seq = fields.Integer(required=True)
+    run_state = fields.String(
+        metadata={"description": "the run's state once it ended with this step, else empty"}
+    )
+    rolled_back = fields.Boolean(metadata={"description": "true: the step was reset to retry"})
 
 
-class ClaimSchema(Schema):
-    step_id = fields.String()
-    run_id = fields.String()
-    seq = fields.Integer()
-    name = fields.String()
-    uses = fields.String()
-    kind = fields.String()
+class ClaimSchema(Reply):
+    """The step as the node agent runs it: its kind's body under the kind's own key."""
+
+    step_id = fields.String(required=True, metadata={"example": "kernel-4711-boot#01"})
+    run_id = fields.String(required=True)
+    seq = fields.Integer(required=True)
+    name = fields.String(required=True, metadata={"description": "the step's id"})
+    uses = fields.String(required=True, allow_none=True)
+    kind = fields.String(required=True, validate=validate.OneOf(["run", "agent"]))
     run = fields.List(fields.String())
     agent = fields.Dict()
-    env = fields.List(fields.String())
-    collect = fields.Dict()
+    env = fields.List(fields.String(), required=True)
+    collect = fields.Dict(keys=fields.String(), values=fields.String(), required=True)
     workspace = fields.Dict()
-    in_ = fields.Dict(data_key="in")
-    out = fields.List(fields.String())
-    schema = fields.Dict()
-    attempt = fields.Integer()
-    requester = fields.String(allow_none=True)
+    in_ = fields.Dict(data_key="in", required=True)
+    out = fields.List(fields.String(), required=True)
+    schema = fields.Dict(required=True)
+    attempt = fields.Integer(metadata={"description": "0-based; omitted when 0"})
+    requester = fields.String(required=True, allow_none=True)
+    envelope_key = fields.String(allow_none=True)
     feedback = fields.List(fields.String())
     check_changed = fields.List(fields.String())
     ledger = fields.List(fields.Dict())
-    lease = fields.Nested(LeaseSchema)
+    lease = fields.Nested(LeaseSchema, required=True)
 
 
-class AsksSchema(Schema):
-    asks = fields.List(fields.Dict())
+class ShownSchema(Reply):
+    name = fields.String(required=True)
+    content = fields.Raw(metadata={"description": "a JSON artifact as itself, else text"})
+    truncated = fields.Boolean()
+    missing = fields.Boolean()
 
 
-class LedgerSchema(Schema):
-    entries = fields.List(fields.Dict())
+class AskViewSchema(Reply):
+    run_id = fields.String(required=True)
+    seq = fields.Integer(required=True)
+    step = fields.String(required=True)
+    prompt = fields.String(required=True, allow_none=True)
+    schema = fields.Dict(required=True, allow_none=True)
+    asked_at = _ts(required=True, allow_none=True)
+    can_answer = fields.Boolean(required=True)
+    answerers = fields.List(fields.String())
+    deadline = _ts()
+    shown = fields.List(fields.Nested(ShownSchema))
+
+
+class AsksSchema(Reply):
+    asks = fields.List(fields.Nested(AskViewSchema), required=True)
+
+
+class LedgerEntrySchema(Reply):
+    seq = fields.Integer(required=True)
+    attempt = fields.Integer(required=True)
+    name = fields.String(required=True)
+    by = fields.String(required=True, allow_none=True)
+    at = _ts(required=True)
+    bytes = fields.Integer(required=True)
+    schema_ok = fields.Boolean()
+    run_id = fields.String(metadata={"description": "an earlier run of the same work"})
+
+
+class LedgerSchema(Reply):
+    entries = fields.List(fields.Nested(LedgerEntrySchema), required=True)

@@ -6,25 +6,39 @@ from typing import Any
 
 from flask import g
 
-from app.api.common import caller, ctx, doc_json, json_body, make_blueprint
-from app.api.schemas import ContractSchema, DryRunSchema, ErrorBodySchema, RunViewSchema
+from app.api.common import caller, ctx, json_body, make_blueprint
+from app.api.contract_doc import ContractSchema
+from app.api.openapi import PRINCIPAL, json_reply, operation
+from app.api.schemas import DryRunSchema, RunViewSchema
 from app.services.submit import dry_run, submit_run
 
 blp = make_blueprint("submit", "Submit runs and try contracts without storing them")
 
 _CONTRACT_BODY = {"content": {"application/json": {"schema": ContractSchema}}, "required": True}
+_INVALID = (
+    "invalid contract: the reason names the first field at fault and its value (body not "
+    "JSON, not an object, a rule of the contract, or a rule between its steps and roles)"
+)
+_ROLES = ("submitter", "operator")
 
 
 @blp.route("/runs", methods=["POST"])
 @blp.doc(
     requestBody=_CONTRACT_BODY,
-    responses={
-        "200": doc_json(RunViewSchema, "run_id already known"),
-        "201": doc_json(RunViewSchema, "placed: RUNNING"),
-        "202": doc_json(RunViewSchema, "QUEUED"),
-        "400": doc_json(ErrorBodySchema, "invalid contract"),
-        "422": doc_json(ErrorBodySchema, "no candidate or width cap"),
-    },
+    **operation(
+        {
+            200: json_reply(RunViewSchema, "run_id already known: the run as it is"),
+            201: json_reply(RunViewSchema, "placed: RUNNING on the assigned nodes"),
+            202: json_reply(RunViewSchema, "QUEUED: candidates exist but are busy"),
+        },
+        {
+            400: _INVALID,
+            413: "body over max_body_bytes; nothing stored",
+            422: "FAILED at once: no node in the fleet can fill a role, or the width cap",
+        },
+        roles=_ROLES,
+        parameters=[PRINCIPAL],
+    ),
 )
 def post_run() -> tuple[dict[str, Any], int]:
     body = json_body(contract=True)
@@ -37,10 +51,16 @@ def post_run() -> tuple[dict[str, Any], int]:
 @blp.route("/runs/dry-run", methods=["POST"])
 @blp.doc(
     requestBody=_CONTRACT_BODY,
-    responses={
-        "200": doc_json(DryRunSchema, "DRY_RUN"),
-        "422": doc_json(ErrorBodySchema, "no candidate or width cap"),
-    },
+    **operation(
+        {200: json_reply(DryRunSchema, "DRY_RUN: where it would be placed; nothing stored")},
+        {
+            400: _INVALID,
+            413: "body over max_body_bytes",
+            422: "no node in the fleet can fill a role, or the width cap",
+        },
+        roles=_ROLES,
+        parameters=[PRINCIPAL],
+    ),
 )
 def post_dry_run() -> dict[str, Any]:
     return dry_run(ctx(), json_body(contract=True))
