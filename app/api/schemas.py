@@ -149,6 +149,9 @@ class RunViewSchema(Schema):
     requires = fields.List(fields.Dict())
     candidates_at = fields.String(metadata={"format": "date-time"})
     queue = fields.Dict()
+    priority = fields.Integer()
+    reserving = fields.Boolean()
+    reserved = fields.List(fields.String())
 
 
 class DryRunSchema(Schema):

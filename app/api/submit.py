@@ -24,6 +24,7 @@ _CONTRACT_BODY = {"content": {"application/json": {"schema": ContractSchema}}, "
         "201": doc_json(RunViewSchema, "placed: RUNNING"),
         "202": doc_json(RunViewSchema, "QUEUED"),
         "400": doc_json(ErrorBodySchema, "invalid contract"),
+        "403": doc_json(ErrorBodySchema, "queue.priority above the token's max_priority"),
         "422": doc_json(ErrorBodySchema, "no candidate or width cap"),
     },
 )
@@ -45,4 +46,4 @@ def post_run() -> tuple[dict[str, Any], int]:
     },
 )
 def post_dry_run() -> dict[str, Any]:
-    return dry_run(ctx(), json_body(contract=True))
+    return dry_run(ctx(), json_body(contract=True), caller())

@@ -7,9 +7,10 @@ from typing import Any
 
 from app.context import Caller, Context
 from app.contract import Contract, validate_contract
-from app.errors import NoCandidate
+from app.errors import Forbidden, NoCandidate
 from app.faults import fault
 from app.match import Assignment, Reject, match, width_exceeded
+from app.reserve import reserved_against
 from app.services.execution import start_steps
 from app.services.finish import finish
 from app.services.notify import AfterCommit
@@ -21,6 +22,7 @@ from app.states import FAILED, QUEUED, RUNNING
 from app.store import DuplicateRun, NodeTaken
 from app.store.leases import insert_leases
 from app.store.nodes import live_adverts, node_labels, unavailable_node_ids
+from app.store.reservations import held_reservations
 from app.store.runs import get_run, insert_run
 from app.store.steps import insert_steps
 from app.wire import ts
@@ -36,7 +38,7 @@ def _view(ctx: Context, run_id: str) -> dict[str, Any]:
     with ctx.db.read() as s:
         run = get_run(s, run_id)
         assert run is not None, "a run that was committed is gone"
-        return render_run(s, run)
+        return render_run(s, run, reserve_after=ctx.config["queue.reserve_after_seconds"])
 
 
 def _manifest(contract: Contract, caller: Caller, state: str, created_at: Any) -> dict[str, Any]:
@@ -108,19 +110,46 @@ def _queue(ctx: Context, contract: Contract, caller: Caller) -> None:
         fault("submit.queued")
 
 
+LEGACY_MAX_PRIORITY = 100  # the legacy single token, like an operator (SPEC §7a, §13)
+
+
+def max_priority(caller: Caller) -> int:
+    """The highest ``queue.priority`` this caller's token may ask for."""
+    return int(getattr(caller, "max_priority", LEGACY_MAX_PRIORITY))
+
+
+def check_priority(contract: Contract, caller: Caller) -> None:
+    """After validation, before the run_id lookup: above the token's bound is 403, nothing stored
+    (SPEC §7a)."""
+    bound = max_priority(caller)
+    if contract.priority > bound:
+        raise Forbidden(
+            f"queue.priority {contract.priority} is above this token's max_priority {bound}"
+        )
+
+
+def _reserved_against(s: Any, ctx: Context, contract: Contract) -> set[str]:
+    """Nodes reserved against a new run of this priority (none with reservations off)."""
+    if ctx.config["queue.reserve_after_seconds"] <= 0:
+        return set()
+    return reserved_against(held_reservations(s), None, contract.priority)
+
+
 def _reject_body(role: str, reason: str) -> dict[str, Any]:
     return {"Code": 422, "As": role, "Reason": reason}
 
 
 def submit_run(ctx: Context, doc: Any, caller: Caller) -> Submitted:
     contract = validate_contract(doc, capabilities=ctx.config["contract.capabilities"])
+    check_priority(contract, caller)
     with ctx.db.read() as s:
         known = get_run(s, contract.run_id)
         if known is not None:
             # The run_id is the idempotency key: the body is not compared (SPEC §6.2).
-            return Submitted(200, render_run(s, known))
+            reserve_after = ctx.config["queue.reserve_after_seconds"]
+            return Submitted(200, render_run(s, known, reserve_after=reserve_after))
         adverts = live_adverts(s)
-        unavailable = unavailable_node_ids(s)
+        unavailable = unavailable_node_ids(s) | _reserved_against(s, ctx, contract)
     outcome = match(contract.requires, adverts, unavailable)
     try:
         if isinstance(outcome, Reject) and outcome.code == 422:
@@ -149,9 +178,11 @@ def submit_run(ctx: Context, doc: Any, caller: Caller) -> Submitted:
     return Submitted(201 if view["state"] == RUNNING else 202, view)
 
 
-def dry_run(ctx: Context, doc: Any) -> dict[str, Any]:
-    """Match against live adverts only; busy and draining nodes are not read; nothing stored."""
+def dry_run(ctx: Context, doc: Any, caller: Caller) -> dict[str, Any]:
+    """Match against live adverts only; busy and draining nodes are not read; nothing stored.
+    Reserved nodes count as free, with a warning per assigned node reserved against the run."""
     contract = validate_contract(doc, capabilities=ctx.config["contract.capabilities"])
+    check_priority(contract, caller)
     with ctx.db.read() as s:
         adverts = live_adverts(s)
         outcome = match(contract.requires, adverts, set())
@@ -161,6 +192,7 @@ def dry_run(ctx: Context, doc: Any) -> dict[str, Any]:
         if over:
             raise NoCandidate(over)
         labels = node_labels(s, outcome.nodes())
+        warnings = list(contract.warnings) + _reserved_warnings(s, ctx, contract, outcome)
     return {
         "run_id": contract.run_id,
         "state": "DRY_RUN",
@@ -168,5 +200,17 @@ def dry_run(ctx: Context, doc: Any) -> dict[str, Any]:
             {"as": role, "nodes": [{"node": n, "label": labels.get(n)} for n in nodes]}
             for role, nodes in outcome.roles
         ],
-        "warnings": list(contract.warnings),
+        "warnings": warnings,
     }
+
+
+def _reserved_warnings(s: Any, ctx: Context, contract: Contract, outcome: Assignment) -> list[str]:
+    if ctx.config["queue.reserve_after_seconds"] <= 0:
+        return []
+    held = held_reservations(s)
+    against = reserved_against(held, None, contract.priority)
+    return [
+        f"node {n} is reserved by run {held[n].run_id} (priority {held[n].priority})"
+        for n in outcome.nodes()
+        if n in against
+    ]

@@ -68,6 +68,7 @@ def insert_run(
                 warnings=list(contract.warnings),
                 ledger_scope=contract.ledger_scope,
                 queue_timeout_seconds=contract.queue_timeout_seconds,
+                priority=contract.priority,
                 promoted_at=func.now() if state == RUNNING else None,
                 ended_at=func.now() if finished else None,
             )
@@ -159,16 +160,23 @@ def list_runs(
     return list(s.execute(q).scalars())
 
 
-def count_queued_before(s: Session, created_at: datetime, run_id: str) -> int:
-    """Older QUEUED runs (the queue position of a run, SPEC §7 "Explaining the wait")."""
+def count_queued_before(s: Session, priority: int, created_at: datetime, run_id: str) -> int:
+    """QUEUED runs ahead in queue order: higher priority, or equal priority and older (the queue
+    position of a run, SPEC §7 "Explaining the wait", §7a)."""
     return s.execute(
         select(func.count())
         .select_from(Run)
         .where(
             Run.state == QUEUED,
             or_(
-                Run.created_at < created_at,
-                and_(Run.created_at == created_at, Run.run_id < run_id),
+                Run.priority > priority,
+                and_(
+                    Run.priority == priority,
+                    or_(
+                        Run.created_at < created_at,
+                        and_(Run.created_at == created_at, Run.run_id < run_id),
+                    ),
+                ),
             ),
         )
     ).scalar_one()
