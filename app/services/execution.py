@@ -19,7 +19,6 @@ from app.context import Context
 from app.contract import parse_duration, parse_requirement
 from app.match import Assignment, match
 from app.models import Run, Step
-from app.reserve import reserved_against
 from app.services.ending import end_run_failed, step_did_not_complete
 from app.services.notify import AfterCommit
 from app.services.records import store_blob
@@ -37,7 +36,6 @@ from app.states import (
 from app.store.blobs import accepted_blob_names
 from app.store.leases import Grant, delete_leases, insert_lease_if_free, run_not_after
 from app.store.nodes import live_adverts, unavailable_node_ids
-from app.store.reservations import held_reservations
 from app.store.runs import add_event, lock_run, set_run_fields, set_run_state
 from app.store.steps import bind_steps, lock_steps, update_step
 from app.verdict import StepFacts, changed_paths
@@ -89,10 +87,9 @@ def run_acquire(s: Session, ctx: Context, pic: Picture, st: Step, after: AfterCo
     insert is ``ON CONFLICT DO NOTHING`` so a node taken meanwhile just means "unavailable"."""
     spec = st.spec["acquire"]
     want = parse_requirement(spec["want"], f"steps[{st.seq - 1}].acquire.want")
-    unavailable = unavailable_node_ids(s)
-    if ctx.config["queue.reserve_after_seconds"] > 0:
-        # Acquire honours reservations like a submit (SPEC §7a).
-        unavailable |= reserved_against(held_reservations(s), pic.run.run_id, pic.run.priority)
+    # Acquire honours reservations like a submit (SPEC §7a): a running run holds none.
+    reserving = ctx.config["queue.reserve_after_seconds"] > 0
+    unavailable = unavailable_node_ids(s, reserved_for=pic.run.priority if reserving else None)
     outcome = match([want], live_adverts(s), unavailable)
     node = None
     if isinstance(outcome, Assignment):

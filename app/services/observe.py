@@ -16,8 +16,8 @@ from app.models import Run, Step
 from app.reserve import reserved_against, reserved_by
 from app.states import QUEUED
 from app.store.leases import holders_of
-from app.store.nodes import draining_node_ids, listed_nodes, live_adverts, live_nodes, node_labels
-from app.store.reservations import held_reservations
+from app.store.nodes import listed_nodes, live_adverts, live_nodes, node_labels
+from app.store.reservations import draining_and_reserved
 from app.store.runs import count_queued_before, get_run, list_runs, run_events
 from app.store.server import database_now
 from app.store.steps import steps_of
@@ -56,8 +56,7 @@ def _queue_explanation(s: Session, run: Run, view: dict[str, Any], reserve_after
     the queue, from one snapshot at read time (SPEC §7 "Explaining the wait", §7a)."""
     now = database_now(s)
     adverts = live_adverts(s)
-    draining = draining_node_ids(s)
-    held = held_reservations(s)
+    draining, held = draining_and_reserved(s)
     against = reserved_against(held, run.run_id, run.priority)
     own = reserved_by(held, run.run_id)
     lines = []

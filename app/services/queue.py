@@ -31,11 +31,10 @@ from app.store.nodes import live_adverts, unavailable_node_ids
 from app.store.queue import (
     QueuedRun,
     next_queued_of_shape,
-    queue_depth,
     queued_shape_heads,
     set_statement_timeout,
 )
-from app.store.reservations import release_reservations
+from app.store.reservations import queue_depth_and_probe, release_reservations
 from app.store.runs import add_event, promote_run, set_wake_debt
 from app.store.steps import bind_steps
 
@@ -143,11 +142,11 @@ def _scan(ctx: Context, report: ScanReport) -> None:
         heads = queued_shape_heads(s)
         if not heads:
             return
-        report.queued = queue_depth(s)
+        report.queued, probe = queue_depth_and_probe(s, ctx.config["queue.reserve_after_seconds"])
         # Once per scan, not per run: a scan costs O(shapes + promoted), not 2N queries.
         adverts = candidate_order(live_adverts(s))
         unavailable = unavailable_node_ids(s)
-        inputs = read_inputs(s, ctx.config, heads, adverts)
+        inputs = read_inputs(s, ctx.config, heads, adverts, probe)
     report.shapes = len(heads)
     reservations = reserve(ctx, inputs, adverts)
     _ordinary_pass(ctx, report, heads, adverts, unavailable, reservations)

@@ -16,9 +16,9 @@ from app.reserve import Held, Reserving, overtaken, plan_reservations
 from app.store.nodes import draining_node_ids
 from app.store.queue import QueuedRun, aged_queued_runs, set_statement_timeout
 from app.store.reservations import (
+    Probe,
     clear_reservations,
     lower_priority_placements,
-    reservation_probe,
     stored_reservations,
     write_reservations,
 )
@@ -46,19 +46,19 @@ def _reserving(run: QueuedRun) -> Reserving:
 
 
 def read_inputs(
-    s: Session, config: Config, heads: list[QueuedRun], adverts: list[Advert]
+    s: Session, config: Config, heads: list[QueuedRun], adverts: list[Advert], probe: Probe
 ) -> Inputs | None:
-    """Inside the scan's reading transaction: one probe, and the rest only when a reserving run
-    exists or the table is not empty. None: nothing to do. Reservations off: the empty set."""
+    """Inside the scan's reading transaction, after the probe: the rest only when a reserving
+    run exists or the table is not empty. None: nothing to do. Reservations off: the empty set."""
     seconds = config["queue.reserve_after_seconds"]
     if seconds <= 0:
-        clear_reservations(s)
+        if probe.held:
+            clear_reservations(s)
+        return None
+    if not (probe.held or probe.aged or probe.overtaken):
         return None
     top = max(h.priority for h in heads)
     oldest = min(h.created_at for h in heads)
-    probe = reservation_probe(s, seconds, top, oldest)
-    if not (probe.held or probe.aged or probe.overtaken):
-        return None
     stored, holders = stored_reservations(s)
     reserving = aged_queued_runs(s, seconds) if probe.aged else []
     if probe.overtaken:

@@ -21,7 +21,7 @@ from app.services.tx import retrying
 from app.states import FAILED, QUEUED, RUNNING
 from app.store import DuplicateRun, NodeTaken
 from app.store.leases import insert_leases
-from app.store.nodes import live_adverts, node_labels, unavailable_node_ids
+from app.store.nodes import live_adverts, unavailable_node_ids
 from app.store.reservations import held_reservations
 from app.store.runs import get_run, insert_run
 from app.store.steps import insert_steps
@@ -128,11 +128,11 @@ def check_priority(contract: Contract, caller: Caller) -> None:
         )
 
 
-def _reserved_against(s: Any, ctx: Context, contract: Contract) -> set[str]:
-    """Nodes reserved against a new run of this priority (none with reservations off)."""
+def _reserved_for(ctx: Context, contract: Contract) -> int | None:
+    """The priority whose reserved nodes a new run may not use (None: reservations are off)."""
     if ctx.config["queue.reserve_after_seconds"] <= 0:
-        return set()
-    return reserved_against(held_reservations(s), None, contract.priority)
+        return None
+    return contract.priority
 
 
 def _reject_body(role: str, reason: str) -> dict[str, Any]:
@@ -149,7 +149,7 @@ def submit_run(ctx: Context, doc: Any, caller: Caller) -> Submitted:
             reserve_after = ctx.config["queue.reserve_after_seconds"]
             return Submitted(200, render_run(s, known, reserve_after=reserve_after))
         adverts = live_adverts(s)
-        unavailable = unavailable_node_ids(s) | _reserved_against(s, ctx, contract)
+        unavailable = unavailable_node_ids(s, reserved_for=_reserved_for(ctx, contract))
     outcome = match(contract.requires, adverts, unavailable)
     try:
         if isinstance(outcome, Reject) and outcome.code == 422:
@@ -191,8 +191,9 @@ def dry_run(ctx: Context, doc: Any, caller: Caller) -> dict[str, Any]:
         over = width_exceeded(outcome, ctx.config["lease.max_per_run"])
         if over:
             raise NoCandidate(over)
-        labels = node_labels(s, outcome.nodes())
         warnings = list(contract.warnings) + _reserved_warnings(s, ctx, contract, outcome)
+    # The labels of the adverts the match read: no second look at the nodes.
+    labels = {a.node_id: a.label for a in adverts}
     return {
         "run_id": contract.run_id,
         "state": "DRY_RUN",

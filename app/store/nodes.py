@@ -6,12 +6,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import func, or_, select, union
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
 from app.match import Advert, adverts_from_rows
-from app.models import Lease, Node
+from app.models import Lease, Node, Reservation, Run
 
 
 @dataclass(frozen=True)
@@ -82,11 +82,20 @@ def draining_node_ids(s: Session) -> set[str]:
     )
 
 
-def unavailable_node_ids(s: Session) -> set[str]:
-    """Nodes holding a lease ∪ draining nodes, read once (SPEC §6.3)."""
+def unavailable_node_ids(s: Session, *, reserved_for: int | None = None) -> set[str]:
+    """Nodes holding a lease ∪ draining nodes, read once (SPEC §6.3). ``reserved_for``: the
+    priority of a run that holds no reservation (a submit, an acquire): the nodes reserved
+    against it join the set, in the same statement (SPEC §7a)."""
     leased = select(Lease.node_id)
     draining = select(Node.node_id).where(Node.expires_at > func.now(), Node.drain != "")
-    return set(s.execute(leased.union(draining)).scalars())
+    if reserved_for is None:
+        return set(s.execute(leased.union(draining)).scalars())
+    reserved = (
+        select(Reservation.node_id)
+        .join(Run, Run.run_id == Reservation.run_id)
+        .where(Run.priority >= reserved_for)
+    )
+    return set(s.execute(union(leased, draining, reserved)).scalars())
 
 
 def node_labels(s: Session, node_ids: list[str]) -> dict[str, str | None]:

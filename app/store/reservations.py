@@ -7,12 +7,22 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import delete, exists, func, select
+from sqlalchemy import (
+    ColumnElement,
+    delete,
+    exists,
+    false,
+    func,
+    literal_column,
+    select,
+    union_all,
+)
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
-from app.models import Lease, Reservation, Run
+from app.models import Lease, Node, Reservation, Run
 from app.reserve import Held
 from app.states import QUEUED
 from app.store.queue import IS_QUEUED, QueuedRun
@@ -33,6 +43,22 @@ def held_reservations(s: Session) -> dict[str, Held]:
     return {r.node_id: Held(r.run_id, r.priority) for r in rows}
 
 
+def draining_and_reserved(s: Session) -> tuple[set[str], dict[str, Held]]:
+    """Draining live nodes, and node -> holder of every reservation, in one statement (the run
+    view's explanation of a wait reads both)."""
+    none: ColumnElement[Any] = literal_column("NULL")
+    draining = select(Node.node_id, none.label("run_id"), none.label("p")).where(
+        Node.expires_at > func.now(), Node.drain != ""
+    )
+    reserved = select(Reservation.node_id, Reservation.run_id, Run.priority).join(
+        Run, Run.run_id == Reservation.run_id
+    )
+    rows = s.execute(union_all(draining, reserved)).all()
+    drains = {r[0] for r in rows if r[1] is None}
+    held = {r[0]: Held(r[1], int(r[2])) for r in rows if r[1] is not None}
+    return drains, held
+
+
 @dataclass(frozen=True)
 class Probe:
     held: bool  # the table is not empty
@@ -40,21 +66,35 @@ class Probe:
     overtaken: bool  # some run holding a lease was placed after a higher-priority run queued
 
 
-def reservation_probe(s: Session, seconds: int, top_priority: int, oldest: datetime) -> Probe:
-    """One statement: whether a scan's reservation step has anything to do (SPEC §7a: it runs
-    when a reserving run exists or the table is not empty). ``top_priority`` and ``oldest`` are
-    the highest priority and the oldest arrival among the shape heads."""
-    waited = func.now() - func.make_interval(0, 0, 0, 0, 0, 0, seconds)
-    held = exists().where(Reservation.node_id.is_not(None))
-    aged = exists().where(IS_QUEUED, Run.created_at <= waited)
-    placed = (
-        select(Lease.node_id)
-        .join(Run, Run.run_id == Lease.run_id)
-        .where(Run.priority < top_priority, Run.promoted_at > oldest)
-        .exists()
+def queue_depth_and_probe(s: Session, seconds: int) -> tuple[int, Probe]:
+    """One statement: the number of QUEUED runs, and whether a scan's reservation step has
+    anything to do (SPEC §7a: it runs when a reserving run exists or the table is not empty).
+    ``overtaken`` is a cheap filter over every queued run's priority and arrival; the scan
+    checks each shape's first run against the placements themselves. ``seconds`` <= 0:
+    reservations are off, and no run is aged."""
+    queued = (
+        select(
+            func.count().label("n"),
+            func.max(Run.priority).label("top"),
+            func.min(Run.created_at).label("oldest"),
+        )
+        .where(IS_QUEUED)
+        .cte("queued")
     )
-    row = s.execute(select(held, aged, placed)).one()
-    return Probe(bool(row[0]), bool(row[1]), bool(row[2]))
+    held = exists().where(Reservation.node_id.is_not(None))
+    aged: ColumnElement[bool] = false()
+    placed: ColumnElement[bool] = false()
+    if seconds > 0:
+        waited = func.now() - func.make_interval(0, 0, 0, 0, 0, 0, seconds)
+        aged = exists().where(IS_QUEUED, Run.created_at <= waited)
+        placed = (
+            select(Lease.node_id)
+            .join(Run, Run.run_id == Lease.run_id)
+            .where(Run.priority < queued.c.top, Run.promoted_at > queued.c.oldest)
+            .exists()
+        )
+    row = s.execute(select(queued.c.n, held, aged, placed).select_from(queued)).one()
+    return int(row[0]), Probe(bool(row[1]), bool(row[2]), bool(row[3]))
 
 
 def lower_priority_placements(
