@@ -13,10 +13,12 @@ from app.contract.types import role_from_wire
 from app.logs import log
 from app.match import Advert
 from app.reserve import Held, Reserving, overtaken, plan_reservations
+from app.services.tx import retrying
 from app.store.nodes import draining_node_ids
 from app.store.queue import QueuedRun, aged_queued_runs, set_statement_timeout
 from app.store.reservations import (
     Probe,
+    Written,
     clear_reservations,
     lower_priority_placements,
     stored_reservations,
@@ -77,6 +79,14 @@ def read_inputs(
     return Inputs(stored, holders, reserving, draining_node_ids(s))
 
 
+@retrying
+def _write(ctx: Context, stored: dict[str, str], plan: dict[str, str]) -> Written:
+    """The difference, in one transaction (the holders' run rows first, SPEC §1 lock order)."""
+    with ctx.db.begin() as s:
+        set_statement_timeout(s, ctx.config["database.statement_timeout_seconds"])
+        return write_reservations(s, stored, plan)
+
+
 def reserve(ctx: Context, inputs: Inputs | None, adverts: list[Advert]) -> Reservations:
     """Plan the reservations, write the difference in one transaction, and return them."""
     if inputs is None:
@@ -92,9 +102,7 @@ def reserve(ctx: Context, inputs: Inputs | None, adverts: list[Advert]) -> Reser
     )
     ended: set[str] = set()
     if plan != inputs.stored:
-        with ctx.db.begin() as s:
-            set_statement_timeout(s, ctx.config["database.statement_timeout_seconds"])
-            written = write_reservations(s, inputs.stored, plan)
+        written = _write(ctx, inputs.stored, plan)
         ended = written.not_queued
         for run_id, nodes in written.changed.items():
             log.info("reservation", run_id=run_id, nodes=nodes)
