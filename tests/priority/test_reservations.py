@@ -5,11 +5,13 @@ timeout, and that same request (or reaper pass) hands the freed nodes on."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
 from app.services.reaper import reap_pass
+from tests.agent import run_step
 from tests.helpers import advertise, cap, contract, role, submit
 from tests.invariants import check
 from tests.priority.common import events_like, has_waited, reservations, single, wide
@@ -173,3 +175,48 @@ def test_the_reapers_next_pass_writes_the_reservation_of_a_run_that_crossed_the_
     # The reservation holds n1 for w when a then ends, also against a newcomer.
     assert client.post("/v1/runs/a/cancel").status_code == 200
     assert state(sql, "w") == "RUNNING"
+
+
+def acquiring(run_id: str, priority: int = 0) -> dict[str, Any]:
+    """A host run whose second step grabs one more board (SPEC §8 acquire)."""
+    doc = contract(
+        run_id,
+        role("host", "host"),
+        steps=[
+            {"id": "prep", "uses": "host", "run": ["prep"]},
+            {
+                "id": "grab",
+                "acquire": {
+                    "want": {"as": "extra", "capability": "board"},
+                    "acquired": "measure",
+                    "unavailable": "fallback",
+                },
+            },
+            {"id": "measure", "uses": "extra", "run": ["measure"]},
+            {"id": "fallback", "uses": "host", "run": ["fallback"], "needs": ["grab"]},
+        ],
+    )
+    if priority:
+        doc["queue"] = {"priority": priority}
+    return doc
+
+
+@pytest.mark.parametrize(("priority", "got"), [(0, "unavailable"), (1, "acquired")])
+def test_acquire_honours_a_reservation_like_a_submit(client, ctx, sql, priority, got):
+    advertise(client, "n1", cap())
+    advertise(client, "n2", cap())
+    advertise(client, "h1", cap("host"))
+    submit(client, single("a"), 201)
+    submit(client, wide("w"), 202)
+    has_waited(sql, "w", 1)
+    reap_pass(ctx)
+    assert reservations(sql) == {"n1": "w", "n2": "w"}  # n2 is free, held for w
+
+    submit(client, acquiring("r", priority), 201)
+    run_step(client, "h1", "r", 1)
+
+    blob = client.get("/v1/runs/r/blob/grab")
+    assert blob.status_code == 200
+    assert json.loads(blob.data)["state"] == got
+    assert leases_of(sql, "r") == (["h1"] if got == "unavailable" else ["h1", "n2"])
+    assert check(sql) == []
