@@ -138,6 +138,8 @@ KEYS: tuple[Key, ...] = (
     Key("lease.renew_seconds", 60, _int, _positive),
     Key("lease.not_after_factor", 3, _int, _at_least_one),
     Key("lease.max_per_run", 0, _int, _not_negative),
+    # A QUEUED run waiting this long reserves the nodes it needs (0: no reservations).
+    Key("queue.reserve_after_seconds", 900, _int, _not_negative),
     Key("notify.asks_url", None, _str),
     Key("notify.runs_url", None, _str),
     # Webhooks waiting for a sender, at most: past it they are dropped and counted.

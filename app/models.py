@@ -18,6 +18,7 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
+    SmallInteger,
     Text,
     func,
     text,
@@ -113,6 +114,8 @@ class Run(Base):
     warnings: Mapped[Any] = mapped_column(JSONB, server_default=text("'[]'::jsonb"))
     ledger_scope: Mapped[str] = mapped_column(Text, server_default=text("'run'"))
     queue_timeout_seconds: Mapped[int | None] = mapped_column(Integer)
+    # SPEC §7a: the queue is ordered by priority (descending), then arrival.
+    priority: Mapped[int] = mapped_column(SmallInteger, server_default=text("0"))
     # SPEC §19.1: attempts count from 0; runs created before that revision count from 1.
     attempt_base: Mapped[int] = mapped_column(Integer, server_default=text("0"))
     created_at: Mapped[datetime] = mapped_column(server_default=func.now())
@@ -122,15 +125,25 @@ class Run(Base):
 
     __table_args__ = (
         CheckConstraint(_in("state", RUN_STATES), name="state"),
-        # The queue in arrival order, and per requirement shape (SPEC §7).
-        Index("ix_runs_queued", "created_at", "run_id", postgresql_where=text("state = 'QUEUED'")),
+        CheckConstraint("priority BETWEEN -100 AND 100", name="priority"),
+        # The queue in its order (priority descending, then arrival), and per requirement shape
+        # (SPEC §7, §7a); arrival alone for the reaper's probe of the reservation age.
         Index(
-            "ix_runs_queued_shape",
-            "requires_key",
+            "ix_runs_queued",
+            text("priority DESC"),
             "created_at",
             "run_id",
             postgresql_where=text("state = 'QUEUED'"),
         ),
+        Index(
+            "ix_runs_queued_shape",
+            "requires_key",
+            text("priority DESC"),
+            "created_at",
+            "run_id",
+            postgresql_where=text("state = 'QUEUED'"),
+        ),
+        Index("ix_runs_queued_age", "created_at", postgresql_where=text("state = 'QUEUED'")),
         # GET /v1/runs: newest first, with a (created_at, run_id) cursor.
         Index("ix_runs_created", text("created_at DESC"), text("run_id DESC")),
         Index("ix_runs_state_created", "state", text("created_at DESC")),
@@ -205,6 +218,19 @@ class Lease(Base):
         Index("ix_leases_run_id", "run_id"),
         Index("ix_leases_not_after", "not_after"),
     )
+
+
+class Reservation(Base):
+    """A node a long-waiting QUEUED run holds back from runs of its priority or lower (SPEC §7a).
+    Rewritten by every wake scan; deleted with the holder's promotion, cancel or queue timeout."""
+
+    __tablename__ = "reservations"
+
+    node_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    run_id: Mapped[str] = mapped_column(Text, ForeignKey("runs.run_id", ondelete="CASCADE"))
+    since: Mapped[datetime] = mapped_column(server_default=func.now())
+
+    __table_args__ = (Index("ix_reservations_run_id", "run_id"),)
 
 
 class RunEvent(Base):

@@ -22,7 +22,10 @@ from app.dev.embedded import create_database, drop_database, resolve_admin_url
 from app.migrate import upgrade
 from tests.apps import LiveServer, app_on, client_of, empty_records, gunicorn_on
 
-TABLES = "nodes, runs, steps, leases, run_events, blobs, wake_debt, reaper_state, run_tombstones"
+TABLES = (
+    "nodes, runs, steps, leases, reservations, run_events, blobs, wake_debt, reaper_state,"
+    " run_tombstones"
+)
 
 # Property tests: ``ci`` (the default) keeps each one bounded for .ci/run; ``long``
 # (HYPOTHESIS_PROFILE=long) tries twenty times as many inputs, outside CI. A test's own

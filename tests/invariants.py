@@ -7,12 +7,13 @@ transaction), so it may sample a database that is busy:
 - :func:`check`: what holds at every moment — no node leased twice or assigned to two live runs,
   every placed run holding a lease on each node of its unreleased roles (and no lease it does not
   account for), a QUEUED run holding nothing, steps agreeing with their run's state, no run
-  half-created (a run row without all its steps).
+  half-created (a run row without all its steps); no reservation of a run that is not QUEUED,
+  and no node reserved by a run leased afterwards to another run of equal or lower priority.
 - :func:`check_after_reaper_pass`: what one reaper pass leaves on a quiet system — no lease of a
   finished run, no run left VERIFYING, every finished run sealed (rejected submits excepted).
 - :func:`check_quiet`: once nothing moves, no QUEUED run whose requirements fit live, free,
-  non-draining nodes; "fits" is the service's own matcher (:func:`app.match.match`) over the
-  adverts and leases read here.
+  non-draining nodes that are not reserved against it; "fits" is the service's own matcher
+  (:func:`app.match.match`) over the adverts, leases and reservations read here.
 - :func:`check_settled`: the three together, for the end of a test.
 
 The connection is a psycopg connection in autocommit mode (the ``sql`` fixture, or
@@ -103,10 +104,49 @@ def check(conn: psycopg.Connection[Any]) -> list[str]:
         twice: Rows = cur.execute(
             "select node_id, count(*) as n from leases group by node_id having count(*) > 1"
         ).fetchall()
+        reserved: Rows = cur.execute(
+            "select r.node_id, r.run_id, h.state from reservations r join runs h using (run_id)"
+            " order by r.node_id"
+        ).fetchall()
+        passed: Rows = cur.execute(PASSED_RESERVATIONS, {"slack": SUBMIT_SLACK_SECONDS}).fetchall()
     out: list[str] = [f"node {r['node_id']} is leased {r['n']} times" for r in twice]
     out += _placement_violations(runs, leases)
     out += _step_violations(runs, steps)
+    out += [
+        f"run {r['run_id']} is {r['state']} but holds a reservation on node {r['node_id']}"
+        for r in reserved
+        if r["state"] != "QUEUED"
+    ]
+    out += [
+        f"node {r['node_id']} reserved by {r['holder']} (priority {r['holder_priority']}) since"
+        f" {r['since']} was leased at {r['leased_at']} to {r['run_id']} (priority"
+        f" {r['priority']})"
+        for r in passed
+    ]
     return out
+
+
+# A run placed at submit (or a node acquired mid-run) decides on the reservations it read a
+# moment before its own transaction began; a promotion decides under the scan gate, after the
+# scan wrote its reservations, so for it the order of the two times is exact.
+SUBMIT_SLACK_SECONDS = 2.0
+
+PASSED_RESERVATIONS = """
+select l.node_id, l.run_id, l.created_at as leased_at, lr.priority,
+       r.run_id as holder, h.priority as holder_priority, r.since
+from leases l
+join reservations r on r.node_id = l.node_id
+join runs lr on lr.run_id = l.run_id
+join runs h on h.run_id = r.run_id
+where l.run_id <> r.run_id
+  and lr.priority <= h.priority
+  and l.created_at > r.since + case
+        when lr.promoted_at = l.created_at and lr.promoted_at <> lr.created_at
+        then interval '0'
+        else make_interval(secs => %(slack)s)
+      end
+order by l.node_id
+"""
 
 
 def _placement_violations(runs: Rows, leases: Rows) -> list[str]:
@@ -230,28 +270,42 @@ def check_after_reaper_pass(conn: psycopg.Connection[Any]) -> list[str]:
 
 
 def check_quiet(conn: psycopg.Connection[Any], *, max_per_run: int = 0) -> list[str]:
-    """No QUEUED run whose requirements fit live, free, non-draining nodes (SPEC §7). Runs are
-    taken in arrival order and each one found fitting takes its nodes, as a scan would, so every
-    line names a run that a scan would have promoted."""
+    """No QUEUED run whose requirements fit live, free, non-draining nodes not reserved against
+    it (SPEC §7, §7a: a reserved node is free only to its holder and to runs of higher priority).
+    Runs are taken in queue order (priority descending, then arrival) and each one found fitting
+    takes its nodes and gives up its reservations, as a scan would, so every line names a run
+    that a scan would have promoted."""
     with snapshot(conn) as cur:
         nodes: Rows = cur.execute(
             "select node_id, capabilities, label, drain from nodes where expires_at > now()"
         ).fetchall()
         leased = {r["node_id"] for r in cur.execute("select node_id from leases").fetchall()}
         queued: Rows = cur.execute(
-            "select run_id, requires from runs where state = 'QUEUED' order by created_at, run_id"
+            "select run_id, requires, priority from runs where state = 'QUEUED'"
+            " order by priority desc, created_at, run_id"
         ).fetchall()
+        held = {
+            r["node_id"]: (r["run_id"], r["priority"])
+            for r in cur.execute(
+                "select r.node_id, r.run_id, h.priority from reservations r"
+                " join runs h using (run_id)"
+            ).fetchall()
+        }
     adverts = candidate_order(
         adverts_from_rows((r["node_id"], r["capabilities"], r["label"]) for r in nodes)
     )
     unavailable = leased | {r["node_id"] for r in nodes if r["drain"]}
     out: list[str] = []
     for run in queued:
+        against = {
+            n for n, (holder, p) in held.items() if holder != run["run_id"] and run["priority"] <= p
+        }
         roles = [role_from_wire(r) for r in run["requires"]]
-        outcome = match(roles, adverts, unavailable, ordered=True)
+        outcome = match(roles, adverts, unavailable | against, ordered=True)
         if isinstance(outcome, Assignment) and not width_exceeded(outcome, max_per_run):
             out.append(f"run {run['run_id']} is QUEUED though free nodes fit it: {outcome.nodes()}")
             unavailable |= set(outcome.nodes())
+            held = {n: h for n, h in held.items() if h[0] != run["run_id"]}
     return out
 
 

@@ -382,6 +382,13 @@ class LedgerScopeSchema(Closed):
 
 class QueueSchema(Closed):
     timeout = _duration("a QUEUED run not promoted within it fails")
+    priority = fields.Integer(
+        validate=validate.Range(-100, 100),
+        metadata={
+            "description": "higher first in the queue (default 0); above the token's "
+            "max_priority the submit is 403"
+        },
+    )
 
 
 class ContractSchema(Open):

@@ -136,6 +136,7 @@ class CandidatesSchema(Reply):
     live = fields.Integer(required=True)
     busy = fields.Integer(required=True)
     draining = fields.Integer(required=True)
+    reserved = fields.Integer(metadata={"description": "reserved against this run (SPEC §7a)"})
 
 
 class RoleViewSchema(Reply):
@@ -147,6 +148,9 @@ class RoleViewSchema(Reply):
     attrs = fields.Dict(keys=fields.String(), values=fields.String(), required=True)
     candidates = fields.Nested(CandidatesSchema)
     held_by = fields.List(fields.String(), metadata={"description": "runs holding busy nodes"})
+    reserved_by = fields.List(
+        fields.String(), metadata={"description": "runs holding reservations against this run"}
+    )
 
 
 class QueuePlaceSchema(Reply):
@@ -184,6 +188,9 @@ class RunViewSchema(RunSummarySchema):
     requires = fields.List(fields.Nested(RoleViewSchema), required=True)
     candidates_at = _ts(metadata={"description": "while QUEUED"})
     queue = fields.Nested(QueuePlaceSchema, metadata={"description": "while QUEUED"})
+    priority = fields.Integer(metadata={"description": "queue.priority (while QUEUED)"})
+    reserving = fields.Boolean(metadata={"description": "holds or may hold a reservation"})
+    reserved = fields.List(fields.String(), metadata={"description": "nodes it has reserved"})
 
 
 class DryRunSchema(Reply):

@@ -63,4 +63,4 @@ def post_run() -> tuple[dict[str, Any], int]:
     ),
 )
 def post_dry_run() -> dict[str, Any]:
-    return dry_run(ctx(), json_body(contract=True))
+    return dry_run(ctx(), json_body(contract=True), caller())

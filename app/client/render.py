@@ -91,6 +91,10 @@ def role_wait(line: Mapping[str, Any]) -> str:
         parts.append("held by " + ", ".join(held))
     if draining:
         parts.append(f"{draining} draining")
+    reserved = int(c.get("reserved", 0))
+    if reserved:
+        holders = ", ".join(str(h) for h in line.get("reserved_by") or [])
+        parts.append(f"{reserved} reserved" + (f" by {holders}" if holders else ""))
     if free >= count:
         parts.append(f"{free} free")
     return f"{head}: " + ", ".join(parts)
@@ -100,6 +104,10 @@ def queue_line(view: Mapping[str, Any]) -> str:
     """One line saying where a QUEUED run stands and what each role waits for."""
     queue = view.get("queue") or {}
     where = f"position {queue.get('position', '?')} ({queue.get('ahead', '?')} ahead)"
+    if view.get("priority"):
+        where += f", priority {view['priority']}"
+    if view.get("reserving"):
+        where += ", reserving " + (", ".join(view.get("reserved") or []) or "(nothing yet)")
     roles = [role_wait(line) for line in view.get("requires") or [] if "candidates" in line]
     return "; ".join([where, *roles])
 

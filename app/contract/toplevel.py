@@ -89,13 +89,30 @@ def parse_ledger(doc: dict[str, Any]) -> str:
     return scope
 
 
-def parse_queue(doc: dict[str, Any]) -> int | None:
+MIN_PRIORITY, MAX_PRIORITY = -100, 100  # SPEC §7a
+
+
+def parse_queue(doc: dict[str, Any]) -> tuple[int | None, int]:
+    """``queue.timeout`` in whole seconds (None: wait for ever) and ``queue.priority`` (SPEC §7a,
+    default 0)."""
     if "queue" not in doc:
-        return None
+        return None, 0
     queue = check_dict(doc["queue"], "queue")
-    check_keys(queue, ("timeout",), "queue: ")
-    if "timeout" not in queue:
-        return None
-    # The timeout is kept in whole seconds (an integer column); rounding up means a run never
-    # fails sooner than its contract allows ("250ms" waits one second).
-    return math.ceil(check_duration(queue["timeout"], "queue.timeout"))
+    check_keys(queue, ("timeout", "priority"), "queue: ")
+    timeout = None
+    if "timeout" in queue:
+        # The timeout is kept in whole seconds (an integer column); rounding up means a run never
+        # fails sooner than its contract allows ("250ms" waits one second).
+        timeout = math.ceil(check_duration(queue["timeout"], "queue.timeout"))
+    return timeout, parse_priority(queue)
+
+
+def parse_priority(queue: dict[str, Any]) -> int:
+    if "priority" not in queue:
+        return 0
+    value = queue["priority"]
+    if not isinstance(value, int) or isinstance(value, bool):
+        fail(f"queue.priority must be an integer, got {quote(value)}")
+    if not MIN_PRIORITY <= value <= MAX_PRIORITY:
+        fail(f"queue.priority must be from {MIN_PRIORITY} to {MAX_PRIORITY}, got {quote(value)}")
+    return value

@@ -52,6 +52,7 @@ class Contract:
     warnings: tuple[str, ...]
     document: dict[str, Any]  # the submitted contract without its ignored "lease" block
     requires_key: str  # sha256 hex of the canonical JSON of the normalised requires (SPEC §7)
+    priority: int = 0  # queue.priority (SPEC §7a): -100..100
 
 
 def role_from_wire(d: dict[str, Any]) -> Role:

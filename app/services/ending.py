@@ -7,8 +7,9 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from app.models import Run
-from app.states import FAILED, RUN_ALIVE
+from app.states import FAILED, QUEUED, RUN_ALIVE
 from app.store.leases import delete_leases_of_run
+from app.store.reservations import release_reservations
 from app.store.runs import add_event, finish_run
 from app.store.steps import fail_open_steps
 
@@ -25,7 +26,8 @@ def end_run_failed(
 ) -> list[str]:
     """Run -> FAILED with ``ended_at`` and the verdict; its open steps FAILED; its leases deleted.
     Returns the freed nodes: the caller wakes the queue after commit. Guarded by the run state, so
-    a run that ended meanwhile is left as it is (returns [])."""
+    a run that ended meanwhile is left as it is (returns []). A QUEUED run's reservations are
+    deleted too (cancel, queue timeout: SPEC §7a); the caller's wake hands those nodes on."""
     verdict = {"state": FAILED, "checks": checks}
     previous = run.state  # the guarded UPDATE refreshes the ORM object
     if not finish_run(
@@ -33,6 +35,11 @@ def end_run_failed(
     ):
         return []
     fail_open_steps(s, run.run_id, step_error)
+    if previous == QUEUED:
+        # A waiting run holds no lease, only perhaps reservations.
+        release_reservations(s, run.run_id)
+        add_event(s, run.run_id, previous, FAILED, cause, by)
+        return []
     freed = delete_leases_of_run(s, run.run_id)
     add_event(s, run.run_id, previous, FAILED, cause, by)
     return freed

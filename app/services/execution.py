@@ -88,7 +88,9 @@ def run_acquire(s: Session, ctx: Context, pic: Picture, st: Step, after: AfterCo
     insert is ``ON CONFLICT DO NOTHING`` so a node taken meanwhile just means "unavailable"."""
     spec = st.spec["acquire"]
     want = parse_requirement(spec["want"], f"steps[{st.seq - 1}].acquire.want")
-    found = candidate_adverts(s, [want])
+    # Acquire honours reservations like a submit (SPEC §7a): a running run holds none.
+    reserving = ctx.config["queue.reserve_after_seconds"] > 0
+    found = candidate_adverts(s, [want], reserved_for=pic.run.priority if reserving else None)
     outcome = match([want], found.adverts, found.unavailable, ordered=True)
     node = None
     if isinstance(outcome, Assignment):

@@ -13,16 +13,12 @@ from app.contract.types import Contract, role_from_wire
 from app.errors import NotFound
 from app.match import Advert, Assignment, satisfies
 from app.models import Run, Step
+from app.reserve import Held, reserved_against, reserved_by
 from app.services.placement import assigned_json, node_for_role
 from app.states import PENDING, QUEUED, RUNNING
 from app.store.leases import holders_of
-from app.store.nodes import (
-    candidate_adverts,
-    draining_node_ids,
-    listed_nodes,
-    live_nodes,
-    node_labels,
-)
+from app.store.nodes import candidate_adverts, listed_nodes, live_nodes, node_labels
+from app.store.reservations import draining_and_reserved
 from app.store.runs import count_queued_before, get_run, list_runs, run_events
 from app.store.server import database_now
 from app.store.steps import steps_of
@@ -60,9 +56,13 @@ def explain_roles(
     adverts: list[Advert],
     draining: set[str],
     holders: dict[str, str],
+    held: dict[str, Held],
+    against: set[str],
 ) -> list[dict[str, Any]]:
-    """Each role of a queued run as on the wire, with its candidates {live, busy, draining} and
-    the runs holding the busy ones (``holders``: node_id -> run, for the live adverts at least)."""
+    """Each role of a queued run as on the wire, with its candidates {live, busy, draining,
+    reserved}, the runs holding the busy ones and the holders of the reserved ones (``holders``:
+    node_id -> run, for the live adverts at least; ``held``: node -> its reservation's holder;
+    ``against``: the nodes reserved against this run)."""
     lines = []
     for wire in requires:
         role = role_from_wire(wire)
@@ -73,26 +73,38 @@ def explain_roles(
             "live": len(cands),
             "busy": len(busy),
             "draining": len([n for n in cands if n in draining and n not in holders]),
+            "reserved": len([n for n in cands if n in against]),
         }
         line["held_by"] = sorted({holders[n] for n in busy})
+        line["reserved_by"] = sorted({held[n].run_id for n in cands if n in against})
         lines.append(line)
     return lines
 
 
-def _queue_explanation(s: Session, run: Run, view: dict[str, Any]) -> None:
-    """Per role: candidates {live, busy, draining} and the runs holding the busy ones, from one
-    snapshot at read time (SPEC §7 "Explaining the wait")."""
+def _queue_explanation(s: Session, run: Run, view: dict[str, Any], reserve_after: int) -> None:
+    """Per role: candidates {live, busy, draining, reserved}, the runs holding the busy ones and
+    the holders of the reserved ones; the run's priority, its own reservation and its place in
+    the queue, from one snapshot at read time (SPEC §7 "Explaining the wait", §7a)."""
     now = database_now(s)
     adverts = candidate_adverts(s, [role_from_wire(wire) for wire in run.requires]).adverts
-    draining = draining_node_ids(s)
+    draining, held = draining_and_reserved(s)
+    against = reserved_against(held, run.run_id, run.priority)
+    own = reserved_by(held, run.run_id)
     holders = holders_of(s, [a.node_id for a in adverts])
-    view["requires"] = explain_roles(run.requires, adverts, draining, holders)
+    view["requires"] = explain_roles(run.requires, adverts, draining, holders, held, against)
     view["candidates_at"] = ts(now)
-    ahead = count_queued_before(s, run.created_at, run.run_id)
+    view["priority"] = run.priority
+    waited = (now - run.created_at).total_seconds()
+    view["reserving"] = bool(own) or (reserve_after > 0 and waited >= reserve_after)
+    if view["reserving"]:
+        view["reserved"] = own
+    ahead = count_queued_before(s, run.priority, run.created_at, run.run_id)
     view["queue"] = {"position": ahead + 1, "ahead": ahead}
 
 
-def render_run(s: Session, run: Run) -> dict[str, Any]:
+def render_run(s: Session, run: Run, *, reserve_after: int = 0) -> dict[str, Any]:
+    """The run view (SPEC §14); ``reserve_after`` is ``queue.reserve_after_seconds`` (a QUEUED
+    run that waited that long shows as reserving)."""
     view = run_summary(run)
     if run.assigned:
         labels = node_labels(s, sorted({n for a in run.assigned for n in a["nodes"]}))
@@ -111,7 +123,7 @@ def render_run(s: Session, run: Run) -> dict[str, Any]:
         view["warnings"] = run.warnings
     view["requires"] = run.requires
     if run.state == QUEUED:
-        _queue_explanation(s, run, view)
+        _queue_explanation(s, run, view, reserve_after)
     return view
 
 
@@ -161,7 +173,7 @@ def run_view(ctx: Context, run_id: str) -> dict[str, Any]:
         run = get_run(s, run_id)
         if run is None:
             raise NotFound(f"no such run: {run_id}")
-        return render_run(s, run)
+        return render_run(s, run, reserve_after=ctx.config["queue.reserve_after_seconds"])
 
 
 def run_summary(run: Run) -> dict[str, Any]:

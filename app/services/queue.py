@@ -4,7 +4,9 @@ the request (or reaper pass) that freed something, after its commit."""
 from __future__ import annotations
 
 import heapq
+import itertools
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import NamedTuple
@@ -15,9 +17,11 @@ from app.errors import ConfigError
 from app.faults import fault
 from app.logs import log
 from app.match import Advert, Reject, candidate_order, match, width_exceeded
+from app.reserve import reserved_against, reserved_by
 from app.services.execution import start_steps
 from app.services.notify import AfterCommit, notify_claimable
 from app.services.placement import assigned_json, grants, node_for_role
+from app.services.reservations import Reservations, read_inputs, reserve
 from app.services.settle import settle_committed
 from app.services.tx import retrying
 from app.states import QUEUED, RUNNING
@@ -27,10 +31,10 @@ from app.store.nodes import candidate_adverts, containment_key, unavailable_node
 from app.store.queue import (
     QueuedRun,
     next_queued_of_shape,
-    queue_depth,
     queued_shape_heads,
     set_statement_timeout,
 )
+from app.store.reservations import queue_depth_and_probe, release_reservations
 from app.store.runs import add_event, promote_run, set_wake_debt
 from app.store.steps import bind_steps
 
@@ -78,9 +82,17 @@ MAX_PASSES = 8
 
 @retrying
 def promote(
-    ctx: Context, run: QueuedRun, adverts: list[Advert], unavailable: set[str], cause: str
+    ctx: Context,
+    run: QueuedRun,
+    adverts: list[Advert],
+    unavailable: set[str],
+    cause: str,
+    *,
+    reserved: Sequence[str] = (),
 ) -> Promotion:
     """One transaction for one run, then what its commit left settled (:class:`Promotion`).
+    ``unavailable`` includes the nodes reserved against this run; ``reserved`` are its own
+    reservations, deleted in the same transaction (SPEC §7a).
 
     Safe under concurrency by the row condition and the lease key alone: the conditional UPDATE
     locks the run row first (a cancel, a result or another scan serialises behind it), and a node
@@ -101,6 +113,8 @@ def promote(
             set_statement_timeout(s, ctx.config["database.statement_timeout_seconds"])
             promote_run(s, run.run_id, assigned_json(assignment))
             insert_leases(s, run.run_id, taken, ctx.config["lease.ttl_seconds"])
+            if reserved:
+                release_reservations(s, run.run_id)
             bind_steps(s, run.run_id, node_for_role(assignment))
             add_event(s, run.run_id, QUEUED, RUNNING, f"promoted: {cause}", None)
             start_steps(s, ctx, run.run_id, after)
@@ -146,8 +160,9 @@ def _cover(
 
 
 def _scan(ctx: Context, report: ScanReport) -> None:
-    """One pass over the queue: the head of each shape in arrival order, each shape until its
-    oldest run does not fit."""
+    """One pass over the queue: the reservation step, then the first run of each shape in queue
+    order (priority descending, then arrival), each shape until its first run that does not fit
+    (SPEC §7, §7a)."""
     report.passes += 1
     report.again = False
     timeout = ctx.config["database.statement_timeout_seconds"]
@@ -156,7 +171,7 @@ def _scan(ctx: Context, report: ScanReport) -> None:
         heads = queued_shape_heads(s)
         if not heads:
             return
-        report.queued = queue_depth(s)
+        report.queued, probe = queue_depth_and_probe(s, ctx.config["queue.reserve_after_seconds"])
         # Once per scan, not per run: a scan costs O(shapes + promoted), not 2N queries. Only the
         # adverts that can satisfy a head's roles are read (the runs behind a head have its
         # requirements), not the whole fleet.
@@ -164,20 +179,40 @@ def _scan(ctx: Context, report: ScanReport) -> None:
         found = candidate_adverts(s, roles)
         adverts, unavailable = found.adverts, found.unavailable
         covered = {containment_key(r) for r in roles}
+        inputs = read_inputs(s, ctx.config, heads, adverts, probe)
     report.shapes = len(heads)
-    # Arrival order across shapes: always look at the oldest head next. A shape whose oldest run
-    # does not fit is done for this scan (the unavailable set only grows), and never blocks the
-    # runs of other shapes behind it.
-    heap = [(h.created_at, h.run_id, h) for h in heads]
+    reservations = reserve(ctx, inputs, adverts)
+    _ordinary_pass(ctx, report, heads, adverts, unavailable, covered, reservations)
+
+
+def _ordinary_pass(
+    ctx: Context,
+    report: ScanReport,
+    heads: list[QueuedRun],
+    adverts: list[Advert],
+    unavailable: set[str],
+    covered: set[str],
+    reservations: Reservations,
+) -> None:
+    """Always look at the first head in queue order next. A shape whose run does not fit is done
+    for this pass (the unavailable set only grows) except for its holders of reservations, and
+    never blocks the runs of other shapes behind it."""
+    tie = itertools.count()
+    heap = [(h.order, next(tie), h) for h in heads]
     heapq.heapify(heap)
+    looked: set[str] = set()
     retried_taken: set[str] = set()
+    held = reservations.held
     while heap:
         _, _, run = heapq.heappop(heap)
         report.looked += 1
+        looked.add(run.run_id)
+        own = reserved_by(held, run.run_id)
         try:
             adverts = _cover(ctx, run, adverts, unavailable, covered)
+            blocked = unavailable | reserved_against(held, run.run_id, run.priority)
             outcome, nodes, claim_nodes, freed = promote(
-                ctx, run, adverts, unavailable, report.cause
+                ctx, run, adverts, blocked, report.cause, reserved=own
             )
         except Exception:
             # Failure isolation: one bad run must not stop the scan (its error leaves a wake
@@ -186,6 +221,11 @@ def _scan(ctx: Context, report: ScanReport) -> None:
             report.errors += 1
             outcome, nodes, claim_nodes, freed = Outcome.NOT_QUEUED, [], set(), set()
         if outcome in (Outcome.NO_FIT, Outcome.WIDTH_CAP):
+            # The shape skip never skips a holder: what it may use depends on the run.
+            for holder in reservations.holders.values():
+                if holder.requires_key == run.requires_key and holder.run_id not in looked:
+                    looked.add(holder.run_id)
+                    heapq.heappush(heap, (holder.order, next(tie), holder))
             continue
         if outcome is Outcome.NODE_TAKEN:
             # Another run took a node between our snapshot and the insert: look at the fleet
@@ -194,9 +234,9 @@ def _scan(ctx: Context, report: ScanReport) -> None:
                 unavailable |= unavailable_node_ids(s)
             if run.run_id not in retried_taken:
                 retried_taken.add(run.run_id)
-                heapq.heappush(heap, (run.created_at, run.run_id, run))
+                heapq.heappush(heap, (run.order, next(tie), run))
                 continue
-            # Taken twice: a younger run of its shape must not pass it, so the shape waits for
+            # Taken twice: a later run of its shape must not pass it, so the shape waits for
             # the next pass, which starts from a fresh snapshot of the fleet.
             report.again = True
             continue
@@ -204,15 +244,20 @@ def _scan(ctx: Context, report: ScanReport) -> None:
             unavailable.update(nodes)
             report.promoted.append(run.run_id)
             report.claim_nodes |= claim_nodes
-            if freed:
-                # The run ended inside its promotion: its nodes are free again for this pass,
-                # and the shapes this pass already gave up on get another look.
+            for node in own:
+                del held[node]  # its reservation went with its promotion
+            if freed or set(own) - set(nodes):
+                # The run ended inside its promotion, or left reserved nodes it did not take:
+                # those nodes are free for the runs after it, and the shapes this pass already
+                # gave up on get another look.
                 unavailable -= freed
                 report.again = True
         with ctx.db.begin() as s:
             nxt = next_queued_of_shape(s, run.requires_key, run)
+            while nxt is not None and nxt.run_id in looked:  # a holder looked at out of turn
+                nxt = next_queued_of_shape(s, run.requires_key, nxt)
         if nxt is not None:
-            heapq.heappush(heap, (nxt.created_at, nxt.run_id, nxt))
+            heapq.heappush(heap, (nxt.order, next(tie), nxt))
 
 
 def wake_queued(ctx: Context, cause: str, *, notify: bool = True) -> ScanReport:

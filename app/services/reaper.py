@@ -28,6 +28,7 @@ from app.services.tx import retrying
 from app.states import ASKED, FAILED, QUEUED, RUN_FINISHED, RUNNING
 from app.store import reaper as q
 from app.store.queue import timed_out_queued
+from app.store.reservations import queued_crossed_age
 from app.store.runs import clear_wake_debt, lock_run, wake_debt_set
 from app.store.server import database_now, has_passed
 from app.store.steps import fail_open_steps, lock_steps, update_step
@@ -48,6 +49,7 @@ class PassReport:
     sealed: int = 0
     woke: bool = False
     pruned: int = 0  # runs deleted by retention (SPEC §11) in this pass
+    crossed_age: bool = False  # a QUEUED run crossed the reservation age since the last pass
 
     @property
     def freed(self) -> bool:
@@ -157,10 +159,18 @@ def reap_pass(ctx: Context, *, previous_failed: bool = False) -> PassReport:
     return report
 
 
+def _crossed_age(ctx: Context, s: Any, previous: Any) -> bool:
+    """A QUEUED run crossed ``queue.reserve_after_seconds`` since the previous pass: time passing
+    is not an event, so this pass scans once to write its reservation (SPEC §7a, §12)."""
+    seconds = ctx.config["queue.reserve_after_seconds"]
+    return seconds > 0 and queued_crossed_age(s, seconds, previous)
+
+
 def _pass(ctx: Context, report: PassReport, previous_failed: bool) -> None:
     window = timedelta(seconds=ctx.lease_window_seconds)
     with ctx.db.begin() as s:
         now, previous = q.begin_pass(s)
+        report.crossed_age = _crossed_age(ctx, s, previous)
         if previous is not None and now - previous > window:
             # The Mediator was down: no node could renew. Give every lease a full window first.
             report.extended = q.extend_leases(s, window)
@@ -200,6 +210,9 @@ def _pass(ctx: Context, report: PassReport, previous_failed: bool) -> None:
         r for r in timed_out if _row_by_row([r], lambda r: _queue_timeout(ctx, r), "queue timeout")
     ]
     after.ended += report.queue_timeouts
+    if report.queue_timeouts:
+        # A timed-out run's reservations went with it: the wake hands those nodes on (SPEC §7a).
+        after.wake("queue timeout of " + ", ".join(report.queue_timeouts))
     # The wake of step 6 happens once, below; ``finish`` must not wake a second time.
     causes = list(after.wake_causes)
     finish(ctx, after, wake=False)
@@ -209,8 +222,11 @@ def _pass(ctx: Context, report: PassReport, previous_failed: bool) -> None:
     with ctx.db.read() as s:
         debt = wake_debt_set(s)
         started = database_now(s)
-    if report.freed or causes or debt or previous_failed:
-        why = "reaper: " + ("freed nodes" if report.freed or causes else "wake debt")
+    if report.freed or causes or debt or previous_failed or report.crossed_age:
+        if report.freed or causes:
+            why = "reaper: freed nodes"
+        else:
+            why = "reaper: " + ("wake debt" if debt or previous_failed else "reservation age")
         wake_queued(ctx, why)  # raises on failure: the debt stays for the next pass
         report.woke = True
         if debt:

@@ -7,11 +7,13 @@ from datetime import datetime
 from typing import Any
 
 from app.context import Context
+from app.reserve import reserved_against
 from app.services.observe import explain_roles
 from app.states import RUNNING, VERIFYING
 from app.store.leases import all_holders
-from app.store.nodes import draining_node_ids, listed_nodes, live_adverts, node_labels
+from app.store.nodes import listed_nodes, live_adverts, node_labels
 from app.store.queue import queue_depth
+from app.store.reservations import draining_and_reserved
 from app.store.runs import queued_runs, recently_finished, runs_in_states
 from app.store.server import database_now
 from app.store.steps import open_asks, steps_of_runs
@@ -58,9 +60,13 @@ def _waits_for(line: dict[str, Any]) -> str:
     parts = [f"{c['live']} live", f"{c['busy']} busy"]
     if c["draining"]:
         parts.append(f"{c['draining']} draining")
+    if c.get("reserved"):
+        parts.append(f"{c['reserved']} reserved")
     text = ", ".join(parts)
     if line["held_by"]:
         text += "; held by " + ", ".join(line["held_by"])
+    if line.get("reserved_by"):
+        text += "; reserved by " + ", ".join(line["reserved_by"])
     return text
 
 
@@ -69,17 +75,21 @@ def status(ctx: Context) -> dict[str, Any]:
         now = database_now(s)
         depth = queue_depth(s)
         adverts = live_adverts(s)
-        draining = draining_node_ids(s)
+        draining, held = draining_and_reserved(s)
         holders = all_holders(s)
         queued = []
         # Queued runs share a few requirement shapes: each shape is matched against the fleet once.
-        explained: dict[str, list[dict[str, Any]]] = {}
+        # What is reserved against a run depends on its priority (and on whether it holds some).
+        explained: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
+        holding = {h.run_id for h in held.values()}
         for position, run in enumerate(queued_runs(s, SHOWN_QUEUED), start=1):
             roles = []
-            lines = explained.get(run.requires_key)
+            key = (run.requires_key, run.priority, run.run_id if run.run_id in holding else "")
+            lines = explained.get(key)
             if lines is None:
-                lines = explained[run.requires_key] = explain_roles(
-                    run.requires, adverts, draining, holders
+                against = reserved_against(held, run.run_id, run.priority)
+                lines = explained[key] = explain_roles(
+                    run.requires, adverts, draining, holders, held, against
                 )
             for wire, line in zip(run.requires, lines, strict=True):
                 roles.append(
@@ -95,6 +105,7 @@ def status(ctx: Context) -> dict[str, Any]:
                 {
                     "run_id": run.run_id,
                     "position": position,
+                    "priority": run.priority,
                     "principal": run.principal,
                     "created_at": ts(run.created_at),
                     "waiting": _ago(now, run.created_at),

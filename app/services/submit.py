@@ -8,9 +8,10 @@ from typing import Any
 
 from app.context import Caller, Context
 from app.contract import Contract, validate_contract
-from app.errors import Conflict, NoCandidate
+from app.errors import Conflict, Forbidden, NoCandidate
 from app.faults import fault
 from app.match import Assignment, Reject, match, width_exceeded
+from app.reserve import reserved_against
 from app.services.execution import start_steps, starts_anything
 from app.services.finish import finish
 from app.services.notify import AfterCommit
@@ -23,6 +24,7 @@ from app.states import FAILED, QUEUED, RUNNING
 from app.store import DuplicateRun, NodeTaken, PrunedRunId
 from app.store.leases import lease_rows
 from app.store.nodes import candidate_adverts
+from app.store.reservations import held_reservations
 from app.store.runs import create_run, get_run
 from app.store.steps import step_rows
 
@@ -58,7 +60,7 @@ def _view(ctx: Context, run_id: str) -> dict[str, Any]:
     with ctx.db.read() as s:
         run = get_run(s, run_id)
         assert run is not None, "a run that was committed is gone"
-        return render_run(s, run)
+        return render_run(s, run, reserve_after=ctx.config["queue.reserve_after_seconds"])
 
 
 def _manifest(contract: Contract, caller: Caller, state: str, created_at: Any) -> dict[str, Any]:
@@ -71,6 +73,23 @@ def _manifest(contract: Contract, caller: Caller, state: str, created_at: Any) -
         created_at=created_at,
         state=state,
     )
+
+
+def check_priority(contract: Contract, caller: Caller) -> None:
+    """After validation, before anything is read or stored: above the token's ``max_priority``
+    is 403, nothing stored (SPEC §7a, §13)."""
+    bound = caller.max_priority
+    if contract.priority > bound:
+        raise Forbidden(
+            f"queue.priority {contract.priority} is above this token's max_priority {bound}"
+        )
+
+
+def _reserved_for(ctx: Context, contract: Contract) -> int | None:
+    """The priority whose reserved nodes a new run may not use (None: reservations are off)."""
+    if ctx.config["queue.reserve_after_seconds"] <= 0:
+        return None
+    return contract.priority
 
 
 def _reject_body(role: str, reason: str) -> dict[str, Any]:
@@ -90,7 +109,7 @@ def _place(
     transaction rolls back (:class:`NodeTaken`)."""
     who: dict[str, Any] = {"principal": caller.principal, "token_name": caller.token_name}
     with ctx.db.begin() as s:
-        found = candidate_adverts(s, contract.requires)
+        found = candidate_adverts(s, contract.requires, reserved_for=_reserved_for(ctx, contract))
         outcome = match(contract.requires, found.adverts, found.unavailable, ordered=True)
         if isinstance(outcome, Reject) and outcome.code == 422:
             reason = outcome.reason
@@ -158,6 +177,7 @@ def _queue(ctx: Context, contract: Contract, caller: Caller) -> None:
 
 def submit_run(ctx: Context, doc: Any, caller: Caller) -> Submitted:
     contract = validate_contract(doc, capabilities=ctx.config["contract.capabilities"])
+    check_priority(contract, caller)
     after = AfterCommit()
     try:
         try:
@@ -195,17 +215,20 @@ def submit_run(ctx: Context, doc: Any, caller: Caller) -> Submitted:
     return Submitted(201 if view["state"] == RUNNING else 202, view)
 
 
-def dry_run(ctx: Context, doc: Any) -> dict[str, Any]:
-    """Match against live adverts only; busy and draining nodes are not read; nothing stored."""
+def dry_run(ctx: Context, doc: Any, caller: Caller) -> dict[str, Any]:
+    """Match against live adverts only; busy and draining nodes are not read; nothing stored.
+    Reserved nodes count as free, with a warning per assigned node reserved against the run."""
     contract = validate_contract(doc, capabilities=ctx.config["contract.capabilities"])
+    check_priority(contract, caller)
     with ctx.db.read() as s:
         found = candidate_adverts(s, contract.requires)
-    outcome = match(contract.requires, found.adverts, set(), ordered=True)
-    if isinstance(outcome, Reject):
-        raise NoCandidate(outcome.reason)
-    over = width_exceeded(outcome, ctx.config["lease.max_per_run"])
-    if over:
-        raise NoCandidate(over)
+        outcome = match(contract.requires, found.adverts, set(), ordered=True)
+        if isinstance(outcome, Reject):
+            raise NoCandidate(outcome.reason)
+        over = width_exceeded(outcome, ctx.config["lease.max_per_run"])
+        if over:
+            raise NoCandidate(over)
+        warnings = list(contract.warnings) + _reserved_warnings(s, ctx, contract, outcome)
     labels = {a.node_id: a.label for a in found.adverts}
     return {
         "run_id": contract.run_id,
@@ -214,5 +237,17 @@ def dry_run(ctx: Context, doc: Any) -> dict[str, Any]:
             {"as": role, "nodes": [{"node": n, "label": labels.get(n)} for n in nodes]}
             for role, nodes in outcome.roles
         ],
-        "warnings": list(contract.warnings),
+        "warnings": warnings,
     }
+
+
+def _reserved_warnings(s: Any, ctx: Context, contract: Contract, outcome: Assignment) -> list[str]:
+    if ctx.config["queue.reserve_after_seconds"] <= 0:
+        return []
+    held = held_reservations(s)
+    against = reserved_against(held, None, contract.priority)
+    return [
+        f"node {n} is reserved by run {held[n].run_id} (priority {held[n].priority})"
+        for n in outcome.nodes()
+        if n in against
+    ]

@@ -8,13 +8,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Boolean, Text, bindparam, func, or_, select, text
+from sqlalchemy import Boolean, Text, bindparam, func, or_, select, text, union
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 
 from app.contract.types import Role
 from app.match import Advert, adverts_from_rows, candidate_order
-from app.models import Lease, Node
+from app.models import Lease, Node, Reservation, Run
 
 
 @dataclass(frozen=True)
@@ -163,16 +163,28 @@ def containment_key(role: Role) -> str:
     return json.dumps(containment(role), sort_keys=True)
 
 
-def candidate_adverts(s: Session, roles: Iterable[Role]) -> Candidates:
+def candidate_adverts(
+    s: Session, roles: Iterable[Role], *, reserved_for: int | None = None
+) -> Candidates:
     """One statement through ``ix_nodes_capabilities``: only the adverts that can satisfy one of
     ``roles`` are read, each with whether it is unavailable (a lease, whatever its ``not_after``,
     or a drain), in :func:`candidate_order`. Containment finds a superset of what the matcher
-    accepts (the matcher stays the judge), so the cost follows the run, not the fleet."""
+    accepts (the matcher stays the judge), so the cost follows the run, not the fleet.
+    ``reserved_for``: the priority of a run that holds no reservation (a submit, an acquire): a
+    node reserved by a run of that priority or higher is unavailable too (SPEC §7a)."""
     wanted = {containment_key(r): containment(r) for r in roles}
     if not wanted:
         return Candidates([], set())
     leased = select(Lease.node_id).where(Lease.node_id == Node.node_id).exists()
-    busy = or_(Node.drain != "", leased).label("busy")
+    reasons = [Node.drain != "", leased]
+    if reserved_for is not None:
+        reasons.append(
+            select(Reservation.node_id)
+            .join(Run, Run.run_id == Reservation.run_id)
+            .where(Reservation.node_id == Node.node_id, Run.priority >= reserved_for)
+            .exists()
+        )
+    busy = or_(*reasons).label("busy")
     rows = s.execute(
         select(Node.node_id, Node.capabilities, Node.label, busy).where(
             Node.expires_at > func.now(),
@@ -198,11 +210,20 @@ def draining_node_ids(s: Session) -> set[str]:
     )
 
 
-def unavailable_node_ids(s: Session) -> set[str]:
-    """Nodes holding a lease ∪ draining nodes, read once (SPEC §6.3)."""
+def unavailable_node_ids(s: Session, *, reserved_for: int | None = None) -> set[str]:
+    """Nodes holding a lease ∪ draining nodes, read once (SPEC §6.3). ``reserved_for``: the
+    priority of a run that holds no reservation (a submit, an acquire): the nodes reserved
+    against it join the set, in the same statement (SPEC §7a)."""
     leased = select(Lease.node_id)
     draining = select(Node.node_id).where(Node.expires_at > func.now(), Node.drain != "")
-    return set(s.execute(leased.union(draining)).scalars())
+    if reserved_for is None:
+        return set(s.execute(leased.union(draining)).scalars())
+    reserved = (
+        select(Reservation.node_id)
+        .join(Run, Run.run_id == Reservation.run_id)
+        .where(Run.priority >= reserved_for)
+    )
+    return set(s.execute(union(leased, draining, reserved)).scalars())
 
 
 def node_labels(s: Session, node_ids: list[str]) -> dict[str, str | None]:

@@ -1,4 +1,5 @@
-"""Reading the queue for a wake scan (SPEC §7): the oldest QUEUED run of each requirement shape.
+"""Reading the queue for a wake scan (SPEC §7, §7a): the first QUEUED run of each requirement shape
+in queue order (priority descending, then arrival: created_at, run_id).
 
 The scan reads QUEUED runs without row locks; the conditional promotion does the rest.
 """
@@ -25,17 +26,40 @@ class QueuedRun:
     created_at: datetime
     requires_key: str
     requires: Any
+    priority: int = 0
+
+    @property
+    def order(self) -> tuple[int, datetime, str]:
+        """The queue order as a sort key (SPEC §7a)."""
+        return (-self.priority, self.created_at, self.run_id)
 
 
 def _queued_columns():  # type: ignore[no-untyped-def]
-    return (Run.run_id, Run.created_at, Run.requires_key, Run.requires)
+    return (Run.run_id, Run.created_at, Run.requires_key, Run.requires, Run.priority)
+
+
+QUEUE_ORDER = (Run.priority.desc(), Run.created_at, Run.run_id)
+
+
+def after_in_queue(run: QueuedRun):  # type: ignore[no-untyped-def]
+    """The runs behind ``run`` in queue order."""
+    return or_(
+        Run.priority < run.priority,
+        and_(
+            Run.priority == run.priority,
+            or_(
+                Run.created_at > run.created_at,
+                and_(Run.created_at == run.created_at, Run.run_id > run.run_id),
+            ),
+        ),
+    )
 
 
 def queued_shape_heads(s: Session) -> list[QueuedRun]:
-    """The oldest QUEUED run of every distinct ``requires_key``.
+    """The first QUEUED run, in queue order, of every distinct ``requires_key``.
 
     A loose index scan (recursive CTE over ``ix_runs_queued_shape``) finds the distinct keys in
-    O(shapes · log n) instead of reading every queued row; a LATERAL picks each key's oldest run.
+    O(shapes · log n) instead of reading every queued row; a LATERAL picks each key's first run.
     """
     keys = (
         select(Run.requires_key.label("k"))
@@ -55,12 +79,14 @@ def queued_shape_heads(s: Session) -> list[QueuedRun]:
     head = (
         select(*_queued_columns())
         .where(IS_QUEUED, Run.requires_key == keys.c.k)
-        .order_by(Run.created_at, Run.run_id)
+        .order_by(*QUEUE_ORDER)
         .limit(1)
         .lateral("head")
     )
     q = (
-        select(head.c.run_id, head.c.created_at, head.c.requires_key, head.c.requires)
+        select(
+            head.c.run_id, head.c.created_at, head.c.requires_key, head.c.requires, head.c.priority
+        )
         .select_from(keys)
         .join(head, literal_column("true"))
         .where(keys.c.k.is_not(None))
@@ -69,22 +95,27 @@ def queued_shape_heads(s: Session) -> list[QueuedRun]:
 
 
 def next_queued_of_shape(s: Session, requires_key: str, after: QueuedRun) -> QueuedRun | None:
-    """The next QUEUED run of one shape after ``after`` in arrival order."""
+    """The next QUEUED run of one shape after ``after`` in queue order."""
     q = (
         select(*_queued_columns())
-        .where(
-            IS_QUEUED,
-            Run.requires_key == requires_key,
-            or_(
-                Run.created_at > after.created_at,
-                and_(Run.created_at == after.created_at, Run.run_id > after.run_id),
-            ),
-        )
-        .order_by(Run.created_at, Run.run_id)
+        .where(IS_QUEUED, Run.requires_key == requires_key, after_in_queue(after))
+        .order_by(*QUEUE_ORDER)
         .limit(1)
     )
     row = s.execute(q).first()
     return QueuedRun(*row) if row else None
+
+
+def aged_queued_runs(s: Session, seconds: int) -> list[QueuedRun]:
+    """QUEUED runs that have waited ``seconds`` or longer, in queue order (SPEC §7a)."""
+    q = (
+        select(*_queued_columns())
+        .where(
+            IS_QUEUED, Run.created_at <= func.now() - func.make_interval(0, 0, 0, 0, 0, 0, seconds)
+        )
+        .order_by(*QUEUE_ORDER)
+    )
+    return [QueuedRun(*row) for row in s.execute(q).all()]
 
 
 def queue_depth(s: Session) -> int:

@@ -106,6 +106,7 @@ def create_run(
         "warnings": list(contract.warnings),
         "ledger_scope": contract.ledger_scope,
         "queue_timeout_seconds": contract.queue_timeout_seconds,
+        "priority": contract.priority,
         "cause": cause,
         "new_leases": list(leases),
         "new_steps": list(steps),
@@ -146,6 +147,7 @@ def _create_statement(with_leases: bool, with_steps: bool) -> Select[Any]:
                     "warnings",
                     "ledger_scope",
                     "queue_timeout_seconds",
+                    "priority",
                 )
             }
             | {
@@ -253,16 +255,23 @@ def list_runs(
     return list(s.execute(q).scalars())
 
 
-def count_queued_before(s: Session, created_at: datetime, run_id: str) -> int:
-    """Older QUEUED runs (the queue position of a run, SPEC §7 "Explaining the wait")."""
+def count_queued_before(s: Session, priority: int, created_at: datetime, run_id: str) -> int:
+    """QUEUED runs ahead in queue order: higher priority, or equal priority and older (the queue
+    position of a run, SPEC §7 "Explaining the wait", §7a)."""
     return s.execute(
         select(func.count())
         .select_from(Run)
         .where(
             Run.state == QUEUED,
             or_(
-                Run.created_at < created_at,
-                and_(Run.created_at == created_at, Run.run_id < run_id),
+                Run.priority > priority,
+                and_(
+                    Run.priority == priority,
+                    or_(
+                        Run.created_at < created_at,
+                        and_(Run.created_at == created_at, Run.run_id < run_id),
+                    ),
+                ),
             ),
         )
     ).scalar_one()
@@ -345,8 +354,14 @@ def mark_sealed(s: Session, run_id: str) -> None:
 
 
 def queued_runs(s: Session, limit: int) -> list[Run]:
-    """QUEUED runs oldest first, in the order of :func:`count_queued_before` (the status page)."""
-    q = select(Run).where(Run.state == QUEUED).order_by(Run.created_at, Run.run_id).limit(limit)
+    """QUEUED runs in queue order (priority, then arrival), the order of
+    :func:`count_queued_before` (the status page)."""
+    q = (
+        select(Run)
+        .where(Run.state == QUEUED)
+        .order_by(Run.priority.desc(), Run.created_at, Run.run_id)
+        .limit(limit)
+    )
     return list(s.execute(q).scalars())
 
 

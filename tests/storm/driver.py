@@ -339,7 +339,7 @@ class Submitter(Driver):
             elif roll < 0.62 or not known:
                 n += 1
                 run_id = f"r{self.args.index}-{n}"
-                resp = c.call("submit", "POST", "/v1/runs", json_body=shapes(self.rng, run_id))
+                resp = c.call("submit", "POST", "/v1/runs", json_body=self._contract(run_id))
                 if resp is not None and resp.status_code in (201, 202, 422):
                     known.append(run_id)
             elif roll < 0.70:
@@ -357,6 +357,14 @@ class Submitter(Driver):
             else:
                 c.call("runs", "GET", "/v1/runs?limit=notanumber")
             time.sleep(self.rng.uniform(0, self.args.pause))
+
+    def _contract(self, run_id: str) -> dict[str, Any]:
+        doc = shapes(self.rng, run_id)
+        if self.args.priorities:
+            # Mostly the default, some urgent, some background runs (SPEC §7a).
+            priority = self.rng.choice([-10, 0, 0, 0, 20])
+            doc["queue"] = {**doc.get("queue", {}), "priority": priority}
+        return doc
 
     def _queue_is_deep(self) -> bool:
         resp = self.client.call("runs", "GET", f"/v1/runs?state=QUEUED&limit={DEEP_QUEUE}")
@@ -577,7 +585,11 @@ class Reaper(Driver):
         config = make_config(
             self.args.db,
             self.args.records,
-            **{"lease.renew_seconds": self.args.renew, "log.level": "error"},
+            **{
+                "lease.renew_seconds": self.args.renew,
+                "log.level": "error",
+                "queue.reserve_after_seconds": self.args.reserve_after,
+            },
             **json.loads(self.args.store),
         )
         app = create_app(config)
@@ -631,6 +643,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--heartbeat", type=float, default=1.0, help="seconds between adverts")
     p.add_argument("--silence", type=float, default=7.0, help="how long a silent node is away")
     p.add_argument("--renew", type=int, default=2, help="lease.renew_seconds of the server")
+    p.add_argument(
+        "--reserve-after", type=int, default=900, help="queue.reserve_after_seconds (the reaper)"
+    )
+    p.add_argument("--priorities", action="store_true", help="submit runs of several priorities")
     args = p.parse_args(argv)
     driver = ROLES[args.role](args)
 

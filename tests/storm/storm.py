@@ -42,12 +42,15 @@ class Plan:
     node_ops: int = 230
     seconds: float = 0.0
     deadline: float = 0.0  # a guard: every driver stops after this, whatever is left
+    priorities: bool = False  # submitters ask for several queue priorities
+    reserve_after: int = 900  # queue.reserve_after_seconds of the server and the reapers
 
     def drivers(self) -> list[tuple[str, int, list[str]]]:
         """(role, index, extra arguments) of every driver process."""
         out: list[tuple[str, int, list[str]]] = []
         for i in range(self.submitters):
-            out.append(("submitter", i, ["--ops", str(self.submitter_ops), "--pause", "0.15"]))
+            extra = ["--ops", str(self.submitter_ops), "--pause", "0.15"]
+            out.append(("submitter", i, extra + (["--priorities"] if self.priorities else [])))
         for i in range(self.cancellers):
             out.append(("canceller", i, ["--ops", str(self.canceller_ops), "--pause", "0.3"]))
         for i in range(self.node_processes):
@@ -130,6 +133,8 @@ def _rows(url: str) -> dict[str, int]:
         }
         row = cur.execute(
             "select (select count(*) from run_events where cause like 'promoted:%') as promotions,"
+            " (select count(*) from run_events where cause like 'reserving:%') as reservings,"
+            " (select count(distinct priority) from runs) as priorities,"
             " (select count(*) from steps) as steps,"
             " (select count(*) from nodes where expires_at > now()) as live_nodes,"
             " (select count(*) from nodes where expires_at > now() and drain = ''"
@@ -168,6 +173,7 @@ def run_storm(
         "MEDIATOR_DATABASE_POOL_SIZE": "4",
         "MEDIATOR_LEASE_RENEW_SECONDS": str(RENEW_SECONDS),
         "MEDIATOR_CLAIM_RECHECK_SECONDS": "1",
+        "MEDIATOR_QUEUE_RESERVE_AFTER_SECONDS": str(plan.reserve_after),
         **{KEYS_BY_NAME[k].env: v for k, v in store.items()},
     }
     with contextlib.ExitStack() as servers:
@@ -212,6 +218,7 @@ def _storm(
                 f"--out={out}",
                 f"--renew={RENEW_SECONDS}",
                 f"--store={json.dumps(store)}",
+                f"--reserve-after={plan.reserve_after}",
                 *extra,
             ]
             if plan.seconds and role != "reaper":
@@ -255,7 +262,8 @@ def _storm(
         )
     # Quiet now: one reaper pass, then every check.
     records = host_dirs[0] / "records"
-    with app_on(url, records, **{"lease.renew_seconds": RENEW_SECONDS}, **store) as app:
+    keys = {"lease.renew_seconds": RENEW_SECONDS, "queue.reserve_after_seconds": plan.reserve_after}
+    with app_on(url, records, **keys, **store) as app:
         reap_pass(app.extensions["mediator"])
     with connect(url) as sql:
         report.final_violations = check_settled(sql)

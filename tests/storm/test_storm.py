@@ -41,3 +41,20 @@ def test_a_storm_keeps_every_invariant_and_answers_only_documented_statuses(
     assert report.rows.get("runs SUCCEEDED", 0) > 0, report.describe()
     assert report.rows.get("runs FAILED", 0) > 0, report.describe()
     assert report.samples > 0
+
+
+def test_a_storm_with_priorities_and_reservations_keeps_every_invariant(
+    fresh_db_url: str, tmp_path: Path
+) -> None:
+    """The same storm, shorter, with runs of several priorities and reservations after one
+    second of waiting: a reserved node is never leased to a run of equal or lower priority, no
+    reservation outlives its holder's wait, and the quiet check honours reservations."""
+    seed = storm_seed()
+    print(f"storm seed {seed}")
+    plan = Plan(deadline=15, submitter_ops=60, node_ops=160, priorities=True, reserve_after=1)
+    report = run_storm(fresh_db_url, tmp_path, seed, plan)
+    print(report.describe())
+    assert report.failures() == [], f"seed {seed}\n" + report.describe()
+    assert report.rows.get("promotions", 0) > 0, report.describe()
+    assert report.rows.get("reservings", 0) > 0, report.describe()
+    assert report.rows.get("priorities", 0) > 1, report.describe()

@@ -2041,7 +2041,12 @@ def test_ledger_rules(ledger, expected):
     ("queue", "expected"),
     [
         ("30m", 'queue must be an object, got "30m"'),
-        ({"timeout": "30m", "priority": 1}, 'queue: unknown field "priority"'),
+        ({"timeout": "30m", "weight": 1}, 'queue: unknown field "weight"'),
+        ({"priority": 101}, "queue.priority must be from -100 to 100, got 101"),
+        ({"priority": -101}, "queue.priority must be from -100 to 100, got -101"),
+        ({"priority": "high"}, 'queue.priority must be an integer, got "high"'),
+        ({"priority": True}, "queue.priority must be an integer, got true"),
+        ({"priority": 1.5}, "queue.priority must be an integer, got 1.5"),
         ({"timeout": 1800}, 'queue.timeout must be a duration like "30m" or "4h", got 1800'),
         (
             {"timeout": "half an hour"},
@@ -2049,10 +2054,27 @@ def test_ledger_rules(ledger, expected):
         ),
         ({"timeout": "0m"}, 'queue.timeout must be a duration like "30m" or "4h", got "0m"'),
     ],
-    ids=["not-object", "unknown", "number", "words", "zero"],
+    ids=[
+        "not-object",
+        "unknown",
+        "priority-high",
+        "priority-low",
+        "priority-text",
+        "priority-bool",
+        "priority-float",
+        "number",
+        "words",
+        "zero",
+    ],
 )
 def test_queue_rules(queue, expected):
     assert reason(contract(queue=queue)) == expected
+
+
+def test_queue_priority_is_kept_and_defaults_to_zero():
+    assert validate_contract(contract()).priority == 0
+    assert validate_contract(contract(queue={"priority": -100})).priority == -100
+    assert validate_contract(contract(queue={"timeout": "1h", "priority": 100})).priority == 100
 
 
 # ------------------------------------------------------------------------ the order of the rules

@@ -1,0 +1,114 @@
+"""The reservation step of a wake scan (SPEC §7a, step 1): keep and add reservations, write only
+the difference, and hand the ordinary pass what is reserved against whom."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sqlalchemy.orm import Session
+
+from app.config import Config
+from app.context import Context
+from app.contract.types import role_from_wire
+from app.logs import log
+from app.match import Advert
+from app.reserve import Held, Reserving, overtaken, plan_reservations
+from app.services.tx import retrying
+from app.store.nodes import draining_node_ids
+from app.store.queue import QueuedRun, aged_queued_runs, set_statement_timeout
+from app.store.reservations import (
+    Probe,
+    Written,
+    clear_reservations,
+    lower_priority_placements,
+    stored_reservations,
+    write_reservations,
+)
+
+
+@dataclass
+class Reservations:
+    """What the ordinary pass matches against: node -> holder, and the holders as queued runs
+    (a holder is never skipped with its shape)."""
+
+    held: dict[str, Held] = field(default_factory=dict)
+    holders: dict[str, QueuedRun] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Inputs:
+    stored: dict[str, str]
+    holders: dict[str, QueuedRun]
+    reserving: list[QueuedRun]  # queue order
+    draining: set[str]
+
+
+def _reserving(run: QueuedRun) -> Reserving:
+    return Reserving(run.run_id, run.requires_key, tuple(role_from_wire(r) for r in run.requires))
+
+
+def read_inputs(
+    s: Session, config: Config, heads: list[QueuedRun], adverts: list[Advert], probe: Probe
+) -> Inputs | None:
+    """Inside the scan's reading transaction, after the probe: the rest only when a reserving
+    run exists or the table is not empty. None: nothing to do. Reservations off: the empty set."""
+    seconds = config["queue.reserve_after_seconds"]
+    if seconds <= 0:
+        if probe.held:
+            clear_reservations(s)
+        return None
+    if not (probe.held or probe.aged or probe.overtaken):
+        return None
+    top = max(h.priority for h in heads)
+    oldest = min(h.created_at for h in heads)
+    stored, holders = stored_reservations(s)
+    reserving = aged_queued_runs(s, seconds) if probe.aged else []
+    if probe.overtaken:
+        # A run of lower priority was placed on a node that could fill one of a waiting run's
+        # roles: that run reserves at once (looked at for each shape's first run).
+        placed = lower_priority_placements(s, top, oldest)
+        by_node = {a.node_id: a for a in adverts}
+        seen = {r.run_id for r in reserving}
+        for head in heads:
+            roles = [role_from_wire(r) for r in head.requires]
+            if head.run_id not in seen and overtaken(
+                head.priority, head.created_at, roles, placed, by_node
+            ):
+                reserving.append(head)
+        reserving.sort(key=lambda r: r.order)
+    return Inputs(stored, holders, reserving, draining_node_ids(s))
+
+
+@retrying
+def _write(ctx: Context, stored: dict[str, str], plan: dict[str, str]) -> Written:
+    """The difference, in one transaction (the holders' run rows first, SPEC §1 lock order)."""
+    with ctx.db.begin() as s:
+        set_statement_timeout(s, ctx.config["database.statement_timeout_seconds"])
+        return write_reservations(s, stored, plan)
+
+
+def reserve(ctx: Context, inputs: Inputs | None, adverts: list[Advert]) -> Reservations:
+    """Plan the reservations, write the difference in one transaction, and return them."""
+    if inputs is None:
+        return Reservations()
+    known = {**{r.run_id: r for r in inputs.reserving}, **inputs.holders}
+    plan = plan_reservations(
+        inputs.stored,
+        {run_id: _reserving(r) for run_id, r in inputs.holders.items()},
+        [_reserving(r) for r in inputs.reserving],
+        adverts,
+        inputs.draining,
+        ctx.config["lease.max_per_run"],
+    )
+    ended: set[str] = set()
+    if plan != inputs.stored:
+        written = _write(ctx, inputs.stored, plan)
+        ended = written.not_queued
+        for run_id, nodes in written.changed.items():
+            log.info("reservation", run_id=run_id, nodes=nodes)
+    out = Reservations()
+    for node, run_id in plan.items():
+        if run_id not in ended:
+            out.held[node] = Held(run_id, known[run_id].priority)
+            out.holders[run_id] = known[run_id]
+    return out

@@ -1,0 +1,201 @@
+"""Reservations (SPEC §7a): nodes a long-waiting QUEUED run holds back from runs of its priority or
+lower. Written by wake scans (under the scan gate), deleted by every transaction that ends a
+holder's wait; lock order: the holder's run row first, then its reservation rows (SPEC §1)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    ColumnElement,
+    delete,
+    exists,
+    false,
+    func,
+    literal_column,
+    select,
+    union_all,
+)
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.orm import Session
+
+from app.models import Lease, Node, Reservation, Run
+from app.reserve import Held
+from app.states import QUEUED
+from app.store.queue import IS_QUEUED, QueuedRun
+from app.store.runs import add_event
+
+RESERVING = "reserving: "
+RELEASED = "reservation released"
+
+
+def held_reservations(s: Session) -> dict[str, Held]:
+    """node -> its holder and the holder's priority: what submit, dry-run, acquire and a scan
+    keep away from the runs a reservation is against."""
+    rows = s.execute(
+        select(Reservation.node_id, Reservation.run_id, Run.priority).join(
+            Run, Run.run_id == Reservation.run_id
+        )
+    ).all()
+    return {r.node_id: Held(r.run_id, r.priority) for r in rows}
+
+
+def draining_and_reserved(s: Session) -> tuple[set[str], dict[str, Held]]:
+    """Draining live nodes, and node -> holder of every reservation, in one statement (the run
+    view's explanation of a wait reads both)."""
+    none: ColumnElement[Any] = literal_column("NULL")
+    draining = select(Node.node_id, none.label("run_id"), none.label("p")).where(
+        Node.expires_at > func.now(), Node.drain != ""
+    )
+    reserved = select(Reservation.node_id, Reservation.run_id, Run.priority).join(
+        Run, Run.run_id == Reservation.run_id
+    )
+    rows = s.execute(union_all(draining, reserved)).all()
+    drains = {r[0] for r in rows if r[1] is None}
+    held = {r[0]: Held(r[1], int(r[2])) for r in rows if r[1] is not None}
+    return drains, held
+
+
+@dataclass(frozen=True)
+class Probe:
+    held: bool  # the table is not empty
+    aged: bool  # some QUEUED run has waited reserve_after_seconds
+    overtaken: bool  # some run holding a lease was placed after a higher-priority run queued
+
+
+def queue_depth_and_probe(s: Session, seconds: int) -> tuple[int, Probe]:
+    """One statement: the number of QUEUED runs, and whether a scan's reservation step has
+    anything to do (SPEC §7a: it runs when a reserving run exists or the table is not empty).
+    ``overtaken`` is a cheap filter over every queued run's priority and arrival; the scan
+    checks each shape's first run against the placements themselves. ``seconds`` <= 0:
+    reservations are off, and no run is aged."""
+    queued = (
+        select(
+            func.count().label("n"),
+            func.max(Run.priority).label("top"),
+            func.min(Run.created_at).label("oldest"),
+        )
+        .where(IS_QUEUED)
+        .cte("queued")
+    )
+    held = exists().where(Reservation.node_id.is_not(None))
+    aged: ColumnElement[bool] = false()
+    placed: ColumnElement[bool] = false()
+    if seconds > 0:
+        waited = func.now() - func.make_interval(0, 0, 0, 0, 0, 0, seconds)
+        aged = exists().where(IS_QUEUED, Run.created_at <= waited)
+        placed = (
+            select(Lease.node_id)
+            .join(Run, Run.run_id == Lease.run_id)
+            .where(Run.priority < queued.c.top, Run.promoted_at > queued.c.oldest)
+            .exists()
+        )
+    row = s.execute(select(queued.c.n, held, aged, placed).select_from(queued)).one()
+    return int(row[0]), Probe(bool(row[1]), bool(row[2]), bool(row[3]))
+
+
+def lower_priority_placements(
+    s: Session, top_priority: int, oldest: datetime
+) -> list[tuple[str, int, datetime]]:
+    """(node, priority, placed at) of the leased runs of priority below ``top_priority`` placed
+    after ``oldest``: what can make a waiting run of higher priority reserve at once."""
+    rows = s.execute(
+        select(Lease.node_id, Run.priority, Run.promoted_at)
+        .join(Run, Run.run_id == Lease.run_id)
+        .where(Run.priority < top_priority, Run.promoted_at > oldest)
+    ).all()
+    return [(r.node_id, r.priority, r.promoted_at) for r in rows]
+
+
+def stored_reservations(s: Session) -> tuple[dict[str, str], dict[str, QueuedRun]]:
+    """node -> holder as stored, and the holders that are still QUEUED."""
+    rows = s.execute(
+        select(
+            Reservation.node_id,
+            Run.run_id,
+            Run.created_at,
+            Run.requires_key,
+            Run.requires,
+            Run.priority,
+            Run.state,
+        ).join(Run, Run.run_id == Reservation.run_id)
+    ).all()
+    stored = {r.node_id: r.run_id for r in rows}
+    holders = {
+        r.run_id: QueuedRun(r.run_id, r.created_at, r.requires_key, r.requires, r.priority)
+        for r in rows
+        if r.state == QUEUED
+    }
+    return stored, holders
+
+
+@dataclass(frozen=True)
+class Written:
+    changed: dict[str, list[str]]  # run -> its new reserved nodes, for every run whose set changed
+    not_queued: set[str]  # planned holders whose wait ended meanwhile: nothing written for them
+
+
+def write_reservations(s: Session, stored: Mapping[str, str], plan: Mapping[str, str]) -> Written:
+    """Write only the difference between ``stored`` and ``plan`` (a kept row keeps its
+    ``since``). The holders concerned are locked ``FOR SHARE`` in run_id order first, and rows
+    are written only for holders still QUEUED (a cancel or promotion may have ended a wait
+    since the plan was read). Each run whose set changed gets an event: ``reserving: <nodes>``
+    or ``reservation released``."""
+    gone = [n for n, run in stored.items() if plan.get(n) != run]
+    new = {n: run for n, run in plan.items() if stored.get(n) != run}
+    touched = sorted({stored[n] for n in gone} | set(new.values()))
+    if not touched:
+        return Written({}, set())
+    queued = set(
+        s.execute(
+            select(Run.run_id)
+            .where(Run.run_id.in_(touched), Run.state == QUEUED)
+            .order_by(Run.run_id)
+            .with_for_update(read=True)
+        ).scalars()
+    )
+    if gone:
+        s.execute(delete(Reservation).where(Reservation.node_id.in_(sorted(gone))))
+    rows = [{"node_id": n, "run_id": run} for n, run in sorted(new.items()) if run in queued]
+    if rows:
+        s.execute(pg_insert(Reservation).values(rows).on_conflict_do_nothing())
+    changed: dict[str, list[str]] = {}
+    for run in touched:
+        if run not in queued:
+            continue
+        nodes = sorted(n for n, holder in plan.items() if holder == run)
+        changed[run] = nodes
+        cause = RESERVING + ", ".join(nodes) if nodes else RELEASED
+        add_event(s, run, QUEUED, QUEUED, cause, None)
+    return Written(changed, set(touched) - queued)
+
+
+def release_reservations(s: Session, run_id: str) -> list[str]:
+    """Delete the run's reservations (its wait ended: promoted, cancelled, timed out) in the
+    caller's transaction, which holds the run row; an event when there were any."""
+    nodes = list(
+        s.execute(
+            delete(Reservation).where(Reservation.run_id == run_id).returning(Reservation.node_id)
+        ).scalars()
+    )
+    if nodes:
+        add_event(s, run_id, QUEUED, QUEUED, RELEASED, None)
+    return sorted(nodes)
+
+
+def clear_reservations(s: Session) -> None:
+    """Reservations off (``queue.reserve_after_seconds`` = 0): the empty set."""
+    s.execute(delete(Reservation))
+
+
+def queued_crossed_age(s: Session, seconds: int, previous: datetime | None) -> bool:
+    """Whether a QUEUED run crossed ``seconds`` of waiting since ``previous`` (the reaper's
+    previous pass): one probe of ``ix_runs_queued_age`` (SPEC §12)."""
+    waited = func.now() - func.make_interval(0, 0, 0, 0, 0, 0, seconds)
+    q = exists().where(IS_QUEUED, Run.created_at <= waited)
+    if previous is not None:
+        q = q.where(Run.created_at > previous - func.make_interval(0, 0, 0, 0, 0, 0, seconds))
+    return bool(s.execute(select(q)).scalar())
