@@ -59,7 +59,8 @@ def capture_placed_submit(db_url: str, records: Path) -> list[str]:
         def on_execute(
             conn: Any, cursor: Any, statement: str, params: Any, context: Any, many: bool
         ) -> None:
-            if not statement.lstrip().upper().startswith("INSERT"):
+            head = statement.lstrip().upper()
+            if not (head.startswith("INSERT") or (head.startswith("WITH") and "INSERT" in head)):
                 return
             mogrify = psycopg.ClientCursor(cursor.connection).mogrify
             for one in params if many else [params]:
@@ -74,10 +75,11 @@ def capture_placed_submit(db_url: str, records: Path) -> list[str]:
     out = []
     for st in seen:
         st = _INTERVAL.sub(_seconds, st)
+        st = _LITERAL.sub(_splice_ids, st)
         st = st.replace(f"'{CAPTURE_RUN}'", "('pgb-r'::text || :bench_id)")
         st = st.replace(f"'{CAPTURE_NODE}'", "('pgb-n'::text || :bench_id)")
         out.append(" ".join(st.split()))
-    if not any(re.match(r"INSERT INTO runs\b", st) for st in out):
+    if not any(re.search(r"INSERT INTO runs\b", st) for st in out):
         raise RuntimeError("the placed submit sent no INSERT INTO runs")
     return out
 
@@ -90,6 +92,21 @@ def _seconds(m: re.Match[str]) -> str:
     days, h, mi, sec = m.groups()
     total = int(days or 0) * 86400 + int(h) * 3600 + int(mi) * 60 + float(sec)
     return f"'{total:g} seconds'::interval"
+
+
+# A quoted literal with its casts ('…'::jsonb): the ids inside a JSON parameter (a submit's
+# leases and steps travel as JSONB rows) are spliced in as text, the literal parenthesised so
+# its casts apply to the whole concatenation.
+_LITERAL = re.compile(r"'((?:[^']|'')*)'((?:::\w+)+)")
+
+
+def _splice_ids(m: re.Match[str]) -> str:
+    body, casts = m.groups()
+    if CAPTURE_RUN not in body and CAPTURE_NODE not in body:
+        return m.group(0)
+    body = body.replace(f'"{CAPTURE_RUN}"', "\"pgb-r' || :bench_id || '\"")
+    body = body.replace(f'"{CAPTURE_NODE}"', "\"pgb-n' || :bench_id || '\"")
+    return f"('{body}'){casts}"
 
 
 def floor_statements(statements: list[str]) -> list[str]:
