@@ -211,9 +211,11 @@ def step_facts(s: Session, run: Run, steps: Iterable[Step]) -> list[StepFacts]:
     """What the verdict needs of each step. A name counts as produced when an accepted blob of it
     exists for the step's attempt, or the step reported it and no schema judges it (a blob
     rejected by its schema was never stored, so it was not produced)."""
+    steps = list(steps)
+    accepted_of = accepted_blob_names(s, run.run_id, {st.seq: st.attempt for st in steps})
     facts = []
     for st in steps:
-        accepted = accepted_blob_names(s, run.run_id, st.seq, st.attempt)
+        accepted = accepted_of[st.seq]
         schema = st.spec.get("schema") or {}
         reported = {n for n in (st.produced or []) if n not in schema}
         facts.append(

@@ -20,9 +20,8 @@ from app.services.tx import retrying
 from app.states import RUN_FINISHED
 from app.store.blobs import blobs_of_runs, earlier_runs_of_work, newest_blob, record_blob
 from app.store.logs import lock_log
-from app.store.nodes import node_labels
 from app.store.runs import get_run, mark_sealed, run_events, share_run, try_lock_seal
-from app.store.steps import get_step, steps_of
+from app.store.steps import get_step, steps_with_labels
 from app.wire import ts
 
 
@@ -290,14 +289,17 @@ def seal_run(ctx: Context, run_id: str) -> bool:
     """Write verdict, step files, events and SHA256SUMS, make the Record read-only, then mark the
     run sealed. Idempotent; a failure is logged and left to the reaper (SPEC §11)."""
     try:
-        with ctx.db.read() as s:
+        with ctx.db.begin() as s:
+            # One seal of a run at a time on every host; the one that finds it held leaves it
+            # to the holder (or to the reaper's next pass, should the holder fail).
+            if not try_lock_seal(s, run_id):
+                return False
             run = get_run(s, run_id)
             if run is None or run.state not in RUN_FINISHED or run.sealed_at is not None:
                 return False
             if not ctx.records.exists(run_id):
                 return False  # a rejected submit has no Record and is never sealed
-            steps = steps_of(s, run_id)
-            labels = node_labels(s, sorted({st.node_id for st in steps if st.node_id}))
+            steps = steps_with_labels(s, run_id)
             events = [
                 {
                     "at": ts(e.at),
@@ -308,15 +310,7 @@ def seal_run(ctx: Context, run_id: str) -> bool:
                 }
                 for e in run_events(s, run_id)
             ]
-        docs = [(st.seq, st.step_id, step_document(st, labels)) for st in steps]
-        with ctx.db.begin() as s:
-            # One seal of a run at a time on every host; the one that finds it held leaves it
-            # to the holder (or to the reaper's next pass, should the holder fail).
-            if not try_lock_seal(s, run_id):
-                return False
-            current = get_run(s, run_id)
-            if current is None or current.sealed_at is not None:
-                return False
+            docs = [(st.seq, st.step_id, step_document(st, label)) for st, label in steps]
             ctx.records.seal(
                 run_id,
                 verdict=run.verdict or {"state": run.state, "checks": []},
@@ -343,7 +337,8 @@ def seal_run(ctx: Context, run_id: str) -> bool:
         return False
 
 
-def step_document(st: Any, labels: dict[str, str | None]) -> dict[str, Any]:
+def step_document(st: Any, label: str | None) -> dict[str, Any]:
+    """What a step did, as its document in the sealed Record; ``label``: its node's label."""
     doc: dict[str, Any] = {
         "seq": st.seq,
         "id": st.step_id,
@@ -351,7 +346,7 @@ def step_document(st: Any, labels: dict[str, str | None]) -> dict[str, Any]:
         "state": st.state,
         "attempt": st.attempt,
         "node": st.node_id,
-        "label": labels.get(st.node_id) if st.node_id else None,
+        "label": label if st.node_id else None,
         "started_at": ts(st.started_at),
         "ended_at": ts(st.ended_at),
         "exit_code": st.exit_code,

@@ -252,7 +252,7 @@ def complete_step(
     at-boundary drain. The run and its steps are locked by the caller."""
     run = pic.run
     schema = st.spec.get("schema") or {}
-    produced = accepted_blob_names(s, run.run_id, st.seq, st.attempt) | {
+    produced = accepted_blob_names(s, run.run_id, {st.seq: st.attempt})[st.seq] | {
         n for n in reported if n not in schema
     }
     seqs, exhausted = _rollback(pic, st, exit_code, error, produced)

@@ -29,9 +29,11 @@ def complete_verdict(ctx: Context, run_id: str, after: AfterCommit) -> list[str]
         if run is None or run.state != VERIFYING:
             return []
         steps = lock_steps(s, run_id)
-        verdict = evaluate(
-            run.contract.get("success_when") or [], step_facts(s, run, steps), live_adverts(s)
-        )
+        conditions = run.contract.get("success_when") or []
+        # The fleet is read only for a verdict that asks about it (``fleet_has``): a run's end
+        # does not pay a read of the whole fleet otherwise.
+        fleet = live_adverts(s) if any("fleet_has" in c for c in conditions) else []
+        verdict = evaluate(conditions, step_facts(s, run, steps), fleet)
         if not finish_run(
             s, run_id, from_states=[VERIFYING], state=verdict["state"], verdict=verdict
         ):

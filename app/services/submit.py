@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -11,7 +12,7 @@ from app.contract import Contract, validate_contract
 from app.errors import Conflict, Forbidden, NoCandidate
 from app.faults import fault
 from app.match import Assignment, Reject, match, width_exceeded
-from app.reserve import reserved_against
+from app.reserve import Held, reserved_against
 from app.services.execution import start_steps, starts_anything
 from app.services.finish import finish
 from app.services.notify import AfterCommit
@@ -24,7 +25,6 @@ from app.states import FAILED, QUEUED, RUNNING
 from app.store import DuplicateRun, NodeTaken, PrunedRunId
 from app.store.leases import lease_rows
 from app.store.nodes import candidate_adverts
-from app.store.reservations import held_reservations
 from app.store.runs import create_run, get_run
 from app.store.steps import step_rows
 
@@ -221,14 +221,15 @@ def dry_run(ctx: Context, doc: Any, caller: Caller) -> dict[str, Any]:
     contract = validate_contract(doc, capabilities=ctx.config["contract.capabilities"])
     check_priority(contract, caller)
     with ctx.db.read() as s:
-        found = candidate_adverts(s, contract.requires)
+        reserving = ctx.config["queue.reserve_after_seconds"] > 0
+        found = candidate_adverts(s, contract.requires, with_holders=reserving)
         outcome = match(contract.requires, found.adverts, set(), ordered=True)
         if isinstance(outcome, Reject):
             raise NoCandidate(outcome.reason)
         over = width_exceeded(outcome, ctx.config["lease.max_per_run"])
         if over:
             raise NoCandidate(over)
-        warnings = list(contract.warnings) + _reserved_warnings(s, ctx, contract, outcome)
+        warnings = list(contract.warnings) + _reserved_warnings(found.held, contract, outcome)
     labels = {a.node_id: a.label for a in found.adverts}
     return {
         "run_id": contract.run_id,
@@ -241,10 +242,11 @@ def dry_run(ctx: Context, doc: Any, caller: Caller) -> dict[str, Any]:
     }
 
 
-def _reserved_warnings(s: Any, ctx: Context, contract: Contract, outcome: Assignment) -> list[str]:
-    if ctx.config["queue.reserve_after_seconds"] <= 0:
-        return []
-    held = held_reservations(s)
+def _reserved_warnings(
+    held: Mapping[str, Held], contract: Contract, outcome: Assignment
+) -> list[str]:
+    """SPEC §7a: dry-run assigns as if reserved nodes were free, with a warning per assigned node
+    reserved against the run."""
     against = reserved_against(held, None, contract.priority)
     return [
         f"node {n} is reserved by run {held[n].run_id} (priority {held[n].priority})"

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-from sqlalchemy import exists, func, select
+from sqlalchemy import exists, func, select, tuple_
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
@@ -51,22 +51,27 @@ def record_blob(
     )
 
 
-def accepted_blob_names(s: Session, run_id: str, seq: int, attempt: int) -> set[str]:
-    """The names the step's attempt produced: stored, not refused by a schema, and declared in
-    the step's ``out`` (SPEC §19.5: a step may upload any name; only declared ones count)."""
+def accepted_blob_names(s: Session, run_id: str, attempts: Mapping[int, int]) -> dict[int, set[str]]:
+    """seq -> the names that attempt of the step produced, for every step of ``attempts`` (seq ->
+    attempt) in one statement: stored, not refused by a schema, and declared in the step's ``out``
+    (SPEC §19.5: a step may upload any name; only declared ones count)."""
+    produced: dict[int, set[str]] = {seq: set() for seq in attempts}
+    if not attempts:
+        return produced
     declared = exists().where(
         Step.run_id == Blob.run_id,
         Step.seq == Blob.seq,
         Step.spec["out"].contains(func.jsonb_build_array(Blob.name)),
     )
-    q = select(Blob.name).where(
+    q = select(Blob.seq, Blob.name).where(
         Blob.run_id == run_id,
-        Blob.seq == seq,
-        Blob.attempt == attempt,
+        tuple_(Blob.seq, Blob.attempt).in_(list(attempts.items())),
         Blob.schema_ok.is_not(False),
         declared,
     )
-    return set(s.execute(q).scalars())
+    for seq, name in s.execute(q).all():
+        produced[seq].add(name)
+    return produced
 
 
 def declaring_steps(s: Session, run_id: str, name: str) -> list[int]:

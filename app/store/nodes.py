@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 from app.contract.types import Role
 from app.match import Advert, adverts_from_rows, candidate_order
 from app.models import Lease, Node, Reservation, Run
+from app.reserve import Held
 
 
 @dataclass(frozen=True)
@@ -147,6 +148,7 @@ class Candidates:
 
     adverts: list[Advert]
     unavailable: set[str]
+    held: dict[str, Held] = field(default_factory=dict)  # node -> its reservation's holder
 
 
 def containment(role: Role) -> list[dict[str, Any]]:
@@ -164,14 +166,20 @@ def containment_key(role: Role) -> str:
 
 
 def candidate_adverts(
-    s: Session, roles: Iterable[Role], *, reserved_for: int | None = None
+    s: Session,
+    roles: Iterable[Role],
+    *,
+    reserved_for: int | None = None,
+    with_holders: bool = False,
 ) -> Candidates:
     """One statement through ``ix_nodes_capabilities``: only the adverts that can satisfy one of
     ``roles`` are read, each with whether it is unavailable (a lease, whatever its ``not_after``,
     or a drain), in :func:`candidate_order`. Containment finds a superset of what the matcher
     accepts (the matcher stays the judge), so the cost follows the run, not the fleet.
     ``reserved_for``: the priority of a run that holds no reservation (a submit, an acquire): a
-    node reserved by a run of that priority or higher is unavailable too (SPEC §7a)."""
+    node reserved by a run of that priority or higher is unavailable too (SPEC §7a).
+    ``with_holders``: each candidate's reservation holder and its priority come back in the same
+    statement (``held``; dry-run warns about them)."""
     wanted = {containment_key(r): containment(r) for r in roles}
     if not wanted:
         return Candidates([], set())
@@ -185,14 +193,24 @@ def candidate_adverts(
             .exists()
         )
     busy = or_(*reasons).label("busy")
-    rows = s.execute(
-        select(Node.node_id, Node.capabilities, Node.label, busy).where(
-            Node.expires_at > func.now(),
-            or_(*(Node.capabilities.contains(v) for v in wanted.values())),
+    q = select(Node.node_id, Node.capabilities, Node.label, busy).where(
+        Node.expires_at > func.now(),
+        or_(*(Node.capabilities.contains(v) for v in wanted.values())),
+    )
+    if with_holders:
+        q = (
+            q.add_columns(Reservation.run_id.label("holder"), Run.priority.label("holder_priority"))
+            .outerjoin(Reservation, Reservation.node_id == Node.node_id)
+            .outerjoin(Run, Run.run_id == Reservation.run_id)
         )
-    ).all()
+    rows = s.execute(q).all()
     adverts = candidate_order(adverts_from_rows((r.node_id, r.capabilities, r.label) for r in rows))
-    return Candidates(adverts, {r.node_id for r in rows if r.busy})
+    held = (
+        {r.node_id: Held(r.holder, int(r.holder_priority)) for r in rows if r.holder is not None}
+        if with_holders
+        else {}
+    )
+    return Candidates(adverts, {r.node_id for r in rows if r.busy}, held)
 
 
 def live_adverts(s: Session) -> list[Advert]:

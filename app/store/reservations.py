@@ -32,17 +32,6 @@ RESERVING = "reserving: "
 RELEASED = "reservation released"
 
 
-def held_reservations(s: Session) -> dict[str, Held]:
-    """node -> its holder and the holder's priority: what submit, dry-run, acquire and a scan
-    keep away from the runs a reservation is against."""
-    rows = s.execute(
-        select(Reservation.node_id, Reservation.run_id, Run.priority).join(
-            Run, Run.run_id == Reservation.run_id
-        )
-    ).all()
-    return {r.node_id: Held(r.run_id, r.priority) for r in rows}
-
-
 def draining_and_reserved(s: Session) -> tuple[set[str], dict[str, Held]]:
     """Draining live nodes, and node -> holder of every reservation, in one statement (the run
     view's explanation of a wait reads both)."""

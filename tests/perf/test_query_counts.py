@@ -30,7 +30,7 @@ MAX_STATEMENTS: dict[str, int] = {
     "claim with work": 5,
     "claim empty": 2,
     "result, run goes on": 9,
-    "result, run ends": 23,
+    "result, run ends": 21,
     "cancel": 12,
     "cancel promoting a queued run": 23,
 }
