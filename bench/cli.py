@@ -37,7 +37,8 @@ def _parser() -> argparse.ArgumentParser:
         "--only",
         action="append",
         choices=sorted(PHASES),
-        help="run only this measurement (repeatable)",
+        help="run only this measurement (repeatable); wake runs both wake-scan lines, "
+        "wake-reserving only the one with 5 %% of the queued runs reserving",
     )
     p.add_argument("--out", type=Path, help="where results.json and results.md go (bench/)")
     p.add_argument("--workers", type=int, default=4, help="gunicorn workers (4)")
@@ -68,7 +69,8 @@ def _terminate(signum: int, frame: Any) -> None:
 def main(argv: list[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     sizes = QUICK if args.quick else FULL
-    if args.log_level != "info" and (not args.only or "wake" in args.only):
+    wakes = {"wake", "wake-reserving"}
+    if args.log_level != "info" and (not args.only or wakes & set(args.only)):
         raise SystemExit("bench: the wake scan is read from info lines: use --log-level info")
     out = args.out
     if out is None:
@@ -94,6 +96,8 @@ def main(argv: list[str] | None = None) -> None:
             client_threads=args.client_threads,
         )
         names = args.only or list(PHASES)
+        if "wake" in names:
+            names = [*names, "wake-reserving"]  # the wake-scan line and the one beside it
         for name in PHASES:
             if name in names:
                 doc.update(PHASES[name](bench))

@@ -1,10 +1,11 @@
 """The Mediator in the benchmark's own process, for what is not an HTTP request: capturing the
-statements of a placed submit (the transaction pgbench replays) and timing reaper passes."""
+statements of a placed submit (the transaction pgbench replays), timing reaper passes, and the
+untimed wake scans that settle the reservations of the reserving wake-scan line."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,11 @@ CAPTURE_NODE = "bench-capture-node"
 
 
 @contextmanager
-def mediator_app(db_url: str, records: Path) -> Iterator[Flask]:
+def mediator_app(
+    db_url: str, records: Path, overrides: Mapping[str, Any] | None = None
+) -> Iterator[Flask]:
+    """The app on ``db_url``; ``overrides``: configuration keys beyond the benchmark's own (the
+    same values the benchmark's gunicorn gets, when both work on one database)."""
     app = create_app(
         {
             "database.url": db_url,
@@ -30,6 +35,7 @@ def mediator_app(db_url: str, records: Path) -> Iterator[Flask]:
             "token": TOKEN,
             "log.format": "console",
             "log.level": "error",
+            **(overrides or {}),
         }
     )
     try:

@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -109,11 +110,16 @@ class Bench:
     processes: int  # client processes of a closed loop
     client_threads: int  # threads in each
 
-    def server(self, db_url: str, name: str) -> Server:
+    def server(self, db_url: str, name: str, extra: dict[str, str] | None = None) -> Server:
         work = self.workdir / name
         work.mkdir(parents=True, exist_ok=True)
         return mediator(
-            db_url, work, workers=self.workers, threads=self.threads, log_level=self.log_level
+            db_url,
+            work,
+            workers=self.workers,
+            threads=self.threads,
+            log_level=self.log_level,
+            extra=extra,
         )
 
     @property
@@ -344,14 +350,134 @@ def wake_scan(b: Bench) -> dict[str, Any]:
     waiting for it; the queue is grown by SQL (copies of each shape's first queued run). At each
     size, a cancel frees one board and its wake scan promotes the oldest run of that shape; the
     scan's time is the ``ms`` of its "wake scan" log line."""
+    return _wake_scan(b, reserving=False)
+
+
+# The reserving line: the server's ``queue.reserve_after_seconds``, and how far back the
+# reserving runs' ``created_at`` is moved (far past the threshold, while every other run of the
+# phase, created minutes ago at most, stays far short of it).
+RESERVE_AFTER_SECONDS = 3600
+AGED_BY_SECONDS = 2 * RESERVE_AFTER_SECONDS
+RESERVING_PERCENT = 5
+
+
+def wake_scan_reserving(b: Bench) -> dict[str, Any]:
+    """The wake-scan line with ``RESERVING_PERCENT`` % of the queued runs reserving (SPEC §7a):
+    the same shapes, sizes, cancels and timing as :func:`wake_scan`, but at each size the
+    oldest queued runs of every shape (5 % of the size, spread evenly over the shapes) are made
+    older than ``queue.reserve_after_seconds``, so every scan runs its reservation step. Each
+    shape's oldest run then holds its shape's board, and it is also the run the plain line's
+    scan promotes when that board is freed: both lines promote the same run. Before each timed
+    cancel an untimed scan (in this process) settles the reservations, so the timed scan finds
+    one reservation per shape and keeps them all (no write) before its ordinary pass."""
+    return _wake_scan(b, reserving=True)
+
+
+def _quota(total: int, shapes: int) -> list[int]:
+    """``total`` runs dealt over ``shapes``, the first ones getting one more."""
+    return [total // shapes + (1 if k < total % shapes else 0) for k in range(shapes)]
+
+
+def _age_oldest(url: str, shapes: int, total: int) -> int:
+    """Move back the ``created_at`` of the oldest QUEUED runs of each shape (``total`` over all
+    shapes) that are not aged yet, past ``RESERVE_AFTER_SECONDS``; they stay the oldest of
+    their shape, in the same order. Returns the QUEUED runs aged now, checked against
+    ``total``."""
+    with connect(url) as conn:
+        for k, n in enumerate(_quota(total, shapes)):
+            conn.execute(
+                "UPDATE runs SET created_at = created_at - make_interval(secs => %(by)s)"
+                " WHERE run_id IN (SELECT run_id FROM runs WHERE state = 'QUEUED'"
+                "   AND run_id LIKE %(prefix)s ORDER BY priority DESC, created_at, run_id"
+                "   LIMIT %(n)s)"
+                " AND created_at > now() - make_interval(secs => %(after)s)",
+                {
+                    "by": AGED_BY_SECONDS,
+                    "prefix": f"wq{k:02d}-%",
+                    "n": n,
+                    "after": RESERVE_AFTER_SECONDS,
+                },
+            )
+        aged = _aged_count(conn)
+    if aged != total:
+        raise RuntimeError(f"wake scan (reserving): {aged} aged queued runs, not {total}")
+    return aged
+
+
+def _aged_count(conn: Any) -> int:
+    row = conn.execute(
+        "SELECT count(*) FROM runs WHERE state = 'QUEUED'"
+        " AND created_at <= now() - make_interval(secs => %s)",
+        (RESERVE_AFTER_SECONDS,),
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def _check_reservations(url: str, shapes: int) -> dict[str, str]:
+    """node -> holder; fails unless every shape's board is reserved by the oldest QUEUED run of
+    its shape (the run a freed board promotes in the plain line too)."""
+    with connect(url) as conn:
+        held = dict(conn.execute("SELECT node_id, run_id FROM reservations").fetchall())
+        heads = dict(
+            conn.execute(
+                "SELECT DISTINCT ON (split_part(run_id, '-', 1)) split_part(run_id, '-', 1),"
+                " run_id FROM runs WHERE state = 'QUEUED' AND run_id LIKE 'wq%'"
+                " ORDER BY split_part(run_id, '-', 1), priority DESC, created_at, run_id"
+            ).fetchall()
+        )
+    want = {f"w-node-{k:02d}": heads.get(f"wq{k:02d}") for k in range(shapes)}
+    if held != want:
+        raise RuntimeError(
+            f"wake scan (reserving): the reservations table holds {len(held)} rows, not one "
+            f"per shape held by its oldest queued run: {sorted(held.items())[:5]}… "
+            f"want {sorted(want.items())[:5]}…"
+        )
+    return held
+
+
+def _reservation_count(url: str) -> int:
+    with connect(url) as conn:
+        row = conn.execute("SELECT count(*) FROM reservations").fetchone()
+    return int(row[0]) if row else 0
+
+
+def _state(url: str, run_id: str) -> str | None:
+    with connect(url) as conn:
+        row = conn.execute("SELECT state FROM runs WHERE run_id = %s", (run_id,)).fetchone()
+    return str(row[0]) if row else None
+
+
+def _wake_scan(b: Bench, *, reserving: bool) -> dict[str, Any]:
     s = b.sizes
     shapes = s.wake_shapes
     if len(s.wake_sizes) * s.wake_reps > shapes:
         raise ValueError("each freed node needs a shape of its own")
-    url = b.dbs.fresh("wake")
+    name = "wake-reserving" if reserving else "wake"
+    title = "wake scan (5 % reserving)" if reserving else "wake scan"
+    url = b.dbs.fresh(name.replace("-", "_"))
+    extra = {"MEDIATOR_QUEUE_RESERVE_AFTER_SECONDS": str(RESERVE_AFTER_SECONDS)}
     out: dict[str, Any] = {}
     detail: dict[str, Any] = {}
-    with b.server(url, "wake") as srv:
+    with ExitStack() as stack:
+        srv = stack.enter_context(b.server(url, name, extra if reserving else None))
+        settle: Callable[[], float] | None = None
+        if reserving:
+            from app.services.queue import wake_queued
+
+            records = b.workdir / name / "inprocess-records"
+            records.mkdir(parents=True, exist_ok=True)
+            overrides = {"queue.reserve_after_seconds": RESERVE_AFTER_SECONDS}
+            app = stack.enter_context(mediator_app(url, records, overrides))
+            ctx = app.extensions["mediator"]
+
+            def settle_now() -> float:
+                report = wake_queued(ctx, "bench: settle reservations")
+                if report.skipped or report.errors or report.promoted:
+                    raise RuntimeError(f"wake scan (reserving): the settling scan did {report}")
+                return round(report.seconds * 1000, 1)
+
+            settle = settle_now
+
         c = Client(srv.port)
         for k in range(shapes):
             soc = f"w{k:02d}"
@@ -362,7 +488,7 @@ def wake_scan(b: Bench) -> dict[str, Any]:
         freed = 0
         for size in s.wake_sizes:
             per_shape = max(1, size // shapes)
-            say(f"wake scan: growing the queue to {per_shape * shapes} runs of {shapes} shapes")
+            say(f"{title}: growing the queue to {per_shape * shapes} runs of {shapes} shapes")
             for k in range(shapes):
                 # Copies of the shape's newest run: the oldest ones may have been promoted.
                 clone_run(
@@ -375,32 +501,67 @@ def wake_scan(b: Bench) -> dict[str, Any]:
                     offset_us=k,
                 )
             per_shape_have = max(per_shape_have, per_shape)
+            aged = 0
+            if reserving:
+                aged = _age_oldest(url, shapes, size * RESERVING_PERCENT // 100)
             vacuum_analyze(url)
             # Re-advertise: the nodes stay live however long the copying took.
             for k in range(shapes):
                 c.post("/v1/nodes", advert(f"w-node-{k:02d}", soc=f"w{k:02d}"))
             ms: list[float] = []
             cancel_ms: list[float] = []
+            settle_ms: list[float] = []
+            after: list[int] = []
             lines = []
             for _ in range(s.wake_reps):
                 k = freed
                 freed += 1
-                rid = f"bench-wake-{size}-{k}"
+                holder = None
+                if settle is not None:
+                    settle_ms.append(settle())
+                    holder = _check_reservations(url, shapes)[f"w-node-{k:02d}"]
+                rid = f"bench-{name}-{size}-{k}"
                 t0 = time.monotonic()
                 resp = c.request("POST", f"/v1/runs/wh-{k:02d}/cancel", b"", {"X-Request-Id": rid})
                 cancel_ms.append((time.monotonic() - t0) * 1000)
                 _ok(resp, 200, "cancel")
                 line = _wake_line(srv, rid)
                 ms.append(float(line["ms"]))
-                lines.append({key: line.get(key) for key in ("queued", "shapes", "promoted", "ms")})
+                keys = ("queued", "shapes", "looked", "promoted", "passes", "ms")
+                lines.append({key: line.get(key) for key in keys})
+                if holder is not None:
+                    if line.get("promoted") != 1 or _state(url, holder) != "RUNNING":
+                        raise RuntimeError(
+                            f"{title}: the freed board did not promote its holder {holder} "
+                            f"alone: {line}, {holder} is {_state(url, holder)}"
+                        )
+                    # shapes - 1: the scan kept every reservation, wrote none, and its
+                    # promotion deleted the holder's.
+                    after.append(_reservation_count(url))
             out[str(size)] = round(statistics.median(ms), 1)
             detail[str(size)] = {
                 "scan_ms": ms,
                 "cancel_ms": [round(x, 1) for x in cancel_ms],
                 "scans": lines,
             }
+            if reserving:
+                detail[str(size)].update(
+                    {
+                        "reserving_runs": aged,
+                        "reservations": shapes,
+                        "reservations_after_scan": after,
+                        "settle_scan_ms": settle_ms,
+                    }
+                )
             say(f"  {size}: scan {out[str(size)]} ms (median of {ms}), scans {lines}")
+            if reserving:
+                say(
+                    f"  {aged} runs reserving, {shapes} reservations before each scan, "
+                    f"{after} after; settling scans {settle_ms} ms"
+                )
         c.close()
+    if reserving:
+        return {"wake_scan_reserving_ms": out, "wake_scan_reserving_detail": detail}
     return {"wake_scan_ms": out, "wake_scan_detail": detail}
 
 
@@ -666,6 +827,7 @@ PHASES: dict[str, Callable[[Bench], dict[str, Any]]] = {
     "submit": placed_submits,
     "queued": queued_submits,
     "wake": wake_scan,
+    "wake-reserving": wake_scan_reserving,
     "release": release_to_claim,
     "fleet": fleet,
     "reaper": reaper,

@@ -157,6 +157,26 @@ ROWS = [
         2,
     ),
     Row(
+        "wake scan, 5 % of queued runs reserving, one node freed: 1k queued",
+        at("wake_scan_reserving_ms", "1000"),
+        " ms",
+    ),
+    Row(
+        "wake scan, 5 % reserving: 10k queued",
+        at("wake_scan_reserving_ms", "10000"),
+        " ms",
+        "<=",
+        50,
+    ),
+    Row("wake scan, 5 % reserving: 100k queued", at("wake_scan_reserving_ms", "100000"), " ms"),
+    Row(
+        "wake scan, 5 % reserving: 100k ÷ 1k",
+        lambda d: _ratio(d, "wake_scan_reserving_ms", "100000", "1000"),
+        "",
+        "<=",
+        2,
+    ),
+    Row(
         "release → promoted run's step claimed, p50",
         at("release_to_claim_ms", "p50"),
         " ms",
