@@ -51,7 +51,9 @@ def record_blob(
     )
 
 
-def accepted_blob_names(s: Session, run_id: str, attempts: Mapping[int, int]) -> dict[int, set[str]]:
+def accepted_blob_names(
+    s: Session, run_id: str, attempts: Mapping[int, int]
+) -> dict[int, set[str]]:
     """seq -> the names that attempt of the step produced, for every step of ``attempts`` (seq ->
     attempt) in one statement: stored, not refused by a schema, and declared in the step's ``out``
     (SPEC §19.5: a step may upload any name; only declared ones count)."""
