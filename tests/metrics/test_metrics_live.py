@@ -6,6 +6,10 @@ its master's, its workers', the app's — is one JSON object."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,7 +18,7 @@ import pytest
 import requests
 from prometheus_client.mmap_dict import MmapedDict
 
-from tests.apps import LiveServer, gunicorn_on
+from tests.apps import ROOT, LiveServer, _free_port, gunicorn_on
 from tests.helpers import one_step
 from tests.metrics.scrape import Samples, parse, value
 
@@ -114,3 +118,32 @@ def test_every_line_gunicorn_writes_is_a_json_object(
     assert all({"level", "timestamp"} <= set(x) for x in lines)
     routes = {x.get("route") for x in lines if x.get("event") == "request"}
     assert {"/readyz", "/metrics", "/v1/runs/<run_id>"} <= routes
+
+
+def test_a_reaper_process_serves_its_passes_on_its_metrics_port(fresh_db_url: str, tmp_path: Path):
+    port = _free_port()
+    env = {
+        **os.environ,
+        "MEDIATOR_DATABASE_URL": fresh_db_url,
+        "MEDIATOR_RECORDS_ROOT": str(tmp_path / "records"),
+        "MEDIATOR_TOKEN": "t",
+        "MEDIATOR_LEASE_RENEW_SECONDS": "1",
+        "MEDIATOR_LOG_LEVEL": "warning",
+    }
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    cmd = [sys.executable, "-m", "app.cli", "reaper", "--metrics-port", str(port)]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 30
+        passes = 0.0
+        while passes < 1:
+            assert proc.poll() is None and time.monotonic() < deadline, "no pass served"
+            try:
+                text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+            except requests.ConnectionError:
+                text = ""  # not listening yet: there is no event to await across processes
+            passes = value(parse(text), "mediator_reaper_passes_total", result="done")
+            time.sleep(0.05)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
