@@ -24,6 +24,17 @@ def _count(*names: str, default: int) -> int:
     return default
 
 
+bind = os.environ.get("MEDIATOR_BIND", "127.0.0.1:8080")
+# WEB_CONCURRENCY is the variable platforms and gunicorn itself use for the worker count.
+workers = _count("MEDIATOR_WORKERS", "WEB_CONCURRENCY", default=4)
+worker_class = "gthread"
+# 4 x 160 threads: 500 claims waiting in long poll (SPEC §16) with room for other requests.
+threads = _count("MEDIATOR_THREADS", default=160)
+# Above the long-poll window (claim.long_poll_seconds, 30 s by default).
+timeout = _count("MEDIATOR_WORKER_TIMEOUT", default=90)
+graceful_timeout = _count("MEDIATOR_GRACEFUL_TIMEOUT", default=30)
+keepalive = 75
+
 # Metrics of several workers (SPEC §15): prometheus-client keeps each worker's values in files of
 # this directory and a scrape sums them. It must be set before the app (and so prometheus-client)
 # is imported, which happens in this process below; the workers inherit it. Without one given,
@@ -36,16 +47,6 @@ if _OWN_METRICS_DIR:
 METRICS_DIR = os.environ["PROMETHEUS_MULTIPROC_DIR"]
 os.makedirs(METRICS_DIR, exist_ok=True)
 
-bind = os.environ.get("MEDIATOR_BIND", "127.0.0.1:8080")
-# WEB_CONCURRENCY is the variable platforms and gunicorn itself use for the worker count.
-workers = _count("MEDIATOR_WORKERS", "WEB_CONCURRENCY", default=4)
-worker_class = "gthread"
-# 4 x 160 threads: 500 claims waiting in long poll (SPEC §16) with room for other requests.
-threads = _count("MEDIATOR_THREADS", default=160)
-# Above the long-poll window (claim.long_poll_seconds, 30 s by default).
-timeout = _count("MEDIATOR_WORKER_TIMEOUT", default=90)
-graceful_timeout = _count("MEDIATOR_GRACEFUL_TIMEOUT", default=30)
-keepalive = 75
 preload_app = False
 accesslog = None  # the app logs every request as JSON itself
 errorlog = "-"

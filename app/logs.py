@@ -76,8 +76,9 @@ def stdlib_formatter() -> logging.Formatter:
 
 def configure_logging(fmt: str = "json", level: str = "info") -> None:
     """Both sources, for the whole process: ``fmt`` is ``json`` (production) or ``console``;
-    ``level`` the lowest level written, of the Mediator's events and of other libraries'
-    records alike (gunicorn's own loggers keep gunicorn's ``loglevel``)."""
+    ``level`` the lowest level of the Mediator's events written; other libraries' records are
+    written from ``warning`` up, or from ``level`` when it is higher or ``debug`` (gunicorn's own
+    loggers keep gunicorn's ``loglevel``)."""
     global _renderer
     _renderer = _json if fmt == "json" else structlog.dev.ConsoleRenderer(colors=False)
     number = getattr(logging, level.upper())
@@ -98,7 +99,9 @@ def configure_logging(fmt: str = "json", level: str = "info") -> None:
         if isinstance(handler, StderrHandler):
             root.removeHandler(handler)
     root.addHandler(StderrHandler())
-    root.setLevel(number)
+    # Other libraries' records from warning up: their info lines (alembic's "Context impl" on every
+    # schema check, say) are noise, unless one debugs.
+    root.setLevel(number if number <= logging.DEBUG else max(number, logging.WARNING))
     logging.captureWarnings(True)  # warnings.warn(...) -> the "py.warnings" logger -> one line
 
 

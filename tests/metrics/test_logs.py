@@ -39,10 +39,11 @@ def json_logging() -> Iterator[None]:
     configure_logging("console", "error")
 
 
-def test_standard_library_records_and_warnings_are_json_lines(json_logging, capfd):
+def test_standard_library_records_from_warning_up_and_warnings_are_json_lines(json_logging, capfd):
     capfd.readouterr()
     configure_logging("json", "info")  # twice: still one handler, one line a record
-    logging.getLogger("alembic.runtime.migration").info("Running upgrade %s -> %s", "a", "b")
+    logging.getLogger("sqlalchemy.pool").info("an info line of a library: not written")
+    logging.getLogger("alembic.runtime.migration").warning("Running upgrade %s -> %s", "a", "b")
     try:
         raise ValueError("boom")
     except ValueError:
@@ -53,7 +54,7 @@ def test_standard_library_records_and_warnings_are_json_lines(json_logging, capf
     lines = json_lines(capfd.readouterr().err)
 
     assert [(x["logger"], x["level"]) for x in lines] == [
-        ("alembic.runtime.migration", "info"),
+        ("alembic.runtime.migration", "warning"),
         ("some.library", "error"),
         ("py.warnings", "warning"),
     ]
