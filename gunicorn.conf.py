@@ -7,6 +7,7 @@ threads are created in each worker after fork, never in the master (no preload_a
 
 import os
 import sys
+import tempfile
 
 
 def _count(*names: str, default: int) -> int:
@@ -33,9 +34,38 @@ threads = _count("MEDIATOR_THREADS", default=160)
 timeout = _count("MEDIATOR_WORKER_TIMEOUT", default=90)
 graceful_timeout = _count("MEDIATOR_GRACEFUL_TIMEOUT", default=30)
 keepalive = 75
+
+# Metrics of several workers (SPEC §15): prometheus-client keeps each worker's values in files of
+# this directory and a scrape sums them. It must be set before the app (and so prometheus-client)
+# is imported, which happens in this process below; the workers inherit it. Without one given,
+# a directory of this gunicorn's own, removed when it exits.
+_OWN_METRICS_DIR = not os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+if _OWN_METRICS_DIR:
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = os.path.join(
+        tempfile.gettempdir(), f"mediator-metrics-{os.getpid()}"
+    )
+METRICS_DIR = os.environ["PROMETHEUS_MULTIPROC_DIR"]
+os.makedirs(METRICS_DIR, exist_ok=True)
+
 preload_app = False
 accesslog = None  # the app logs every request as JSON itself
 errorlog = "-"
+# gunicorn's own lines (and any access log, and the standard library's records) rendered like the
+# app's: one JSON object a line (SPEC §15), or readable lines with log.format: console.
+logconfig_dict = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {
+        "stderr": {"class": "app.logs.StderrHandler"},
+        "stdout": {"class": "app.logs.StdoutHandler"},
+    },
+    # No level here for gunicorn's loggers: gunicorn's loglevel keeps deciding.
+    "loggers": {
+        "gunicorn.error": {"handlers": ["stderr"], "propagate": False},
+        "gunicorn.access": {"handlers": ["stdout"], "propagate": False},
+    },
+    "root": {"level": "INFO", "handlers": ["stderr"]},
+}
 
 
 def on_starting(server):
@@ -45,12 +75,33 @@ def on_starting(server):
 
     from app.config import load_config
     from app.errors import ConfigError
+    from app.logs import configure_logging
 
     try:
-        load_config().sqlalchemy_url  # noqa: B018  (raises naming database.url when unset)
+        cfg = load_config()
+        cfg.sqlalchemy_url  # noqa: B018  (raises naming database.url when unset)
     except ConfigError as exc:
         print(f"mediator: invalid configuration: {exc}", file=sys.stderr)
         sys.exit(2)
+    configure_logging(cfg["log.format"], cfg["log.level"])  # gunicorn's lines follow log.format
+    # Counters of an earlier run of gunicorn start again from 0 (a Prometheus counter reset).
+    for name in os.listdir(METRICS_DIR):
+        if name.endswith(".db"):
+            os.unlink(os.path.join(METRICS_DIR, name))
+
+
+def child_exit(server, worker):
+    # A dead worker's gauges (claims waiting) leave the sum; its counters stay counted.
+    from prometheus_client import multiprocess
+
+    multiprocess.mark_process_dead(worker.pid, METRICS_DIR)
+
+
+def on_exit(server):
+    if _OWN_METRICS_DIR:
+        import shutil
+
+        shutil.rmtree(METRICS_DIR, ignore_errors=True)
 
 
 def post_worker_init(worker):

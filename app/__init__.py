@@ -19,6 +19,7 @@ from app.config import Config, load_config
 from app.context import Context
 from app.errors import MediatorError, Unavailable, error_body
 from app.logs import configure_logging, log
+from app.metrics import count_request
 from app.migrate import schema_problem
 from app.services.queue import wake_after_commit
 
@@ -126,13 +127,24 @@ def create_app(config: Config | Mapping[str, Any] | None = None) -> Flask:
     guard = SchemaGuard(context)
     app.extensions["mediator.schema"] = guard
 
-    from app.api import asks, cancel, health, nodes, observe, records, results, status, submit
+    from app.api import (
+        asks,
+        cancel,
+        health,
+        metrics,
+        nodes,
+        observe,
+        records,
+        results,
+        status,
+        submit,
+    )
     from app.api.auth import authorise_request
     from app.api.openapi import make_api
 
     api = make_api(app)
 
-    for module in (submit, cancel, results, nodes, asks, observe, records, health):
+    for module in (submit, cancel, results, nodes, asks, observe, records, health, metrics):
         api.register_blueprint(module.blp)
     app.register_blueprint(status.blp)  # the status page at /
     register_error_handlers(app)  # after Api(): ours replace smorest's error body
@@ -152,14 +164,17 @@ def create_app(config: Config | Mapping[str, Any] | None = None) -> Flask:
     def _end(resp: Response) -> Response:
         resp.headers["X-Request-Id"] = g.get("request_id", "")
         args = request.view_args or {}
+        route = request.url_rule.rule if request.url_rule else None
+        seconds = time.monotonic() - g.get("started", time.monotonic())
+        count_request(request.method, route, resp.status_code, seconds)
         log.info(
             "request",
             method=request.method,
-            route=request.url_rule.rule if request.url_rule else None,
+            route=route,
             status=resp.status_code,
             run_id=args.get("run_id") or g.get("run_id"),
             node_id=args.get("node_id"),
-            ms=round((time.monotonic() - g.get("started", time.monotonic())) * 1000, 1),
+            ms=round(seconds * 1000, 1),
         )
         return resp
 

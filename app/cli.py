@@ -127,8 +127,15 @@ def serve(ctx: click.Context, host: str, port: int) -> None:
 
 @main.command()
 @click.option("--once", is_flag=True, help="Run one pass and exit.")
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(1, 65535),
+    default=None,
+    help="Serve this process's metrics (its passes, what they freed, its wake scans) in "
+    "Prometheus text on 127.0.0.1:PORT/metrics.",
+)
 @click.pass_context
-def reaper(ctx: click.Context, once: bool) -> None:
+def reaper(ctx: click.Context, once: bool, metrics_port: int | None) -> None:
     """The reaper: a pass every lease.renew_seconds (SPEC §12). Several at once are safe."""
     import signal
     import threading
@@ -139,6 +146,11 @@ def reaper(ctx: click.Context, once: bool) -> None:
     cfg = _load(ctx)
     app = create_app(cfg)
     context = app.extensions["mediator"]
+    if metrics_port is not None:
+        # A process of its own: gunicorn's /metrics cannot see its counters.
+        from prometheus_client import start_http_server
+
+        start_http_server(metrics_port, addr="127.0.0.1")
     startup(app)  # SPEC §7 wake point 6: the reaper process wakes once at start-up too
     if once:
         report = reap_pass(context)

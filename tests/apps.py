@@ -79,10 +79,13 @@ def _free_port() -> int:
 class LiveServer:
     """A real gunicorn (gthread workers) serving the Mediator on 127.0.0.1."""
 
-    def __init__(self, url: str, env: dict[str, str], proc: subprocess.Popen[bytes]) -> None:
+    def __init__(
+        self, url: str, env: dict[str, str], proc: subprocess.Popen[bytes], log: Path | None = None
+    ) -> None:
         self.url = url
         self.env = env
         self.proc = proc
+        self.log = log  # gunicorn's stderr, the master's and the workers' lines
 
     def headers(self, **extra: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {TOKEN}", **extra}
@@ -141,7 +144,7 @@ def gunicorn_on(db_url: str, tmp_path: Path, **env_extra: str) -> Iterator[LiveS
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(log.read_text()[-3000:])
             time.sleep(0.05)  # waiting for a process to bind its port: there is no event to await
-        yield LiveServer(url, env, proc)
+        yield LiveServer(url, env, proc, log)
     finally:
         proc.terminate()
         try:

@@ -19,6 +19,8 @@ from app.api.contract_doc import OneOf
 from app.api.schemas import ErrorBodySchema
 
 BEARER = "bearer"
+# A route open by default that a configuration key can close to any valid token (/metrics).
+BEARER_OR_NONE: list[dict[str, list[str]]] = [{}, {BEARER: []}]
 REQUEST_ID = {"$ref": "#/components/headers/X-Request-Id"}
 
 # Path parameters: the grammar the handlers hold them to (SPEC §3, §13). An id outside its

@@ -20,6 +20,7 @@ from typing import Any
 from app.context import Context
 from app.listener import CLAIM_CHANNEL, claim_payload
 from app.logs import log
+from app.metrics import WEBHOOKS_DROPPED
 from app.store.server import notify
 
 
@@ -113,6 +114,7 @@ class WebhookQueue:
 
     def _drop(self, url: str, body: dict[str, Any]) -> None:
         now = time.monotonic()
+        WEBHOOKS_DROPPED.inc()
         with self._lock:
             self._dropped += 1
             self._unlogged += 1

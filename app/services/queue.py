@@ -17,6 +17,15 @@ from app.errors import ConfigError
 from app.faults import fault
 from app.logs import log
 from app.match import Advert, Reject, candidate_order, match, width_exceeded
+from app.metrics import (
+    QUEUE_WAIT,
+    WAKE_FAILED,
+    WAKE_PROMOTED,
+    WAKE_SCANS,
+    WAKE_SECONDS,
+    WAKE_SKIPPED,
+    cause_label,
+)
 from app.reserve import reserved_against, reserved_by
 from app.services.execution import start_steps
 from app.services.notify import AfterCommit, notify_claimable
@@ -111,7 +120,7 @@ def promote(
     try:
         with ctx.db.begin() as s:
             set_statement_timeout(s, ctx.config["database.statement_timeout_seconds"])
-            promote_run(s, run.run_id, assigned_json(assignment))
+            waited = promote_run(s, run.run_id, assigned_json(assignment))
             insert_leases(s, run.run_id, taken, ctx.config["lease.ttl_seconds"])
             if reserved:
                 release_reservations(s, run.run_id)
@@ -123,6 +132,7 @@ def promote(
         return Promotion(Outcome.NOT_QUEUED, [], set(), set())
     except NodeTaken:
         return Promotion(Outcome.NODE_TAKEN, [], set(), set())
+    QUEUE_WAIT.observe(waited)
     # Inside a scan: never wake from here (the gate is held by this very scan), and leave the
     # claim notification to the scan; the rest (verdicts, ask webhooks, seals) happens now.
     after.claim_nodes |= {g.node_id for g in taken}
@@ -267,18 +277,31 @@ def wake_queued(ctx: Context, cause: str, *, notify: bool = True) -> ScanReport:
     if ctx.config["lease.ttl_seconds"] <= 0:
         raise ConfigError("lease.ttl_seconds: must be greater than 0 (no unbounded leases)")
     report = ScanReport(cause)
+    label = cause_label(cause)
     started = time.monotonic()
-    if not ctx.gate.enter():
+    try:
+        entered = ctx.gate.enter()
+    except Exception:
+        WAKE_FAILED.labels(label).inc()
+        raise
+    if not entered:
         report.skipped = True
+        WAKE_SKIPPED.labels(label).inc()
         log.debug("wake scan skipped: another is waiting", cause=cause)
         return report
     try:
         _scan(ctx, report)
         while report.again and report.passes < MAX_PASSES:
             _scan(ctx, report)
+    except Exception:
+        WAKE_FAILED.labels(label).inc()
+        raise
     finally:
         ctx.gate.leave()
         report.seconds = time.monotonic() - started
+        WAKE_SCANS.labels(label).inc()
+        WAKE_SECONDS.labels(label).observe(report.seconds)
+        WAKE_PROMOTED.labels(label).inc(len(report.promoted))
     if report.errors or report.again:
         # SPEC §7: a scan that could not finish its work leaves a debt the reaper pays.
         why = "promotion errors" if report.errors else "the queue changed during the scan"

@@ -16,6 +16,7 @@ from sqlalchemy import func
 
 from app.context import Context
 from app.logs import log
+from app.metrics import LEASE_EXPIRIES, REAPER_DONE, REAPER_PASSES
 from app.services.ending import end_run_failed
 from app.services.execution import Picture, settle
 from app.services.finish import finish
@@ -145,18 +146,46 @@ def _row_by_row(items: list[Any], handle: Callable[[Any], Any], what: str) -> in
 def reap_pass(ctx: Context, *, previous_failed: bool = False) -> PassReport:
     """One pass, in the order of SPEC §12."""
     report = PassReport()
-    gate = ctx.db.dedicated_connection()
     try:
-        if not q.try_reaper_lock(gate):
-            report.skipped = True
-            return report
+        gate = ctx.db.dedicated_connection()
         try:
-            _pass(ctx, report, previous_failed)
+            if not q.try_reaper_lock(gate):
+                report.skipped = True
+                REAPER_PASSES.labels("skipped").inc()
+                return report
+            try:
+                _pass(ctx, report, previous_failed)
+            finally:
+                q.release_reaper_lock(gate)
         finally:
-            q.release_reaper_lock(gate)
-    finally:
-        gate.close()
+            gate.close()
+    except Exception:
+        REAPER_PASSES.labels("failed").inc()
+        count_pass(report)  # what the pass did before it failed stays done
+        raise
+    REAPER_PASSES.labels("done").inc()
+    count_pass(report)
     return report
+
+
+def count_pass(report: PassReport) -> None:
+    """What a pass did, for ``mediator_reaper_actions_total`` and lease expiries."""
+    done = {
+        "leases_extended": report.extended,
+        "asks_expired": report.asks_expired,
+        "lease_expired": len(report.lease_expired),
+        "steps_failed": report.steps_failed,
+        "leases_deleted": report.leases_deleted,
+        "verdicts": report.verdicts,
+        "queue_timeouts": len(report.queue_timeouts),
+        "sealed": report.sealed,
+        "pruned": report.pruned,
+    }
+    for action, n in done.items():
+        if n:
+            REAPER_DONE.labels(action).inc(n)
+    if report.lease_expired:
+        LEASE_EXPIRIES.inc(len(report.lease_expired))
 
 
 def _crossed_age(ctx: Context, s: Any, previous: Any) -> bool:

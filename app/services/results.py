@@ -14,6 +14,7 @@ from app.contract import parse_json
 from app.errors import BadRequest, NotClaimed
 from app.faults import fault
 from app.logs import log
+from app.metrics import CLAIMS_WAITING
 from app.models import Run, Step
 from app.services.ending import cancel_run_failed
 from app.services.execution import (
@@ -113,6 +114,13 @@ def claim(
     """Long poll: no connection is held while waiting; the process's LISTEN thread wakes this
     request when a step may have become claimable on this node, and a slow re-check
     (``claim.recheck_seconds``) covers a lost notification."""
+    with CLAIMS_WAITING.track_inprogress():
+        return _claim(ctx, node_id, instance, wait_seconds)
+
+
+def _claim(
+    ctx: Context, node_id: str, instance: str | None, wait_seconds: float
+) -> dict[str, Any] | None:
     listener = ctx.claims
     deadline = time.monotonic() + wait_seconds
     recheck = ctx.config["claim.recheck_seconds"]

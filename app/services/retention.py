@@ -24,6 +24,7 @@ from sqlalchemy import func, select
 from app.context import Context
 from app.faults import fault
 from app.logs import log
+from app.metrics import PRUNED_RUNS
 from app.services.tx import retrying
 from app.store import retention as q
 from app.wire import ts
@@ -122,6 +123,7 @@ def prune(
             if not deleted.run_ids:
                 break
             report.add(deleted)
+            PRUNED_RUNS.inc(len(deleted.run_ids))
             fault("prune.after_commit")
             report.records += _delete_records(ctx, deleted.run_ids)
             if len(deleted.run_ids) < batch_size:

@@ -9,9 +9,10 @@ from typing import Any
 
 from app.context import Caller, Context
 from app.contract import Contract, validate_contract
-from app.errors import Conflict, Forbidden, NoCandidate
+from app.errors import Conflict, Forbidden, MediatorError, NoCandidate
 from app.faults import fault
 from app.match import Assignment, Reject, match, width_exceeded
+from app.metrics import SUBMITS
 from app.reserve import Held, reserved_against
 from app.services.execution import start_steps, starts_anything
 from app.services.finish import finish
@@ -33,6 +34,7 @@ from app.store.steps import step_rows
 class Submitted:
     status: int  # 200 known, 201 RUNNING, 202 QUEUED
     view: dict[str, Any]
+    queued: bool = False  # the run was queued (201: promoted by the submit's own wake scan)
 
 
 @dataclass(frozen=True)
@@ -176,6 +178,27 @@ def _queue(ctx: Context, contract: Contract, caller: Caller) -> None:
 
 
 def submit_run(ctx: Context, doc: Any, caller: Caller) -> Submitted:
+    """Submit a run (SPEC §6), counted by outcome for the metrics."""
+    try:
+        submitted = _submit_run(ctx, doc, caller)
+    except MediatorError as exc:
+        SUBMITS.labels(_REFUSED.get(exc.status, "error")).inc()
+        raise
+    except Exception:
+        SUBMITS.labels("error").inc()
+        raise
+    outcome = {200: "duplicate", 202: "queued"}.get(submitted.status)
+    if outcome is None:  # 201: placed, or queued and promoted by the submit's own wake scan
+        outcome = "queued" if submitted.queued else "placed"
+    SUBMITS.labels(outcome).inc()
+    return submitted
+
+
+# A refused submit's status -> its outcome in mediator_submits_total.
+_REFUSED = {400: "invalid", 403: "forbidden", 409: "pruned_id", 422: "rejected"}
+
+
+def _submit_run(ctx: Context, doc: Any, caller: Caller) -> Submitted:
     contract = validate_contract(doc, capabilities=ctx.config["contract.capabilities"])
     check_priority(contract, caller)
     after = AfterCommit()
@@ -212,7 +235,7 @@ def submit_run(ctx: Context, doc: Any, caller: Caller) -> Submitted:
     # QUEUED row was visible, is seen by this scan (SPEC §7).
     wake_after_commit(ctx, f"submit of {contract.run_id}")
     view = _view(ctx, contract.run_id)
-    return Submitted(201 if view["state"] == RUNNING else 202, view)
+    return Submitted(201 if view["state"] == RUNNING else 202, view, queued=True)
 
 
 def dry_run(ctx: Context, doc: Any, caller: Caller) -> dict[str, Any]:

@@ -187,18 +187,20 @@ def add_event(
     )
 
 
-def promote_run(s: Session, run_id: str, assigned: list[dict[str, Any]]) -> None:
+def promote_run(s: Session, run_id: str, assigned: list[dict[str, Any]]) -> float:
     """``UPDATE runs SET state='RUNNING' … WHERE run_id=… AND state='QUEUED'``: the row condition is
     the guard. A second scan waits on the row lock, re-checks after the first commits and gets
-    0 rows -> :class:`NotQueued` (SPEC §7)."""
+    0 rows -> :class:`NotQueued` (SPEC §7). Returns the seconds the run waited QUEUED, by the
+    database's clock."""
     row = s.execute(
         update(Run)
         .where(Run.run_id == run_id, Run.state == QUEUED)
         .values(state=RUNNING, assigned=assigned, promoted_at=func.now())
-        .returning(Run.run_id)
+        .returning(func.extract("epoch", func.now() - Run.created_at))
     ).first()
     if row is None:
         raise NotQueued(run_id)
+    return max(0.0, float(row[0]))
 
 
 def finish_run(

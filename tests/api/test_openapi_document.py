@@ -24,6 +24,8 @@ from tests.apps import ROOT, make_config
 from tests.hostile import strategies
 
 TOKENLESS = {"/healthz", "/readyz"}
+# Open by default; metrics.require_token makes it ask for any valid token (SPEC §13).
+TOKEN_WHEN_CONFIGURED = {"/metrics"}
 
 
 def served_document() -> dict[str, Any]:
@@ -290,6 +292,9 @@ def test_token_routes_carry_the_bearer_scheme_and_its_401_and_403() -> None:
         if path in TOKENLESS:
             assert op["security"] == [], path
             assert "401" not in op["responses"]
+        elif path in TOKEN_WHEN_CONFIGURED:
+            assert op["security"] == [{}, {"bearer": []}], path
+            assert "401" in op["responses"] and "403" not in op["responses"], path
         else:
             assert op["security"] == [{"bearer": []}], (method, path)
             assert {"401", "403"} <= set(op["responses"]), (method, path)
@@ -322,6 +327,6 @@ def test_binary_routes_say_their_content_types() -> None:
 def test_docs_api_md_mentions_every_documented_route() -> None:
     text = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
     routes = [f"{method.upper()} {path}" for method, path, _ in operations()]
-    assert len(routes) == 22
+    assert len(routes) == 23
     missing = [route for route in routes if route not in text]
     assert missing == []
