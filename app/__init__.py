@@ -3,6 +3,7 @@ moment a node frees up."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import uuid
@@ -197,6 +198,9 @@ def startup(app: Flask) -> None:
     if guard.wake_owed:  # the schema was found ready before start-up ran
         guard.wake_owed = False
         wake_after_commit(app.extensions["mediator"], "start-up")
+    # One line per process once its start-up wake is over: an operator (and a test) can tell a
+    # worker that serves from one still starting.
+    log.info("process ready: schema checked, start-up wake done", pid=os.getpid())
 
 
 def shutdown(app: Flask) -> None:
