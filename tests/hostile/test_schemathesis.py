@@ -70,6 +70,11 @@ def test_the_live_server_serves_the_document_tested(seeded: LiveServer) -> None:
 @schema.parametrize()
 @settings(
     max_examples=PER_OPERATION,
+    # Fixed draws in CI, like the all-checks test's seed: schemathesis itself sometimes cannot
+    # draw an ask step's one ``out`` under the step's oneOf (InvalidSchema, a generator limit,
+    # not an answer of the server), so a random seed made this test fail now and then. The long
+    # profile keeps drawing at random.
+    derandomize=hypothesis_profile() != "long",
     deadline=None,
     database=None,
     suppress_health_check=list(HealthCheck),
