@@ -295,6 +295,11 @@ def markdown(doc: dict[str, Any], before: dict[str, Any] | None) -> str:
     notes = list(doc.get("notes") or []) + _notes(doc)
     if notes:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]
+    lines += [
+        "",
+        "What the profile shows is left, target by target: `bench/README.md`, section",
+        '"What the latest run shows is left" (written by hand after a full run).',
+    ]
     return "\n".join(lines) + "\n"
 
 
