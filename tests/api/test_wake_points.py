@@ -4,8 +4,8 @@
 A wake is observed by its effect: a QUEUED run that fits a node freed or made available is
 RUNNING in the GET right after the request. To leave a freed node without its wake, rows are
 changed with plain SQL (which wakes nobody). A wake is made to fail for real: another connection
-holds an ACCESS EXCLUSIVE lock on ``nodes``, so the scan's read of the live adverts runs into the
-(small) ``database.statement_timeout_seconds``."""
+holds an ACCESS EXCLUSIVE lock on ``reservations``, so the scan's first look at the queue runs into
+the (small) ``database.statement_timeout_seconds``."""
 
 from __future__ import annotations
 
@@ -53,15 +53,17 @@ def free_n1_without_a_wake(sql: Any) -> None:
 
 
 @contextmanager
-def nodes_locked(db_url: str) -> Iterator[None]:
-    """Another session holds ACCESS EXCLUSIVE on ``nodes`` until the block ends: every read of
-    the fleet waits, and a scan under its statement timeout fails."""
+def reservations_locked(db_url: str) -> Iterator[None]:
+    """Another session holds ACCESS EXCLUSIVE on ``reservations`` until the block ends: a wake
+    scan's first look at the queue reads that table (SPEC §7a: whether the reservation step has
+    anything to do), so it waits and fails under its statement timeout, while a cancel of a
+    RUNNING run and its seal never read it."""
     with psycopg.connect(to_libpq_url(db_url), autocommit=True) as conn:
         # A code path that waits on the lock without a timeout must fail the test, not hang it:
         # the server ends this session (and its lock) after 10 idle seconds.
         conn.execute("set idle_in_transaction_session_timeout = '10s'")
         conn.execute("begin")
-        conn.execute("lock table nodes in access exclusive mode")
+        conn.execute("lock table reservations in access exclusive mode")
         try:
             yield
         finally:
@@ -72,8 +74,8 @@ def nodes_locked(db_url: str) -> Iterator[None]:
 
 
 def ask_only_run(run_id: str) -> dict[str, Any]:
-    """Holds n1 but binds no step to it: its cancel and its seal never read ``nodes``, so only the
-    wake scan after the cancel's commit runs into the lock."""
+    """Holds n1 but binds no step to it: nothing of its cancel but the wake scan after the
+    cancel's commit runs into the lock."""
     return contract(
         run_id,
         role("dut"),
@@ -95,7 +97,7 @@ def cancel_whose_wake_fails(client: Any, sql: Any, db_url: str) -> None:
     advertise(client, "n1", cap("board"))
     submit(client, ask_only_run("r1"), 201)
     submit(client, contract("r2"), 202)
-    with nodes_locked(db_url):
+    with reservations_locked(db_url):
         resp = client.post("/v1/runs/r1/cancel")
     # The wake's failure never changes the answer (SPEC §7).
     assert resp.status_code == 200 and resp.get_json() == {"run_id": "r1", "state": "FAILED"}
@@ -271,7 +273,7 @@ def test_a_failed_start_up_wake_is_logged_start_up_goes_on_and_the_debt_is_marke
     r1_running_on_n1_and_r2_queued(client)
     free_n1_without_a_wake(sql)
 
-    with nodes_locked(db_url):
+    with reservations_locked(db_url):
         startup(app)  # returns: a failed wake never stops start-up
 
     assert state_of(client, "r2") == "QUEUED"
@@ -310,7 +312,7 @@ def test_the_next_reaper_pass_pays_the_wake_debt_promotes_and_clears_the_marker(
 def test_a_reaper_scan_that_fails_keeps_the_wake_debt_for_the_next_pass(client, ctx, sql, db_url):
     cancel_whose_wake_fails(client, sql, db_url)
 
-    with nodes_locked(db_url), pytest.raises(OperationalError, match="statement timeout"):
+    with reservations_locked(db_url), pytest.raises(OperationalError, match="statement timeout"):
         reap_pass(ctx)
 
     assert len(wake_debt(sql)) == 1
