@@ -11,7 +11,7 @@ from app.config import Config
 from app.context import Context
 from app.contract.types import role_from_wire
 from app.logs import log
-from app.match import Advert
+from app.match import Advert, satisfies
 from app.reserve import Held, Reserving, overtaken, plan_reservations
 from app.services.tx import retrying
 from app.store.nodes import draining_node_ids
@@ -62,7 +62,9 @@ def read_inputs(
     top = max(h.priority for h in heads)
     oldest = min(h.created_at for h in heads)
     stored, holders = stored_reservations(s)
-    reserving = aged_queued_runs(s, seconds) if probe.aged else []
+    reserving = (
+        aged_queued_runs(s, seconds, _worth_reading(heads, holders, adverts)) if probe.aged else []
+    )
     if probe.overtaken:
         # A run of lower priority was placed on a node that could fill one of a waiting run's
         # roles: that run reserves at once (looked at for each shape's first run).
@@ -77,6 +79,28 @@ def read_inputs(
                 reserving.append(head)
         reserving.sort(key=lambda r: r.order)
     return Inputs(stored, holders, reserving, draining_node_ids(s))
+
+
+def _worth_reading(
+    heads: list[QueuedRun], holders: dict[str, QueuedRun], adverts: list[Advert]
+) -> dict[str, int]:
+    """requires_key -> how many of the shape's aged runs the reservation step can use, at most.
+    In queue order each run of a shape either holds its reservation already, or reserves at least
+    one node no other run holds (a node that fills one of the shape's roles), or cannot be
+    satisfied, which ends the shape for the step (:func:`app.reserve.plan_reservations`): so past
+    its holders, its candidates and one more, no run of the shape can matter."""
+    held: dict[str, int] = {}
+    for run in holders.values():
+        held[run.requires_key] = held.get(run.requires_key, 0) + 1
+    out = {}
+    for head in heads:
+        try:
+            roles = [role_from_wire(r) for r in head.requires]
+        except (KeyError, TypeError, ValueError, AttributeError):
+            continue  # left to fail on its own in promotion (failure isolation)
+        candidates = sum(1 for a in adverts if any(satisfies(a, r) for r in roles))
+        out[head.requires_key] = held.get(head.requires_key, 0) + candidates + 1
+    return out
 
 
 @retrying

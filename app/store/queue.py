@@ -6,11 +6,23 @@ The scan reads QUEUED runs without row locks; the conditional promotion does the
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, func, literal_column, or_, select, text
+from sqlalchemy import (
+    Integer,
+    String,
+    and_,
+    column,
+    func,
+    literal_column,
+    or_,
+    select,
+    text,
+    values,
+)
 from sqlalchemy.orm import Session
 
 from app.models import Run
@@ -106,14 +118,41 @@ def next_queued_of_shape(s: Session, requires_key: str, after: QueuedRun) -> Que
     return QueuedRun(*row) if row else None
 
 
-def aged_queued_runs(s: Session, seconds: int) -> list[QueuedRun]:
-    """QUEUED runs that have waited ``seconds`` or longer, in queue order (SPEC §7a)."""
-    q = (
-        select(*_queued_columns())
-        .where(
-            IS_QUEUED, Run.created_at <= func.now() - func.make_interval(0, 0, 0, 0, 0, 0, seconds)
+def aged_queued_runs(s: Session, seconds: int, per_shape: Mapping[str, int]) -> list[QueuedRun]:
+    """QUEUED runs that have waited ``seconds`` or longer, in queue order (SPEC §7a): of each
+    shape in ``per_shape`` (requires_key -> how many), only its first ones in queue order; the
+    rest of a shape cannot matter to this scan's reservation step, and reading them would make
+    its cost grow with the queue instead of with the shapes."""
+    if not per_shape:
+        return []
+    ranked = (
+        select(
+            *_queued_columns(),
+            func.row_number()
+            .over(partition_by=Run.requires_key, order_by=QUEUE_ORDER)
+            .label("rank"),
         )
-        .order_by(*QUEUE_ORDER)
+        .where(
+            IS_QUEUED,
+            Run.created_at <= func.now() - func.make_interval(0, 0, 0, 0, 0, 0, seconds),
+            Run.requires_key.in_(list(per_shape)),
+        )
+        .subquery("ranked")
+    )
+    limits = values(
+        column("k", String), column("n", Integer), name="limits", literal_binds=False
+    ).data(list(per_shape.items()))
+    q = (
+        select(
+            ranked.c.run_id,
+            ranked.c.created_at,
+            ranked.c.requires_key,
+            ranked.c.requires,
+            ranked.c.priority,
+        )
+        .join(limits, limits.c.k == ranked.c.requires_key)
+        .where(ranked.c.rank <= limits.c.n)
+        .order_by(ranked.c.priority.desc(), ranked.c.created_at, ranked.c.run_id)
     )
     return [QueuedRun(*row) for row in s.execute(q).all()]
 

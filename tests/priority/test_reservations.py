@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from app.services.reaper import reap_pass
+from app.store.queue import aged_queued_runs
 from tests.agent import run_step
 from tests.helpers import advertise, cap, contract, role, submit
 from tests.invariants import check
@@ -219,4 +220,39 @@ def test_acquire_honours_a_reservation_like_a_submit(client, ctx, sql, priority,
     assert blob.status_code == 200
     assert json.loads(blob.data)["state"] == got
     assert leases_of(sql, "r") == (["h1"] if got == "unavailable" else ["h1", "n2"])
+    assert check(sql) == []
+
+
+def test_the_reservation_step_reads_a_shape_only_as_far_as_its_candidates_allow(client, ctx, sql):
+    """Eight aged single-board runs wait for two busy boards: each scan's reservation step reads
+    only the first runs of the shape (its holders, one run per candidate and one more), and the
+    reservations are those of reading every run: the first two in queue order."""
+    advertise(client, "n1", cap())
+    advertise(client, "n2", cap())
+    submit(client, single("a"), 201)
+    submit(client, single("b"), 201)
+    waiting = [f"q{i}" for i in range(1, 9)]
+    for run_id in waiting:
+        submit(client, single(run_id), 202)
+    has_waited(sql, waiting[-1], 1)
+    key = run_row(sql, "q1")["requires_key"]
+    with ctx.db.read() as s:
+        assert [r.run_id for r in aged_queued_runs(s, 1, {key: 3})] == ["q1", "q2", "q3"]
+        assert [r.run_id for r in aged_queued_runs(s, 1, {key: 100})] == waiting
+        assert aged_queued_runs(s, 1, {"another shape": 5}) == []
+
+    reap_pass(ctx)
+
+    assert reservations(sql) == {"n1": "q1", "n2": "q2"}
+    # The next scan keeps them (holders count towards what it reads) and adds nothing.
+    assert client.post("/v1/runs/q8/cancel").status_code == 200
+    assert reservations(sql) == {"n1": "q1", "n2": "q2"}
+    # A board frees: its holder takes it and its reservation goes with the promotion; the next
+    # run of the shape reserves at the next scan (the reservation step runs first in a scan),
+    # here the one after a cancel of a waiting run.
+    assert client.post("/v1/runs/a/cancel").status_code == 200
+    assert state(sql, "q1") == "RUNNING" and leases_of(sql, "q1") == ["n1"]
+    assert reservations(sql) == {"n2": "q2"}
+    assert client.post("/v1/runs/q7/cancel").status_code == 200
+    assert reservations(sql) == {"n1": "q3", "n2": "q2"}
     assert check(sql) == []
