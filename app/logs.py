@@ -91,7 +91,9 @@ def configure_logging(fmt: str = "json", level: str = "info") -> None:
             _render,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(number),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        # One write a line (the line and its newline together): the workers of a gunicorn share
+        # one stderr, and print()'s two writes let another process's line in between them.
+        logger_factory=structlog.WriteLoggerFactory(sys.stderr),
         cache_logger_on_first_use=False,
     )
     root = logging.getLogger()

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import structlog
 
 from app.dev.embedded import create_database, drop_database
 from app.logs import StderrHandler, configure_logging
@@ -63,6 +64,39 @@ def test_standard_library_records_from_warning_up_and_warnings_are_json_lines(js
     assert "a library's warning" in lines[2]["event"]
     assert all("timestamp" in x for x in lines)
     assert sum(isinstance(h, StderrHandler) for h in logging.getLogger().handlers) == 1
+
+
+class Writes:
+    """A stream that keeps each write call apart: what another process sharing the stream could
+    slip a line of its own between."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def write(self, text: str) -> int:
+        self.calls.append(text)
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+def test_each_line_of_the_mediator_is_written_whole_in_one_write(monkeypatch):
+    """Several gunicorn workers share one stderr: a line written as two writes (the text, then
+    its newline, as print() does) let another worker's line in between, and neither was JSON."""
+    stream = Writes()
+    monkeypatch.setattr("sys.stderr", stream)
+    try:
+        configure_logging("json", "info")
+        log = structlog.get_logger("mediator")
+        log.info("request", route="/v1/nodes", status=200)
+        log.info("wake scan", promoted=1)
+    finally:
+        monkeypatch.undo()
+        configure_logging("console", "error")
+    assert len(stream.calls) == 2, stream.calls
+    assert all(c.endswith("\n") and c.count("\n") == 1 for c in stream.calls), stream.calls
+    assert [json.loads(c)["event"] for c in stream.calls] == ["request", "wake scan"]
 
 
 def readyz_lines(text: str) -> list[dict[str, Any]]:
