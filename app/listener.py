@@ -13,6 +13,8 @@ import json
 import os
 import threading
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import psycopg
 
@@ -51,6 +53,13 @@ class ClaimListener:
         self._pid: int | None = None
         self._stop = threading.Event()
         self.connected = threading.Event()
+        # At most half the pool looks for claimable steps at once: hundreds of claims that look
+        # together (a fleet restarted, every claim re-polling after the same window) would
+        # otherwise all be runnable at once, take every pooled connection and the interpreter's
+        # lock in turn, and hold up every other request of the process for seconds. Waiting
+        # here costs neither (SPEC §8: a waiting claim holds no connection).
+        self._looks = threading.BoundedSemaphore(max(1, config["database.pool_size"] // 2))
+        self._look_timeout = float(config["database.pool_timeout"])
 
     def register(self, node_id: str) -> threading.Event:
         self._ensure_started()
@@ -66,6 +75,18 @@ class ClaimListener:
                 waiting.discard(ticket)
                 if not waiting:
                     del self._waiters[node_id]
+
+    @contextmanager
+    def looking(self) -> Iterator[None]:
+        """One claim's look in the database, among at most half the pool's size at once. A look
+        that waits longer than the pool's time-out goes ahead anyway (the pool's own time-out,
+        a 503, then decides), so a claim is never held up for longer than a request would be."""
+        got = self._looks.acquire(timeout=self._look_timeout)
+        try:
+            yield
+        finally:
+            if got:
+                self._looks.release()
 
     def waiting(self) -> int:
         with self._lock:

@@ -259,7 +259,7 @@ def placed_submits(b: Bench) -> dict[str, Any]:
     say("floor: bare Flask + psycopg 3 running the same INSERTs")
     fl_work = work / "floor"
     fl_work.mkdir(exist_ok=True)
-    threads = b.threads or 160
+    threads = b.threads or 1000  # gunicorn.conf.py's default: the same settings as the Mediator
     with floor(floor_file, url, fl_work, workers=b.workers, threads=threads) as fsrv:
         plans = closed_loop(
             fsrv.port,

@@ -128,7 +128,8 @@ def _claim(
     while True:
         ticket = listener.register(node_id)
         try:
-            body = claim_once(ctx, node_id, instance)
+            with listener.looking():
+                body = claim_once(ctx, node_id, instance)
             if body is not None:
                 return body
             remaining = deadline - time.monotonic()

@@ -80,7 +80,7 @@ def test_a_bad_gunicorn_setting_stops_with_one_line_naming_the_variable(
 
 def test_gunicorn_takes_its_counts_from_the_environment() -> None:
     defaults = _settings()
-    assert (defaults["workers"], defaults["threads"], defaults["timeout"]) == ("4", "160", "90")
+    assert (defaults["workers"], defaults["threads"], defaults["timeout"]) == ("4", "1000", "90")
     assert defaults["graceful_timeout"] == "30"
     given = _settings(
         MEDIATOR_WORKERS="3",
