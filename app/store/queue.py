@@ -143,13 +143,7 @@ def aged_queued_runs(s: Session, seconds: int, per_shape: Mapping[str, int]) -> 
         column("k", String), column("n", Integer), name="limits", literal_binds=False
     ).data(list(per_shape.items()))
     q = (
-        select(
-            ranked.c.run_id,
-            ranked.c.created_at,
-            ranked.c.requires_key,
-            ranked.c.requires,
-            ranked.c.priority,
-        )
+        select(*(ranked.c[col.key] for col in _queued_columns()))
         .join(limits, limits.c.k == ranked.c.requires_key)
         .where(ranked.c.rank <= limits.c.n)
         .order_by(ranked.c.priority.desc(), ranked.c.created_at, ranked.c.run_id)
