@@ -15,6 +15,7 @@ from flask import Flask, Response, g, jsonify, request
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from werkzeug.exceptions import HTTPException
+from werkzeug.middleware.proxy_fix import ProxyFix
 
 from app.config import Config, load_config
 from app.context import Context
@@ -123,6 +124,10 @@ def create_app(config: Config | Mapping[str, Any] | None = None) -> Flask:
         OPENAPI_JSON_PATH="openapi.json",
         MAX_CONTENT_LENGTH=max(cfg["max_body_bytes"], cfg["max_blob_bytes"]),
     )
+    if cfg["http.trusted_proxies"]:
+        # The client's address (for the 429 of SPEC §20.8) from the proxies' X-Forwarded-For.
+        n = cfg["http.trusted_proxies"]
+        app.wsgi_app = ProxyFix(app.wsgi_app, x_for=n)  # type: ignore[method-assign]
     context = Context(cfg)
     app.extensions["mediator"] = context
     guard = SchemaGuard(context)

@@ -147,6 +147,18 @@ KEYS: tuple[Key, ...] = (
     Key("contract.capabilities", (), _str_list),
     Key("tokens", (), _tokens, secret=True),
     Key("token", None, _str, secret=True),
+    # argon2 entries without an id are tried for secrets no id or sha256 names (one release more).
+    Key("tokens.legacy_argon2", True, _bool),
+    # A legacy token shorter than 32 characters is refused unless this is set (then it warns).
+    Key("token_allow_short", False, _bool),
+    # Slow (argon2) verifications at once per process; more wait up to database.pool_timeout.
+    Key("auth.slow_concurrency", 2, _int, _at_least_one),
+    # Failed authentications from one address in a minute before it is answered 429 (0: never).
+    Key("auth.max_failures_per_minute", 30, _int, _not_negative),
+    # Whether that limit also holds for loopback addresses (local tools; a proxy not trusted).
+    Key("auth.limit_loopback", False, _bool),
+    # Proxies in front of the Mediator whose X-Forwarded-For names the client (nginx: 1).
+    Key("http.trusted_proxies", 0, _int, _not_negative),
     Key("metrics.require_token", False, _bool),
     Key("ui.require_token", False, _bool),
     # Finished runs older than this many days are pruned by the reaper; 0 keeps every run.
@@ -318,5 +330,25 @@ def load_config(
         values[key.name] = value
     if values["records.backend"] == "s3" and not values["records.s3.bucket"]:
         raise ConfigError("records.s3.bucket: must be set when records.backend is s3")
+    _check_legacy_token(values)
     _warn_unknown_variables(env, values)
     return Config(values)
+
+
+# The legacy token of the deploy samples: a server started with it would accept a published secret.
+PLACEHOLDER_TOKENS = frozenset({"change-me-to-a-long-random-secret", "change-me"})
+SHORT_TOKEN = 32  # characters: a legacy token shorter than this needs token_allow_short
+
+
+def _check_legacy_token(values: Mapping[str, Any]) -> None:
+    """SPEC §20.8: the sample's placeholder is always refused; a short legacy token only with
+    ``token_allow_short`` (and then every start warns, see :func:`app.context.Context`)."""
+    token = values["token"]
+    if token is None:
+        return
+    if token in PLACEHOLDER_TOKENS:
+        raise ConfigError("token: the sample's placeholder; set a long random secret")
+    if len(token) < SHORT_TOKEN and not values["token_allow_short"]:
+        raise ConfigError(
+            f"token: shorter than {SHORT_TOKEN} characters (set token_allow_short: true to allow)"
+        )

@@ -9,9 +9,10 @@ from app.config import Config
 from app.db import Database
 from app.listener import ClaimListener
 from app.logs import log
+from app.metrics import count_auth
 from app.records import FilesystemRecords, RecordStore
 from app.store.gate import ScanGate
-from app.tokens import TokenSet
+from app.tokens import LEGACY_NAME, FailureLimit, TokenSet
 
 
 class Context:
@@ -21,9 +22,12 @@ class Context:
         self.gate = ScanGate(self.db.dedicated_connection)
         self.records: RecordStore = record_store(config)
         self.claims = ClaimListener(config)
-        self.tokens = TokenSet.from_config(config)  # with the process's cache of checked secrets
-        if not self.tokens:
-            log.warning("no token is configured (tokens, token): every /v1 request is 401")
+        # With the process's caches of checked and refused secrets.
+        self.tokens = TokenSet.from_config(config, on_count=count_auth)
+        self.failures = FailureLimit(
+            config["auth.max_failures_per_minute"], loopback=config["auth.limit_loopback"]
+        )
+        warn_about_tokens(config, self.tokens)
 
     @property
     def lease_window_seconds(self) -> int:
@@ -34,6 +38,32 @@ class Context:
         self.claims.close()
         self.gate.close()
         self.db.dispose()
+
+
+def warn_about_tokens(config: Config, tokens: TokenSet) -> None:
+    """The start-up's lines about the configured tokens (SPEC §20.1, §20.5, §20.8)."""
+    if not tokens:
+        log.warning("no token is configured (tokens, token): every /v1 request is 401")
+    legacy = [t.name for t in tokens.legacy_argon2_tokens]
+    if legacy and config["tokens.legacy_argon2"]:
+        log.warning(
+            "argon2 tokens without an id: every unknown secret is tried against them;"
+            " reissue each with `mediator token upgrade --name NAME`",
+            tokens=legacy,
+        )
+    elif legacy:
+        log.warning(
+            "argon2 tokens without an id are refused (tokens.legacy_argon2 is false);"
+            " reissue each with `mediator token upgrade --name NAME`",
+            tokens=legacy,
+        )
+    if config["token"] and config["token_allow_short"] and len(config["token"]) < 32:
+        log.warning("the legacy token is shorter than 32 characters (token_allow_short)")
+    if config["token"] and any(t.name != LEGACY_NAME for t in tokens.tokens):
+        log.warning(
+            "the legacy single token is configured beside named tokens: it holds every role"
+            " and vouches for any principal; remove it once every caller has its own token"
+        )
 
 
 def record_store(config: Config) -> RecordStore:

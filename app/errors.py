@@ -77,6 +77,11 @@ class NoCandidate(Unprocessable):
     """The matcher's permanent rejection, or the width cap at submit (SPEC §5, §7)."""
 
 
+class TooManyFailures(MediatorError):
+    status = 429
+    default_reason = "too many failed authentications from this address; try again in a minute"
+
+
 class Unavailable(MediatorError):
     status = 503
     default_reason = "service unavailable"

@@ -164,6 +164,24 @@ REAPER_DONE = Counter(
     "leases of finished runs deleted, ...)",
     ["action"],
 )
+AUTH_OUTCOMES = ("slow_verifications", "refused", "refused_from_memory", "busy", "rate_limited")
+AUTH = Counter(
+    "mediator_auth_total",
+    "Token checks by outcome: slow (argon2) verifications run, secrets refused after a look-up or"
+    " from the refusal memory, requests refused for want of a slow-verification slot (503) or"
+    " for too many failures from their address (429)",
+    ["outcome"],
+)
+
+
+for _outcome in AUTH_OUTCOMES:  # every series from the start: a scrape shows a 0, not nothing
+    AUTH.labels(_outcome)
+
+
+def count_auth(outcome: str) -> None:
+    AUTH.labels(outcome if outcome in AUTH_OUTCOMES else "refused").inc()
+
+
 WEBHOOKS_DROPPED = Counter(
     "mediator_webhooks_dropped_total",
     "Webhooks dropped because the process's webhook queue was full (notify.queue_size)",

@@ -306,3 +306,14 @@ class ReaperState(Base):
     last_pass_at: Mapped[datetime | None] = mapped_column()
 
     __table_args__ = (CheckConstraint("id = 1", name="one_row"),)
+
+
+class AuthFailure(Base):
+    """Failed authentications of one client address in its current minute (SPEC §20.8), counted
+    by every serving process in the same row."""
+
+    __tablename__ = "auth_failures"
+
+    address: Mapped[str] = mapped_column(Text, primary_key=True)
+    window_start: Mapped[datetime] = mapped_column(server_default=func.now())
+    failures: Mapped[int] = mapped_column(Integer, server_default=text("0"))

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import click
 
+from app.config import load_config
 from app.errors import ConfigError
-from app.tokens import PRIORITY_RANGE, ROLES, new_token
+from app.tokens import PRIORITY_RANGE, ROLES, NewToken, new_token, reissued
 
 
 @click.group()
@@ -55,9 +56,34 @@ def token_new(
         )
     except ConfigError as exc:
         raise click.UsageError(str(exc).removeprefix("token.")) from None
+    _print(made, "Add this entry to the `tokens:` list of the configuration file:")
+
+
+@token.command("upgrade")
+@click.option("--name", required=True, help="The name of the configured token to reissue.")
+@click.pass_context
+def token_upgrade(ctx: click.Context, name: str) -> None:
+    """Reissue the configured token NAME with an id: a new ``med_<id>_…`` secret (shown this once)
+    and the entry that replaces the old one, with the same roles, nodes, principal, priority and
+    expiry. Its secret is then checked against its own entry only: unknown secrets no longer
+    cost an argon2 verification for it. The old secret stops working once the old entry is
+    replaced and the workers reloaded."""
+    config_path = (ctx.obj or {}).get("config_path")
+    try:
+        tokens = load_config(config_path)["tokens"]
+    except ConfigError as exc:
+        raise click.ClickException(f"invalid configuration: {exc}") from None
+    found = next((t for t in tokens if t.name == name), None)
+    if found is None:
+        known = ", ".join(t.name for t in tokens) or "none"
+        raise click.UsageError(f"no configured token is named {name!r} (configured: {known})")
+    _print(reissued(found), f"Replace the entry named {name} of the configuration with this one:")
+
+
+def _print(made: NewToken, where: str) -> None:
     click.echo("# The secret, shown this once: give it to the token's holder.")
     click.echo(made.secret)
-    click.echo("# Add this entry to the `tokens:` list of the configuration file:")
+    click.echo(f"# {where}")
     click.echo(made.yaml_entry, nl=False)
     click.echo("# or this one to the JSON list of MEDIATOR_TOKENS:")
     click.echo(made.json_entry)

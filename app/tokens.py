@@ -1,24 +1,35 @@
 """Bearer tokens and their roles: the configured list, its validation, the check of a presented
 secret, and new tokens for ``mediator token new``.
 
-A token in the configuration is ``{name, sha256 | argon2, roles, principal?, nodes?,
-max_priority?}``: the secret itself is never stored, only its SHA-256 (hex) or an argon2 hash (the
-PHC string ``$argon2id$…``). The legacy single ``token`` is one token named ``token`` with every
-role. A presented secret is checked against every hash once per process: the token it matches is
-kept by the SHA-256 of the secret, so argon2's deliberate slowness is paid once per token, not on
-every request. Nothing here depends on Flask.
+A token in the configuration is ``{name, id?, sha256 | argon2, roles, principal?, nodes?,
+max_priority?, expires?}``: the secret itself is never stored, only its SHA-256 (hex) or an argon2
+hash (the PHC string ``$argon2id$…``). The legacy single ``token`` is one token named ``token``
+with every role.
+
+What a presented secret costs (SPEC §20.1): a ``med_<id>_<random>`` secret (what ``mediator token
+new`` prints) is checked only against the entry with that id, so at most one slow hash per
+request; any other secret is looked up by its SHA-256 among the sha256 entries, and tried against
+the argon2 entries without an id only while ``tokens.legacy_argon2`` is true. Slow verifications
+are bounded per process (``auth.slow_concurrency``), a token found is kept by the SHA-256 of its
+secret, and a refused secret is remembered for a minute, so an unknown secret costs one SHA-256.
+Nothing here depends on Flask.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
+import ipaddress
 import json
+import re
 import secrets
 import threading
+import time
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import argon2
@@ -32,8 +43,22 @@ ALL_ROLES = frozenset(ROLES)
 LEGACY_NAME = "token"  # the name of the legacy single token: on runs, in logs and events
 OPERATOR_PRIORITY = 100  # the max_priority of operators and of the legacy token by default
 PRIORITY_RANGE = (-100, 100)
-FIELDS = ("name", "sha256", "argon2", "roles", "principal", "nodes", "max_priority")
-MAX_REFUSED = 1024  # refused secrets remembered per process (a misconfigured agent retrying)
+FIELDS = (
+    "name",
+    "id",
+    "sha256",
+    "argon2",
+    "roles",
+    "principal",
+    "nodes",
+    "max_priority",
+    "expires",
+)
+MAX_REFUSED = 4096  # refused secrets remembered per process (a misconfigured agent retrying)
+REFUSAL_SECONDS = 60.0  # how long a refused secret is answered from memory
+SECRET_PREFIX = "med_"  # med_<id>_<random>: the id names the one entry to check
+ID_PATTERN = re.compile(r"\A[a-z2-7]{8,64}\Z")  # base32, lower case
+ID_LENGTH = 16
 
 _hasher = argon2.PasswordHasher()
 
@@ -50,6 +75,11 @@ class Token:
     max_priority: int = 0
     sha256: bytes | None = None  # the digest of the secret
     argon2: str | None = None  # the PHC string of the secret's argon2 hash
+    id: str | None = None  # the id of a med_<id>_<random> secret
+    expires: datetime | None = None  # no longer accepted from this time on
+
+    def expired(self, now: datetime) -> bool:
+        return self.expires is not None and now >= self.expires
 
     def __repr__(self) -> str:  # the hashes stay out of every log line and traceback
         return f"Token(name={self.name!r}, roles={sorted(self.roles)!r})"
@@ -74,53 +104,155 @@ def check_secret(token: Token, secret: str, secret_digest: bytes) -> bool:
         return False
 
 
+class SlowVerificationBusy(Exception):
+    """Every slot for a slow (argon2) verification stayed taken for the whole wait: the request
+    is answered 503 rather than queued without bound."""
+
+
+@dataclass
+class AuthCounts:
+    """What the process's verifications did, for the metrics and the tests (counted, not timed)."""
+
+    slow_verifications: int = 0  # argon2 verifications run
+    refused: int = 0  # secrets refused after a look-up
+    refused_from_memory: int = 0  # secrets refused from the refusal memory, no look-up at all
+    busy: int = 0  # requests answered 503: no slot for a slow verification
+    rate_limited: int = 0  # requests answered 429: too many failures from their address
+
+
+def secret_id(secret: str) -> str | None:
+    """The id of a ``med_<id>_<random>`` secret, else None."""
+    if not secret.startswith(SECRET_PREFIX):
+        return None
+    ident, sep, rest = secret[len(SECRET_PREFIX) :].partition("_")
+    return ident if sep and rest and ID_PATTERN.match(ident) else None
+
+
 class TokenSet:
     """The tokens a process accepts, and which presented secrets it has already checked.
 
-    Correctness never depends on the cache: a cached entry is a token of this process's own
-    configuration, which does not change while it runs."""
+    Correctness never depends on the caches: a cached token is one of this process's own
+    configuration, which does not change while it runs (a reload of the workers re-reads it), and
+    its expiry is checked on every request."""
 
-    def __init__(self, tokens: Iterable[Token]) -> None:
+    def __init__(
+        self,
+        tokens: Iterable[Token],
+        *,
+        legacy_argon2: bool = True,
+        slow_concurrency: int = 2,
+        slow_wait_seconds: float = 5.0,
+        on_count: Callable[[str], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.tokens: tuple[Token, ...] = tuple(tokens)
+        self._by_id = {t.id: t for t in self.tokens if t.id is not None}
+        self._by_sha256 = {t.sha256: t for t in self.tokens if t.sha256 is not None}
+        # Entries issued before ids: each unknown secret would be tried against every one of them.
+        self.legacy_argon2_tokens = tuple(
+            t for t in self.tokens if t.argon2 is not None and t.id is None
+        )
+        self._try_legacy = legacy_argon2
+        self._slots = threading.BoundedSemaphore(max(1, slow_concurrency))
+        self._slow_wait = slow_wait_seconds
         self._verified: dict[bytes, Token] = {}
-        self._refused: OrderedDict[bytes, None] = OrderedDict()
+        self._refused: OrderedDict[bytes, float] = OrderedDict()
         self._lock = threading.Lock()
+        self._clock = clock
+        self._on_count = on_count
+        self.counts = AuthCounts()
 
     @classmethod
-    def from_config(cls, config: Mapping[str, Any]) -> TokenSet:
+    def from_config(
+        cls, config: Mapping[str, Any], on_count: Callable[[str], None] | None = None
+    ) -> TokenSet:
         """``tokens`` and the legacy ``token`` side by side."""
         tokens = list(config["tokens"])
         if config["token"]:
             tokens.append(legacy_token(config["token"]))
-        return cls(tokens)
+        return cls(
+            tokens,
+            legacy_argon2=config.get("tokens.legacy_argon2", True),
+            slow_concurrency=config.get("auth.slow_concurrency", 2),
+            slow_wait_seconds=config.get("database.pool_timeout", 5.0),
+            on_count=on_count,
+        )
 
     def __len__(self) -> int:
         return len(self.tokens)
 
     def verify(self, secret: str) -> Token | None:
-        """The token whose secret ``secret`` is, or None. Every hash is checked (no early exit on
-        the cheap ones, so the time says nothing about which matched), once per secret and
-        process."""
+        """The token whose secret ``secret`` is, or None (also for an expired token). Raises
+        :class:`SlowVerificationBusy` when a slow verification found no slot in time."""
         if not secret:
             return None
         key = digest(secret)
-        hit = self._verified.get(key)
-        if hit is not None:
-            return hit
-        if key in self._refused:
+        found = self._verified.get(key)
+        if found is None:
+            if self._remembered_refusal(key):
+                self._count("refused_from_memory")
+                return None
+            found = self._look_up(secret, key)
+            with self._lock:
+                if found is not None:
+                    self._verified[key] = found  # at most one entry per configured token
+                else:
+                    self._refused[key] = self._clock()
+                    self._refused.move_to_end(key)
+                    while len(self._refused) > MAX_REFUSED:
+                        self._refused.popitem(last=False)
+            if found is None:
+                self._count("refused")
+                return None
+        if found.expired(datetime.now(UTC)):
             return None
-        found: Token | None = None
-        for token in self.tokens:
-            if check_secret(token, secret, key) and found is None:
-                found = token
-        with self._lock:
-            if found is not None:
-                self._verified[key] = found  # at most one entry per configured token
-            else:
-                self._refused[key] = None
-                while len(self._refused) > MAX_REFUSED:
-                    self._refused.popitem(last=False)
         return found
+
+    def is_verified(self, key: bytes) -> bool:
+        """Whether the secret of digest ``key`` was verified by this process already."""
+        return key in self._verified
+
+    def count(self, what: str) -> None:
+        """Count an outcome decided outside the check (a request refused for its address)."""
+        self._count(what)
+
+    def _remembered_refusal(self, key: bytes) -> bool:
+        at = self._refused.get(key)
+        return at is not None and self._clock() - at < REFUSAL_SECONDS
+
+    def _look_up(self, secret: str, key: bytes) -> Token | None:
+        """At most one slow verification for a ``med_`` secret, none for an unknown one unless
+        legacy argon2 entries are tried."""
+        ident = secret_id(secret)
+        if ident is not None:
+            token = self._by_id.get(ident)
+            return token if token is not None and self._check(token, secret, key) else None
+        token = self._by_sha256.get(key)
+        if token is not None and hmac.compare_digest(key, token.sha256 or b""):
+            return token
+        if self._try_legacy:
+            for token in self.legacy_argon2_tokens:
+                if self._check(token, secret, key):
+                    return token
+        return None
+
+    def _check(self, token: Token, secret: str, key: bytes) -> bool:
+        if token.sha256 is not None:
+            return hmac.compare_digest(key, token.sha256)
+        if not self._slots.acquire(timeout=self._slow_wait):
+            self._count("busy")
+            raise SlowVerificationBusy()
+        try:
+            self._count("slow_verifications")
+            return check_secret(token, secret, key)
+        finally:
+            self._slots.release()
+
+    def _count(self, what: str) -> None:
+        with self._lock:
+            setattr(self.counts, what, getattr(self.counts, what) + 1)
+        if self._on_count is not None:
+            self._on_count(what)
 
 
 def legacy_token(secret: str) -> Token:
@@ -146,6 +278,7 @@ def parse_tokens(key: str, entries: Any) -> tuple[Token, ...]:
         raise ConfigError(f"{key}: must be a list of tokens")
     tokens: list[Token] = []
     names: set[str] = set()
+    ids: set[str] = set()
     hashes: set[bytes] = set()
     for i, entry in enumerate(entries):
         # An entry already parsed (a configuration handed on as its values) is kept as it is.
@@ -154,7 +287,11 @@ def parse_tokens(key: str, entries: Any) -> tuple[Token, ...]:
             raise ConfigError(f"{key}[{i}].name: {token.name!r} is the name of an earlier token")
         if token.sha256 is not None and token.sha256 in hashes:
             raise ConfigError(f"{key}[{i}].sha256: the same secret as an earlier token")
+        if token.id is not None and token.id in ids:
+            raise ConfigError(f"{key}[{i}].id: {token.id!r} is the id of an earlier token")
         names.add(token.name)
+        if token.id is not None:
+            ids.add(token.id)
         if token.sha256 is not None:
             hashes.add(token.sha256)
         tokens.append(token)
@@ -190,7 +327,31 @@ def parse_token(where: str, entry: Any) -> Token:
         max_priority=max_priority,
         sha256=sha,
         argon2=phc,
+        id=_id(where, entry.get("id")),
+        expires=_expires(where, entry.get("expires")),
     )
+
+
+def _id(where: str, value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not ID_PATTERN.match(value):
+        raise ConfigError(f"{where}.id: must be 8-64 characters of base32 (a-z, 2-7)")
+    return value
+
+
+def _expires(where: str, value: Any) -> datetime | None:
+    """An RFC 3339 time with its offset (YAML may hand a datetime already)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
+        except ValueError:
+            value = None
+    if not isinstance(value, datetime) or value.tzinfo is None:
+        raise ConfigError(f"{where}.expires: must be an RFC 3339 time with its offset")
+    return value
 
 
 def _roles(where: str, value: Any) -> frozenset[str]:
@@ -277,10 +438,16 @@ def new_token(
     principal: str | None = None,
     max_priority: int | None = None,
 ) -> NewToken:
-    """A random secret and its entry with an argon2 hash, checked as the server will check it
-    (a :class:`ConfigError` names what is wrong)."""
-    secret = secrets.token_urlsafe(32)
-    entry: dict[str, Any] = {"name": name, "argon2": _hasher.hash(secret), "roles": list(roles)}
+    """A random ``med_<id>_<random>`` secret and its entry with that id and an argon2 hash,
+    checked as the server will check it (a :class:`ConfigError` names what is wrong)."""
+    ident = new_id()
+    secret = f"{SECRET_PREFIX}{ident}_{secrets.token_urlsafe(32)}"
+    entry: dict[str, Any] = {
+        "name": name,
+        "id": ident,
+        "argon2": _hasher.hash(secret),
+        "roles": list(roles),
+    }
     if nodes:
         entry["nodes"] = list(nodes)
     if principal is not None:
@@ -289,3 +456,77 @@ def new_token(
         entry["max_priority"] = max_priority
     parse_token("token", entry)
     return NewToken(secret, entry)
+
+
+def new_id() -> str:
+    """16 random base32 characters (80 bits), lower case."""
+    return base64.b32encode(secrets.token_bytes(10)).decode("ascii").lower()[:ID_LENGTH]
+
+
+def reissued(token: Token) -> NewToken:
+    """A new secret with an id for an existing entry (``mediator token upgrade``): same name,
+    roles, principal, nodes, priority and expiry."""
+    fresh = new_token(
+        token.name,
+        sorted(token.roles),
+        nodes=sorted(token.nodes or ()),
+        principal=token.principal,
+        max_priority=token.max_priority,
+    )
+    if token.expires is not None:
+        fresh.entry["expires"] = token.expires.isoformat()
+    return fresh
+
+
+class FailureLimit:
+    """The client addresses this process knows to be over their limit of failed authentications
+    (SPEC §20.8), until their window ends. The count itself is kept in the database, shared by
+    every process (``app.store.auth``); this is only what the process learnt from it."""
+
+    def __init__(
+        self, limit: int, *, loopback: bool = False, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.limit = limit  # 0: no limit
+        self.loopback = loopback  # whether loopback addresses are limited too
+        self._until: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self._clock = clock
+
+    def applies_to(self, address: str) -> bool:
+        """Loopback addresses (tools on the Mediator's own machine, or a proxy whose
+        X-Forwarded-For is not trusted, which would make every client one address) are limited
+        only with ``auth.limit_loopback``."""
+        if not self.limit:
+            return False
+        if self.loopback:
+            return True
+        try:
+            return not ipaddress.ip_address(address).is_loopback
+        except ValueError:
+            return True
+
+    def blocked(self, address: str) -> bool:
+        if not self.limit or not self._until:
+            return False
+        until = self._until.get(address)
+        if until is None:
+            return False
+        if self._clock() < until:
+            return True
+        with self._lock:
+            self._until.pop(address, None)
+        return False
+
+    def note(self, address: str, failures: int, seconds_left: float) -> bool:
+        """A failure counted: whether this one is already over the limit (answer 429, not 401).
+        From the limit-th failure on, the address is blocked in this process for the rest of
+        its window."""
+        if not self.limit:
+            return False
+        if failures >= self.limit:
+            with self._lock:
+                self._until[address] = self._clock() + seconds_left
+                if len(self._until) > MAX_REFUSED:  # a flood from many addresses: keep the newest
+                    oldest = min(self._until, key=self._until.__getitem__)
+                    self._until.pop(oldest, None)
+        return failures > self.limit

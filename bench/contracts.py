@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-TOKEN = "mediator-bench-token"
+TOKEN = "mediator-bench-token-long-enough-for-32"
 HEADERS = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
 
 

@@ -1,6 +1,9 @@
 # Sourced by scripts/test and scripts/example: make .venv and install the project into it with
 # the extras both need (test; embedded: the throwaway PostgreSQL of the example and the tests).
-# Reinstalls only when setup.cfg, pyproject.toml or this file is newer than the stamp.
+# The test and lint tools are held to the versions of constraints/test.txt (the runtime
+# dependencies keep their ranges of setup.cfg).
+# Reinstalls only when setup.cfg, pyproject.toml, the constraints or this file is newer than the
+# stamp.
 PYTHON="${PYTHON:-python3}"
 VENV=.venv
 STAMP="$VENV/.installed"
@@ -15,7 +18,7 @@ needs_install=0
 if [ ! -f "$STAMP" ]; then
     needs_install=1
 else
-    for f in setup.cfg pyproject.toml scripts/_venv.sh; do
+    for f in setup.cfg pyproject.toml constraints/test.txt scripts/_venv.sh; do
         if [ -f "$f" ] && [ "$f" -nt "$STAMP" ]; then
             needs_install=1
         fi
@@ -24,6 +27,7 @@ fi
 
 if [ "$needs_install" = 1 ]; then
     echo "scripts: installing the project into $VENV" >&2
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e '.[test,demo,dev]'
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
+        -c constraints/test.txt -e '.[test,demo,dev]'
     touch "$STAMP"
 fi

@@ -20,7 +20,7 @@ from flask.testing import FlaskClient
 
 from app import create_app
 
-TOKEN = "test-token-of-the-mediator"
+TOKEN = "test-token-of-the-mediator-long-enough"
 ROOT = Path(__file__).resolve().parent.parent
 
 

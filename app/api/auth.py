@@ -20,9 +20,9 @@ from flask import g, request
 from app.api.common import ctx, header_text, json_body
 from app.context import Caller
 from app.contract import is_valid_id
-from app.errors import Forbidden, Unauthorized
-from app.services.access import node_of_step
-from app.tokens import Token
+from app.errors import Forbidden, TooManyFailures, Unauthorized, Unavailable
+from app.services.access import node_of_step, note_failed_authentication
+from app.tokens import SlowVerificationBusy, Token, digest
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -79,14 +79,32 @@ ROUTES: dict[tuple[str, str], Access] = {
 
 
 def bearer_token() -> Token:
-    """The token of ``Authorization: Bearer <secret>``; 401 for none or an unknown one. The
-    secret is never logged nor echoed."""
+    """The token of ``Authorization: Bearer <secret>``; 401 for none or an unknown one, 429 once
+    the client's address has failed too often this minute (a secret this process has already
+    verified still passes: agents behind one NAT are not shut out by another's mistake), 503
+    when no slot for a slow verification came free in time. The secret is never logged nor
+    echoed."""
     scheme, _, secret = request.headers.get("Authorization", "").partition(" ")
     secret = secret.strip()
-    if scheme.lower() != "bearer" or not secret:
-        raise Unauthorized()
-    token = ctx().tokens.verify(secret)
+    context = ctx()
+    address = request.remote_addr or "unknown"
+    if context.failures.blocked(address) and not (
+        secret and context.tokens.is_verified(digest(secret))
+    ):
+        context.tokens.count("rate_limited")
+        raise TooManyFailures(headers={"Retry-After": "60"})
+    token = None
+    if scheme.lower() == "bearer" and secret:
+        try:
+            token = context.tokens.verify(secret)
+        except SlowVerificationBusy:
+            raise Unavailable(
+                "too many token verifications at once; try again", headers={"Retry-After": "1"}
+            ) from None
     if token is None:
+        if note_failed_authentication(context, address):
+            context.tokens.count("rate_limited")
+            raise TooManyFailures(headers={"Retry-After": "60"})
         raise Unauthorized()
     return token
 

@@ -8,8 +8,9 @@ from pathlib import Path
 from flask import Blueprint, current_app, render_template, request
 
 from app.api.common import ctx
-from app.errors import Unauthorized
+from app.errors import Unauthorized, Unavailable
 from app.services.status import status
+from app.tokens import SlowVerificationBusy
 
 blp = Blueprint(
     "status", __name__, template_folder=str(Path(__file__).resolve().parent.parent / "templates")
@@ -24,7 +25,10 @@ def token_is_valid(secret: str) -> bool:
     """Whether ``secret`` is a token this Mediator accepts, of any role (``ui.require_token``
     asks for any valid token, SPEC §13): the configured tokens and the legacy one, through the
     process's cache of checked secrets."""
-    return ctx().tokens.verify(secret) is not None
+    try:
+        return ctx().tokens.verify(secret) is not None
+    except SlowVerificationBusy:
+        raise Unavailable("too many token verifications at once; try again") from None
 
 
 def presented_secret() -> str | None:

@@ -28,6 +28,7 @@ from app.services.settle import complete_verdict
 from app.services.tx import retrying
 from app.states import ASKED, FAILED, QUEUED, RUN_FINISHED, RUNNING
 from app.store import reaper as q
+from app.store.auth import forget_old_failures
 from app.store.queue import timed_out_queued
 from app.store.reservations import queued_crossed_age
 from app.store.runs import clear_wake_debt, lock_run, wake_debt_set
@@ -199,6 +200,7 @@ def _pass(ctx: Context, report: PassReport, previous_failed: bool) -> None:
     window = timedelta(seconds=ctx.lease_window_seconds)
     with ctx.db.begin() as s:
         now, previous = q.begin_pass(s)
+        forget_old_failures(s)  # the 429 counts of addresses whose minute is long over
         report.crossed_age = _crossed_age(ctx, s, previous)
         if previous is not None and now - previous > window:
             # The Mediator was down: no node could renew. Give every lease a full window first.

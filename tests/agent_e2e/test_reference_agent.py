@@ -90,7 +90,7 @@ def test_the_agent_runs_real_steps_and_their_log_and_outputs_reach_the_record(
     env = {
         "AGENT_E2E_PASSED": "passed through",
         "AGENT_E2E_SECRET": "not for steps",
-        "MEDIATOR_TOKEN": "test-token-of-the-mediator",  # the token by the environment
+        "MEDIATOR_TOKEN": "test-token-of-the-mediator-long-enough",  # the token by the environment
     }
     with agent_on(
         live_server.url,

@@ -235,7 +235,7 @@ BAD_AUTH = {
     "wrong token": "Bearer not-the-token",
     "another scheme": "Basic dXNlcjpwYXNz",
     "bearer without a token": "Bearer ",
-    "the token without bearer": "test-token-of-the-mediator",
+    "the token without bearer": "test-token-of-the-mediator-long-enough",
 }
 
 

@@ -40,7 +40,7 @@ def test_the_printed_entry_holds_an_argon2_hash_of_the_secret_and_not_the_secret
     )  # fmt: skip
 
     assert from_yaml == [from_json]
-    assert {k: v for k, v in from_json.items() if k != "argon2"} == {
+    assert {k: v for k, v in from_json.items() if k not in {"argon2", "id"}} == {
         "name": "bench-7",
         "roles": ["node", "reader"],
         "nodes": ["n1"],
@@ -51,6 +51,7 @@ def test_the_printed_entry_holds_an_argon2_hash_of_the_secret_and_not_the_secret
     assert argon2.PasswordHasher().verify(from_json["argon2"], secret)
     assert secret not in json.dumps(from_json)
     assert len(secret) >= 40
+    assert secret.startswith(f"med_{from_json['id']}_")  # the id names the entry to check
 
 
 def test_two_new_tokens_have_different_secrets():

@@ -265,7 +265,7 @@ def test_no_query_on_other_routes_is_answered_with_a_5xx(
         st.one_of(
             hs.header_value,
             hs.header_value.map(lambda v: "Bearer " + v),
-            st.just("Bearer test-token-of-the-mediator"),
+            st.just("Bearer test-token-of-the-mediator-long-enough"),
         ),
         max_size=3,
     ),

@@ -71,7 +71,18 @@ ENV_VALUES: list[tuple[str, str, str, Any]] = [
         "http://hooks.example/runs",
         "http://hooks.example/runs",
     ),
-    ("MEDIATOR_TOKEN", "token", "s3cret", "s3cret"),
+    (
+        "MEDIATOR_TOKEN",
+        "token",
+        "s3cret-of-at-least-32-characters",
+        "s3cret-of-at-least-32-characters",
+    ),
+    ("MEDIATOR_TOKENS_LEGACY_ARGON2", "tokens.legacy_argon2", "false", False),
+    ("MEDIATOR_TOKEN_ALLOW_SHORT", "token_allow_short", "true", True),
+    ("MEDIATOR_AUTH_SLOW_CONCURRENCY", "auth.slow_concurrency", "4", 4),
+    ("MEDIATOR_AUTH_MAX_FAILURES_PER_MINUTE", "auth.max_failures_per_minute", "0", 0),
+    ("MEDIATOR_AUTH_LIMIT_LOOPBACK", "auth.limit_loopback", "true", True),
+    ("MEDIATOR_HTTP_TRUSTED_PROXIES", "http.trusted_proxies", "1", 1),
     ("MEDIATOR_METRICS_REQUIRE_TOKEN", "metrics.require_token", "true", True),
     ("MEDIATOR_UI_REQUIRE_TOKEN", "ui.require_token", "true", True),
 ]
@@ -125,7 +136,7 @@ def yaml_file(tmp_path: Path) -> Path:
 def toml_file(tmp_path: Path) -> Path:
     return _write(
         tmp_path / "mediator.toml",
-        'max_blob_bytes = 2097152\ntoken = "from-the-file"\n\n'
+        'max_blob_bytes = 2097152\ntoken = "from-the-file-a-secret-of-32-chars"\n\n'
         '[database]\nurl = "postgresql+psycopg://file@db.example/m"\n\n'
         "[lease]\nttl_seconds = 1200\nmax_per_run = 4\n\n"
         "[claim]\nlong_poll_seconds = 10\n",
@@ -164,7 +175,7 @@ def test_a_toml_file_with_tables_sets_the_dotted_keys(toml_file):
     assert cfg["lease.max_per_run"] == 4
     assert cfg["claim.long_poll_seconds"] == 10
     assert cfg["max_blob_bytes"] == 2 * MIB
-    assert cfg["token"] == "from-the-file"
+    assert cfg["token"] == "from-the-file-a-secret-of-32-chars"
     assert cfg["lease.renew_seconds"] == 60
 
 
@@ -190,9 +201,13 @@ def test_an_environment_variable_wins_over_the_yaml_file(yaml_file):
 
 def test_an_environment_variable_wins_over_the_toml_file(toml_file):
     cfg = load_config(
-        toml_file, env={"MEDIATOR_TOKEN": "from-env", "MEDIATOR_LEASE_MAX_PER_RUN": "1"}
+        toml_file,
+        env={
+            "MEDIATOR_TOKEN": "from-env-a-secret-of-32-characters",
+            "MEDIATOR_LEASE_MAX_PER_RUN": "1",
+        },
     )
-    assert cfg["token"] == "from-env"
+    assert cfg["token"] == "from-env-a-secret-of-32-characters"
     assert cfg["lease.max_per_run"] == 1
     assert cfg["lease.ttl_seconds"] == 1200
 

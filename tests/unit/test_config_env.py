@@ -76,6 +76,10 @@ def test_a_variable_the_mediator_reads_is_not_warned_about(name, tmp_path):
         "MEDIATOR_UI_REQUIRE_TOKEN": "false",
         "MEDIATOR_CONTRACT_CAPABILITIES": "board",
         "MEDIATOR_RECORDS_BACKEND": "filesystem",
+        "MEDIATOR_TOKEN": "a-legacy-token-of-32-characters-or-more",
+        "MEDIATOR_TOKENS_LEGACY_ARGON2": "true",
+        "MEDIATOR_TOKEN_ALLOW_SHORT": "false",
+        "MEDIATOR_AUTH_LIMIT_LOOPBACK": "false",
     }.get(name, "7")
     if name == "MEDIATOR_CONFIG":
         (tmp_path / "absent-but-named.yaml").write_text("{}\n")
