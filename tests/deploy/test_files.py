@@ -15,7 +15,12 @@ from tests.deploy.programs import require_program
 
 DEPLOY = ROOT / "deploy"
 # The example's one departure from the defaults: a production path for the Records.
-PRODUCTION = {"records.root": "/var/lib/mediator/records"}
+PRODUCTION = {
+    "records.root": "/var/lib/mediator/records",
+    "http.trusted_proxies": 1,
+    "metrics.require_token": True,
+    "ui.require_token": True,
+}
 
 
 def test_the_configuration_example_loads_and_gives_every_key_its_default() -> None:
