@@ -24,6 +24,7 @@ class Context:
         self.tokens = TokenSet.from_config(config)  # with the process's cache of checked secrets
         if not self.tokens:
             log.warning("no token is configured (tokens, token): every /v1 request is 401")
+        warn_of_legacy_vouching(config)
 
     @property
     def lease_window_seconds(self) -> int:
@@ -49,10 +50,25 @@ def record_store(config: Config) -> RecordStore:
     return FilesystemRecords(config["records.root"])
 
 
+def warn_of_legacy_vouching(config: Config) -> None:
+    """SPEC §20.5: the legacy token vouches for whatever principal its callers declare (the
+    original's runctl answers restricted asks with it); beside other tokens that is worth a line."""
+    if config["token"] and config["tokens"]:
+        log.warning(
+            "the legacy token vouches for every principal its callers declare, beside "
+            f"{len(config['tokens'])} other tokens: answers to restricted asks made with it are "
+            "taken as from the principal they name"
+        )
+
+
 @dataclass(frozen=True)
 class Caller:
     """Who acts: the token's name and roles, and the principal (the token's own, or the
-    ``X-Enode-Principal`` header taken as given: ``principal_declared``)."""
+    ``X-Enode-Principal`` header taken as given: ``principal_declared``).
+
+    SPEC §20.5: a principal is vouched for — the token's own, or declared through a token that
+    vouches for its callers (``vouches``: a trusted bridge, the legacy token) — or marked: a
+    self-declared principal is recorded with the token's name beside it (``declared_token``)."""
 
     token_name: str
     roles: frozenset[str]
@@ -60,7 +76,23 @@ class Caller:
     nodes: frozenset[str] | None = None  # a node token bound to these node ids (SPEC §13)
     max_priority: int = 0  # the highest queue priority the token may ask for
     principal_declared: bool = True  # False when the principal is the token's own
+    vouches: bool = False  # the token vouches for the principals its callers declare
 
     @property
     def by(self) -> str:
         return self.principal or self.token_name
+
+    @property
+    def self_declared(self) -> bool:
+        """The principal came from the ``X-Enode-Principal`` header, not from the token."""
+        return self.principal_declared and self.principal is not None
+
+    @property
+    def vouched(self) -> bool:
+        """There is a principal and the token vouches for it: what a restricted ask needs."""
+        return self.principal is not None and (not self.principal_declared or self.vouches)
+
+    @property
+    def declared_token(self) -> str | None:
+        """The token's name when the principal is self-declared (recorded beside it), else None."""
+        return self.token_name if self.self_declared else None

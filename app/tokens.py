@@ -32,7 +32,16 @@ ALL_ROLES = frozenset(ROLES)
 LEGACY_NAME = "token"  # the name of the legacy single token: on runs, in logs and events
 OPERATOR_PRIORITY = 100  # the max_priority of operators and of the legacy token by default
 PRIORITY_RANGE = (-100, 100)
-FIELDS = ("name", "sha256", "argon2", "roles", "principal", "nodes", "max_priority")
+FIELDS = (
+    "name",
+    "sha256",
+    "argon2",
+    "roles",
+    "principal",
+    "nodes",
+    "max_priority",
+    "vouches_for_principals",
+)
 MAX_REFUSED = 1024  # refused secrets remembered per process (a misconfigured agent retrying)
 
 _hasher = argon2.PasswordHasher()
@@ -46,6 +55,8 @@ class Token:
     name: str
     roles: frozenset[str]
     principal: str | None = None
+    # SPEC §20.5: a trusted bridge; the principals its callers declare may answer restricted asks.
+    vouches_for_principals: bool = False
     nodes: frozenset[str] | None = None
     max_priority: int = 0
     sha256: bytes | None = None  # the digest of the secret
@@ -126,7 +137,12 @@ class TokenSet:
 def legacy_token(secret: str) -> Token:
     """The legacy single ``token``: every role, max_priority 100, for the original clients."""
     return Token(
-        name=LEGACY_NAME, roles=ALL_ROLES, max_priority=OPERATOR_PRIORITY, sha256=digest(secret)
+        name=LEGACY_NAME,
+        roles=ALL_ROLES,
+        max_priority=OPERATOR_PRIORITY,
+        sha256=digest(secret),
+        # SPEC §20.5: the original's runctl answers restricted asks with it, naming the principal.
+        vouches_for_principals=True,
     )
 
 
@@ -186,11 +202,21 @@ def parse_token(where: str, entry: Any) -> Token:
         name=name,
         roles=roles,
         principal=principal,
+        vouches_for_principals=_vouches(where, entry),
         nodes=nodes,
         max_priority=max_priority,
         sha256=sha,
         argon2=phc,
     )
+
+
+def _vouches(where: str, entry: Mapping[str, Any]) -> bool:
+    """``vouches_for_principals``: whether the token vouches for the principals its callers
+    declare in ``X-Enode-Principal`` (a trusted bridge, SPEC §20.5); false when left out."""
+    value = entry.get("vouches_for_principals", False)
+    if not isinstance(value, bool):
+        raise ConfigError(f"{where}.vouches_for_principals: must be true or false")
+    return value
 
 
 def _roles(where: str, value: Any) -> frozenset[str]:

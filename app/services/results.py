@@ -49,7 +49,7 @@ def claim_body(ctx: Context, step: Step, node_id: str) -> dict[str, Any]:
         assert run is not None  # a claimed step's run is never deleted while it runs
         lease = lease_of_node(s, node_id)
         see = spec.get("see") or {}
-        ledger = ledger_entries(s, run) if see.get("ledger") == "list" else None
+        ledger = ledger_entries(s, run, marked=False) if see.get("ledger") == "list" else None
     body: dict[str, Any] = {
         "step_id": f"{step.run_id}#{step.seq:02d}",
         "run_id": step.run_id,
