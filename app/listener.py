@@ -10,8 +10,8 @@ at once.
 One caller cannot hold the server (SPEC §20.6): per process, one waiting claim per node id. A
 claim that registers supersedes the claims of its node that have waited
 ``SUPERSEDE_AFTER_SECONDS`` or longer: they answer 204 at once, unless they have already taken a
-step (they return it). A younger one waits beside it: an agent that re-polls at once after a lost
-answer is not turned away by its own previous claim.
+step (they return it). A younger one waits beside the newer claim. A caller can thus hold at most
+the claims it sent in the last second for a node, however many it sends in all.
 """
 
 from __future__ import annotations
