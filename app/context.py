@@ -12,7 +12,7 @@ from app.logs import log
 from app.metrics import count_auth
 from app.records import FilesystemRecords, RecordStore
 from app.store.gate import ScanGate
-from app.tokens import LEGACY_NAME, FailureLimit, TokenSet
+from app.tokens import FailureLimit, TokenSet
 
 
 class Context:
@@ -28,6 +28,7 @@ class Context:
             config["auth.max_failures_per_minute"], loopback=config["auth.limit_loopback"]
         )
         warn_about_tokens(config, self.tokens)
+        warn_of_legacy_vouching(config)
 
     @property
     def lease_window_seconds(self) -> int:
@@ -59,11 +60,6 @@ def warn_about_tokens(config: Config, tokens: TokenSet) -> None:
         )
     if config["token"] and config["token_allow_short"] and len(config["token"]) < 32:
         log.warning("the legacy token is shorter than 32 characters (token_allow_short)")
-    if config["token"] and any(t.name != LEGACY_NAME for t in tokens.tokens):
-        log.warning(
-            "the legacy single token is configured beside named tokens: it holds every role"
-            " and vouches for any principal; remove it once every caller has its own token"
-        )
 
 
 def record_store(config: Config) -> RecordStore:
@@ -79,10 +75,25 @@ def record_store(config: Config) -> RecordStore:
     return FilesystemRecords(config["records.root"])
 
 
+def warn_of_legacy_vouching(config: Config) -> None:
+    """SPEC §20.5: the legacy token vouches for whatever principal its callers declare (the
+    original's runctl answers restricted asks with it); beside other tokens that is worth a line."""
+    if config["token"] and config["tokens"]:
+        log.warning(
+            "the legacy token vouches for every principal its callers declare, beside "
+            f"{len(config['tokens'])} other tokens: answers to restricted asks made with it are "
+            "taken as from the principal they name"
+        )
+
+
 @dataclass(frozen=True)
 class Caller:
     """Who acts: the token's name and roles, and the principal (the token's own, or the
-    ``X-Enode-Principal`` header taken as given: ``principal_declared``)."""
+    ``X-Enode-Principal`` header taken as given: ``principal_declared``).
+
+    SPEC §20.5: a principal is vouched for — the token's own, or declared through a token that
+    vouches for its callers (``vouches``: a trusted bridge, the legacy token) — or marked: a
+    self-declared principal is recorded with the token's name beside it (``declared_token``)."""
 
     token_name: str
     roles: frozenset[str]
@@ -90,7 +101,23 @@ class Caller:
     nodes: frozenset[str] | None = None  # a node token bound to these node ids (SPEC §13)
     max_priority: int = 0  # the highest queue priority the token may ask for
     principal_declared: bool = True  # False when the principal is the token's own
+    vouches: bool = False  # the token vouches for the principals its callers declare
 
     @property
     def by(self) -> str:
         return self.principal or self.token_name
+
+    @property
+    def self_declared(self) -> bool:
+        """The principal came from the ``X-Enode-Principal`` header, not from the token."""
+        return self.principal_declared and self.principal is not None
+
+    @property
+    def vouched(self) -> bool:
+        """There is a principal and the token vouches for it: what a restricted ask needs."""
+        return self.principal is not None and (not self.principal_declared or self.vouches)
+
+    @property
+    def declared_token(self) -> str | None:
+        """The token's name when the principal is self-declared (recorded beside it), else None."""
+        return self.token_name if self.self_declared else None

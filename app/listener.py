@@ -2,9 +2,16 @@
 payload and the listening side.
 
 One listener thread per process, started on the first claim, on a connection of its own. A
-waiting claim registers an Event under its node before it looks in the database (so a notification
-between the look and the wait is not lost) and waits on it without holding any connection.
-Notifications are not durable: after (re)connecting the listener wakes every waiter at once.
+waiting claim registers a :class:`Ticket` under its node before it looks in the database (so a
+notification between the look and the wait is not lost) and waits on it without holding any
+connection. Notifications are not durable: after (re)connecting the listener wakes every waiter
+at once.
+
+One caller cannot hold the server (SPEC §20.6): per process, one waiting claim per node id. A
+claim that registers supersedes the claims of its node that have waited
+``SUPERSEDE_AFTER_SECONDS`` or longer: they answer 204 at once, unless they have already taken a
+step (they return it). A younger one waits beside the newer claim. A caller can thus hold at most
+the claims it sent in the last second for a node, however many it sends in all.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,6 +31,7 @@ from app.logs import log
 
 CLAIM_CHANNEL = "mediator_claims"
 STOP_CHECK_SECONDS = 0.2
+SUPERSEDE_AFTER_SECONDS = 1.0  # SPEC §20.6: an older claim this old gives way to a newer one
 _MAX_PAYLOAD = 7000  # PostgreSQL's limit is 8000 bytes; "*" wakes every waiting claim
 
 
@@ -44,11 +53,22 @@ def claim_nodes(payload: str) -> list[str] | None:
     return [str(n) for n in nodes]
 
 
+class Ticket(threading.Event):
+    """One waiting claim of this process: set to wake it. ``started``: when the claim came, by
+    this process's monotonic clock (the rule is process-local, never database time);
+    ``superseded``: a newer claim of its node came once it was old enough (SPEC §20.6)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started = time.monotonic()
+        self.superseded = False
+
+
 class ClaimListener:
     def __init__(self, config: Config) -> None:
         self.config = config
         self._lock = threading.Lock()
-        self._waiters: dict[str, set[threading.Event]] = defaultdict(set)
+        self._waiters: dict[str, set[Ticket]] = defaultdict(set)
         self._thread: threading.Thread | None = None
         self._pid: int | None = None
         self._stop = threading.Event()
@@ -61,14 +81,22 @@ class ClaimListener:
         self._looks = threading.BoundedSemaphore(max(1, config["database.pool_size"] // 2))
         self._look_timeout = float(config["database.pool_timeout"])
 
-    def register(self, node_id: str) -> threading.Event:
+    def register(self, node_id: str) -> Ticket:
+        """A claim of ``node_id`` arrives: its ticket, registered for the whole claim. The node's
+        claims that waited ``SUPERSEDE_AFTER_SECONDS`` or more are superseded and woken."""
         self._ensure_started()
-        ticket = threading.Event()
+        ticket = Ticket()
         with self._lock:
-            self._waiters[node_id].add(ticket)
+            waiting = self._waiters[node_id]
+            old = [t for t in waiting if ticket.started - t.started >= SUPERSEDE_AFTER_SECONDS]
+            for t in old:
+                t.superseded = True
+            waiting.add(ticket)
+        for t in old:
+            t.set()
         return ticket
 
-    def unregister(self, node_id: str, ticket: threading.Event) -> None:
+    def unregister(self, node_id: str, ticket: Ticket) -> None:
         with self._lock:
             waiting = self._waiters.get(node_id)
             if waiting is not None:
@@ -91,6 +119,13 @@ class ClaimListener:
     def waiting(self) -> int:
         with self._lock:
             return sum(len(v) for v in self._waiters.values())
+
+    def ages(self, node_id: str) -> list[float]:
+        """Seconds each waiting claim of ``node_id`` has waited, oldest first."""
+        now = time.monotonic()
+        with self._lock:
+            started = sorted(t.started for t in self._waiters.get(node_id, ()))
+        return [now - s for s in started]
 
     def wake(self, nodes: list[str] | None) -> None:
         """Wake the claims of these nodes (None: every waiting claim)."""

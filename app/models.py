@@ -104,6 +104,8 @@ class Run(Base):
     work_id: Mapped[str] = mapped_column(Text, server_default=text("''"))
     principal: Mapped[str | None] = mapped_column(Text)
     token_name: Mapped[str | None] = mapped_column(Text)
+    # SPEC §20.5: the principal came from X-Enode-Principal, not from the token (token_name).
+    principal_self_declared: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
     contract: Mapped[Any] = mapped_column(JSONB)
     requires: Mapped[Any] = mapped_column(JSONB)
     # SPEC §7: a hash of the normalised requires, so a wake scan looks at the oldest run of each shape.
@@ -185,6 +187,8 @@ class Step(Base):
     result: Mapped[Any | None] = mapped_column(NULLABLE_JSONB)
     chosen: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
     answered_by: Mapped[str | None] = mapped_column(Text)
+    # SPEC §20.5: the token's name when answered_by is a principal self-declared under it.
+    answered_by_declared_token: Mapped[str | None] = mapped_column(Text)
     asked_at: Mapped[datetime | None] = mapped_column()
     ask_deadline: Mapped[datetime | None] = mapped_column()
     started_at: Mapped[datetime | None] = mapped_column()
@@ -245,6 +249,8 @@ class RunEvent(Base):
     to_state: Mapped[str] = mapped_column(Text)
     cause: Mapped[str] = mapped_column(Text)
     by: Mapped[str | None] = mapped_column(Text)
+    # SPEC §20.5: the token's name when ``by`` is a principal self-declared under it.
+    by_declared_token: Mapped[str | None] = mapped_column(Text)
 
     __table_args__ = (Index("ix_run_events_run_id", "run_id", "id"),)
 
@@ -262,6 +268,8 @@ class Blob(Base):
     name: Mapped[str] = mapped_column(Text, primary_key=True)
     work_id: Mapped[str] = mapped_column(Text, server_default=text("''"))
     by: Mapped[str | None] = mapped_column(Text)
+    # SPEC §20.5: the token's name when ``by`` is a principal self-declared under it.
+    by_declared_token: Mapped[str | None] = mapped_column(Text)
     at: Mapped[datetime] = mapped_column(server_default=func.now())
     bytes: Mapped[int] = mapped_column(BigInteger)
     sha256: Mapped[str] = mapped_column(Text)

@@ -53,6 +53,7 @@ FIELDS = (
     "nodes",
     "max_priority",
     "expires",
+    "vouches_for_principals",
 )
 MAX_REFUSED = 4096  # refused secrets remembered per process (a misconfigured agent retrying)
 REFUSAL_SECONDS = 60.0  # how long a refused secret is answered from memory
@@ -71,6 +72,8 @@ class Token:
     name: str
     roles: frozenset[str]
     principal: str | None = None
+    # SPEC §20.5: a trusted bridge; the principals its callers declare may answer restricted asks.
+    vouches_for_principals: bool = False
     nodes: frozenset[str] | None = None
     max_priority: int = 0
     sha256: bytes | None = None  # the digest of the secret
@@ -258,7 +261,12 @@ class TokenSet:
 def legacy_token(secret: str) -> Token:
     """The legacy single ``token``: every role, max_priority 100, for the original clients."""
     return Token(
-        name=LEGACY_NAME, roles=ALL_ROLES, max_priority=OPERATOR_PRIORITY, sha256=digest(secret)
+        name=LEGACY_NAME,
+        roles=ALL_ROLES,
+        max_priority=OPERATOR_PRIORITY,
+        sha256=digest(secret),
+        # SPEC §20.5: the original's runctl answers restricted asks with it, naming the principal.
+        vouches_for_principals=True,
     )
 
 
@@ -323,6 +331,7 @@ def parse_token(where: str, entry: Any) -> Token:
         name=name,
         roles=roles,
         principal=principal,
+        vouches_for_principals=_vouches(where, entry),
         nodes=nodes,
         max_priority=max_priority,
         sha256=sha,
@@ -351,6 +360,15 @@ def _expires(where: str, value: Any) -> datetime | None:
             value = None
     if not isinstance(value, datetime) or value.tzinfo is None:
         raise ConfigError(f"{where}.expires: must be an RFC 3339 time with its offset")
+    return value
+
+
+def _vouches(where: str, entry: Mapping[str, Any]) -> bool:
+    """``vouches_for_principals``: whether the token vouches for the principals its callers
+    declare in ``X-Enode-Principal`` (a trusted bridge, SPEC §20.5); false when left out."""
+    value = entry.get("vouches_for_principals", False)
+    if not isinstance(value, bool):
+        raise ConfigError(f"{where}.vouches_for_principals: must be true or false")
     return value
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 
 def ts(dt: datetime | None) -> str | None:
@@ -10,6 +11,16 @@ def ts(dt: datetime | None) -> str | None:
     if dt is None:
         return None
     return dt.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def mark_declared(doc: dict[str, Any], field: str, token: str | None) -> dict[str, Any]:
+    """SPEC §20.5: beside a principal its caller declared (``token``: the name of the token it
+    was declared under; None: not self-declared), ``<field>_self_declared: true`` and ``token``.
+    The principal itself stays a string where the original's clients read one."""
+    if token is not None:
+        doc[f"{field}_self_declared"] = True
+        doc["token"] = token
+    return doc
 
 
 def parse_ts(text: str) -> datetime:

@@ -92,6 +92,11 @@ class WaitingClaim:
             self.answered = time.monotonic()
             self.done.set()
 
+    def begin(self) -> WaitingClaim:
+        """Send the claim and return at once (the caller awaits what it looks for)."""
+        self.thread.start()
+        return self
+
     def start(self, ctx: Any) -> WaitingClaim:
         before = ctx.claims.waiting()
         self.thread.start()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from app.api.auth import may_call
 from app.api.common import bounded_body, caller, ctx, make_blueprint
 from app.api.openapi import PRINCIPAL, RUN_ID, SEQ, json_reply, operation
 from app.api.results import _seq
@@ -11,6 +12,7 @@ from app.api.schemas import AsksSchema, ResultReplySchema
 from app.services.asks import answer, list_asks
 
 blp = make_blueprint("asks", "People answer the questions steps ask")
+ANSWER_RULE = "/v1/runs/<run_id>/steps/<seq>/answer"
 
 _ANSWER_BODY = {
     "description": "the answer: any JSON value, which must satisfy the ask's schema if it has one",
@@ -22,13 +24,19 @@ _ANSWER_BODY = {
 @blp.route("/asks", methods=["GET"])
 @blp.doc(
     **operation(
-        {200: json_reply(AsksSchema, "the open asks; can_answer says whether the caller may")},
+        {
+            200: json_reply(
+                AsksSchema,
+                "the open asks; can_answer is true where an answer of this caller would be taken",
+            )
+        },
         roles=("answerer", "reader", "operator"),
         parameters=[PRINCIPAL],
     )
 )
 def get_asks() -> dict[str, Any]:
-    return list_asks(ctx(), caller())
+    who = caller()
+    return list_asks(ctx(), who, may_answer=may_call(who, "POST", ANSWER_RULE))
 
 
 @blp.route("/runs/<run_id>/steps/<seq>/answer", methods=["POST"], parameters=[RUN_ID, SEQ])
@@ -39,7 +47,8 @@ def get_asks() -> dict[str, Any]:
         {
             400: "seq is not a positive integer, or the body is not JSON",
             403: "the token lacks the role (answerer or operator), or the principal is not an "
-            "allowed answerer",
+            "allowed answerer: not among the ask's answerers, or declared in X-Enode-Principal "
+            "under a token that does not vouch for it (the reason says which)",
             409: "no open ask at that step",
             413: "body over max_blob_bytes",
             422: "the answer does not satisfy the ask's schema",

@@ -40,7 +40,7 @@ class Access:
     roles: frozenset[str] = frozenset()
     node: str | None = None  # URL_NODE, ADVERT_NODE or STEP_NODE for the node agents' routes
 
-    def allows(self, token: Token) -> bool:
+    def allows(self, token: Token | Caller) -> bool:
         return not self.roles or bool(token.roles & (self.roles | {"operator"}))
 
     @property
@@ -76,6 +76,12 @@ ROUTES: dict[tuple[str, str], Access] = {
     ("GET", "/v1/runs/<run_id>/record"): ANY_TOKEN,
     ("GET", "/v1/runs/<run_id>/events"): ANY_TOKEN,
 }
+
+
+def may_call(caller: Caller, method: str, rule: str) -> bool:
+    """Whether the caller's roles allow that route (e.g. the asks inbox's ``can_answer``)."""
+    access = ROUTES.get((method, rule))
+    return access is not None and access.allows(caller)
 
 
 def bearer_token() -> Token:
@@ -148,6 +154,7 @@ def caller_of(token: Token, principal: str | None, declared: bool) -> Caller:
         nodes=token.nodes,
         max_priority=token.max_priority,
         principal_declared=declared,
+        vouches=token.vouches_for_principals,
     )
 
 

@@ -73,8 +73,11 @@ def header_param(name: str, description: str) -> dict[str, Any]:
 
 PRINCIPAL = header_param(
     "X-Enode-Principal",
-    "the person acting (an e-mail address); recorded at submit, on cancel and on answers, and "
-    "what decides can_answer. At most 200 characters, else 400.",
+    "the person acting (an e-mail address); recorded at submit, on cancel and on answers. A token "
+    "bound to a principal takes only that one (another is 403). Under a token without one the "
+    "header is taken as given and recorded as self-declared, beside the token's name; an ask "
+    "restricted to answerers takes it only from a token that vouches for it "
+    "(vouches_for_principals, or the legacy token). At most 200 characters, else 400.",
 )
 INSTANCE = header_param(
     "X-Enode-Instance",

@@ -103,7 +103,11 @@ def _blob_body() -> bytes:
     **operation(
         {
             200: json_reply(ClaimSchema, "the next step for this node (or the one it holds)"),
-            204: empty_reply("nothing to do within the long-poll window"),
+            204: empty_reply(
+                "nothing to do within the long-poll window; also at once when a newer claim of "
+                "the node came after this one waited a second (one waiting claim per node id and "
+                "process), and after a second for a node without a live advert"
+            ),
         },
         {400: "node_id, wait or X-Enode-Instance is not valid"},
         roles=_NODE,

@@ -88,6 +88,14 @@ class Reply(Schema):
         unknown = EXCLUDE
 
 
+# A principal declared in X-Enode-Principal under a token without one of its own is marked.
+_SELF_DECLARED = (
+    "true when {what} was declared in X-Enode-Principal under a token without a principal of its "
+    "own (then token names that token); absent for a token's own principal"
+)
+_TOKEN = "the name of the token a self-declared principal came with (only beside a *_self_declared)"
+
+
 def _ts(**kw: Any) -> fields.String:
     return fields.String(metadata={"format": "date-time", **kw.pop("metadata", {})}, **kw)
 
@@ -176,6 +184,10 @@ class RunSummarySchema(Reply):
     created_at = _ts(required=True)
     work_id = fields.String()
     principal = fields.String()
+    principal_self_declared = fields.Boolean(
+        metadata={"description": _SELF_DECLARED.format(what="the principal")}
+    )
+    token = fields.String(metadata={"description": _TOKEN})
     ended_at = _ts()
 
 
@@ -286,6 +298,8 @@ class EventSchema(Reply):
     to = fields.String(required=True)
     cause = fields.String(required=True, allow_none=True)
     by = fields.String(required=True, allow_none=True)
+    by_self_declared = fields.Boolean(metadata={"description": _SELF_DECLARED.format(what="by")})
+    token = fields.String(metadata={"description": _TOKEN})
 
 
 class EventsSchema(Reply):
@@ -419,6 +433,8 @@ class LedgerEntrySchema(Reply):
     bytes = fields.Integer(required=True)
     schema_ok = fields.Boolean()
     run_id = fields.String(metadata={"description": "an earlier run of the same work"})
+    by_self_declared = fields.Boolean(metadata={"description": _SELF_DECLARED.format(what="by")})
+    token = fields.String(metadata={"description": _TOKEN})
 
 
 class LedgerSchema(Reply):

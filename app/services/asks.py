@@ -22,11 +22,28 @@ from app.wire import ts
 SHOWN_LIMIT = 32 * 1024
 
 
-def can_answer(answerers: list[str] | None, principal: str | None) -> bool:
-    return not answerers or (principal is not None and principal in answerers)
+NOT_AN_ANSWERER = "principal is not an allowed answerer"
 
 
-def list_asks(ctx: Context, caller: Caller) -> dict[str, Any]:
+def answer_refused(answerers: list[str] | None, caller: Caller) -> str | None:
+    """Why an answer of ``caller`` to an ask with these ``answerers`` is refused (403), or None.
+    SPEC §20.5: an ask restricted to answerers takes only a principal the token vouches for —
+    its own, or one declared through a token that vouches for its callers."""
+    if not answerers:
+        return None
+    if caller.principal is None or caller.principal not in answerers:
+        return NOT_AN_ANSWERER
+    if not caller.vouched:
+        return (
+            f"{NOT_AN_ANSWERER}: {caller.principal} is self-declared (X-Enode-Principal) and "
+            f"token {caller.token_name} does not vouch for it"
+        )
+    return None
+
+
+def list_asks(ctx: Context, caller: Caller, *, may_answer: bool) -> dict[str, Any]:
+    """The open asks (SPEC §10); ``can_answer`` is true only where an answer of this caller would
+    be accepted: ``may_answer`` (the token's roles allow answering) and the ask's answerers."""
     out = []
     with ctx.db.read() as s:
         for st, _run in open_asks(s):
@@ -39,7 +56,7 @@ def list_asks(ctx: Context, caller: Caller) -> dict[str, Any]:
                 "prompt": ask.get("prompt"),
                 "schema": (st.spec.get("schema") or {}).get(out_name) if out_name else None,
                 "asked_at": ts(st.asked_at),
-                "can_answer": can_answer(ask.get("answerers"), caller.principal),
+                "can_answer": may_answer and answer_refused(ask.get("answerers"), caller) is None,
             }
             if ask.get("answerers"):
                 item["answerers"] = ask["answerers"]
@@ -81,8 +98,9 @@ def _answer(
         st = pic.steps.get(seq)
         if st is None or st.kind != "ask" or st.state != ASKED:
             raise not_waiting
-        if not can_answer(st.spec["ask"].get("answerers"), caller.principal):
-            raise Forbidden("principal is not an allowed answerer")
+        refused = answer_refused(st.spec["ask"].get("answerers"), caller)
+        if refused:
+            raise Forbidden(refused)
         name = st.spec["out"][0]
         schema = (st.spec.get("schema") or {}).get(name)
         if schema is not None:
@@ -99,6 +117,7 @@ def _answer(
             raw,
             by=caller.by,
             schema_ok=True if schema is not None else None,
+            by_declared_token=caller.declared_token,
         )
         return complete_step(
             s,
@@ -112,6 +131,7 @@ def _answer(
             reported=[name],
             node=None,
             answered_by=caller.by,
+            answered_by_declared_token=caller.declared_token,
         )
 
 

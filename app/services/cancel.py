@@ -24,7 +24,9 @@ def _cancel(ctx: Context, run_id: str, caller: Caller, after: AfterCommit) -> st
         # Re-read under the lock: it may have been promoted, or have ended, a moment ago.
         if run.state in RUN_FINISHED:
             return run.state
-        freed = cancel_run_failed(s, run, caller.by, f"cancelled by {caller.by}")
+        freed = cancel_run_failed(
+            s, run, caller.by, f"cancelled by {caller.by}", caller.declared_token
+        )
         after.ended.append(run_id)
         after.released(run_id, freed)
         after.wake_anyway = f"cancel of {run_id}"

@@ -22,6 +22,7 @@ def end_run_failed(
     step_error: str,
     cause: str,
     by: str | None,
+    by_declared_token: str | None = None,
     reject: dict[str, Any] | None = None,
 ) -> list[str]:
     """Run -> FAILED with ``ended_at`` and the verdict; its open steps FAILED; its leases deleted.
@@ -38,10 +39,10 @@ def end_run_failed(
     if previous == QUEUED:
         # A waiting run holds no lease, only perhaps reservations.
         release_reservations(s, run.run_id)
-        add_event(s, run.run_id, previous, FAILED, cause, by)
+        add_event(s, run.run_id, previous, FAILED, cause, by, by_declared_token)
         return []
     freed = delete_leases_of_run(s, run.run_id)
-    add_event(s, run.run_id, previous, FAILED, cause, by)
+    add_event(s, run.run_id, previous, FAILED, cause, by, by_declared_token)
     return freed
 
 
@@ -57,9 +58,12 @@ def step_did_not_complete(step_id: str) -> dict[str, Any]:
     }
 
 
-def cancel_run_failed(s: Session, run: Run, by: str, cause: str) -> list[str]:
+def cancel_run_failed(
+    s: Session, run: Run, by: str, cause: str, by_declared_token: str | None = None
+) -> list[str]:
     """A cancelled run is FAILED with the verdict note ``cancelled by: <by>`` (SPEC §9, and the
-    at-boundary drain of SPEC §8 with ``drain:<node>``)."""
+    at-boundary drain of SPEC §8 with ``drain:<node>``); a self-declared ``by`` is marked on the
+    event with the token it was declared under (SPEC §20.5)."""
     note = f"cancelled by: {by}"
     return end_run_failed(
         s,
@@ -68,4 +72,5 @@ def cancel_run_failed(s: Session, run: Run, by: str, cause: str) -> list[str]:
         step_error=note,
         cause=cause,
         by=by,
+        by_declared_token=by_declared_token,
     )

@@ -8,13 +8,14 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from app.context import Context
+from app.context import Caller, Context
 from app.contract.types import Contract, role_from_wire
 from app.errors import NotFound
 from app.match import Advert, Assignment, satisfies
 from app.models import Run, Step
 from app.reserve import Held, reserved_against, reserved_by
 from app.services.placement import assigned_json, node_for_role
+from app.services.records import event_document
 from app.states import PENDING, QUEUED, RUNNING
 from app.store.leases import holders_of
 from app.store.nodes import candidate_adverts, listed_nodes, live_nodes, node_labels
@@ -22,7 +23,7 @@ from app.store.reservations import draining_and_reserved
 from app.store.runs import count_queued_before, get_run, list_runs, run_events
 from app.store.server import database_now
 from app.store.steps import steps_of
-from app.wire import ts
+from app.wire import mark_declared, ts
 
 
 def _step_view(st: Step, ids: dict[int, str]) -> dict[str, Any]:
@@ -130,7 +131,7 @@ def render_run(s: Session, run: Run, *, reserve_after: int = 0) -> dict[str, Any
 def new_run_view(
     contract: Contract,
     *,
-    principal: str | None,
+    caller: Caller,
     created_at: datetime,
     assignment: Assignment,
     labels: dict[str, str | None],
@@ -138,7 +139,14 @@ def new_run_view(
     """The view of a run just created RUNNING whose steps are all PENDING, built from what was
     written (:func:`render_run` would read it back): the submit's answer."""
     bound = node_for_role(assignment)
-    run = Run(run_id=contract.run_id, state=RUNNING, created_at=created_at, principal=principal)
+    run = Run(
+        run_id=contract.run_id,
+        state=RUNNING,
+        created_at=created_at,
+        principal=caller.principal,
+        token_name=caller.token_name,
+        principal_self_declared=caller.self_declared,
+    )
     run.work_id = contract.work_id
     run.assigned = assigned_json(assignment)
     view = run_summary(run)
@@ -186,6 +194,7 @@ def run_summary(run: Run) -> dict[str, Any]:
         out["work_id"] = run.work_id
     if run.principal:
         out["principal"] = run.principal
+        mark_declared(out, "principal", run.token_name if run.principal_self_declared else None)
     if run.ended_at:
         out["ended_at"] = ts(run.ended_at)
     return out
@@ -265,9 +274,4 @@ def events_of(ctx: Context, run_id: str) -> dict[str, Any]:
         if get_run(s, run_id) is None:
             raise NotFound(f"no such run: {run_id}")
         events = run_events(s, run_id)
-    return {
-        "events": [
-            {"at": ts(e.at), "from": e.from_state, "to": e.to_state, "cause": e.cause, "by": e.by}
-            for e in events
-        ]
-    }
+    return {"events": [event_document(e) for e in events]}

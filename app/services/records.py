@@ -14,7 +14,7 @@ from app.contract import parse_json
 from app.contract.fields import has_control_character
 from app.errors import BadRequest, Forbidden, Gone, NotFound, NotSealed, Unprocessable
 from app.logs import log
-from app.models import Run, Step
+from app.models import Run, RunEvent, Step
 from app.records import LogState, RecordSealed, RecordStoreUnavailable, check_name
 from app.services.tx import retrying
 from app.states import RUN_FINISHED
@@ -22,7 +22,7 @@ from app.store.blobs import blobs_of_runs, earlier_runs_of_work, newest_blob, re
 from app.store.logs import lock_log
 from app.store.runs import get_run, mark_sealed, run_events, share_run, try_lock_seal
 from app.store.steps import get_step, steps_with_labels
-from app.wire import ts
+from app.wire import mark_declared, ts
 
 
 def _run_and_step(s: Session, run_id: str, seq: int) -> tuple[Run, Step]:
@@ -140,8 +140,10 @@ def store_blob(
     *,
     by: str | None,
     schema_ok: bool | None,
+    by_declared_token: str | None = None,
 ) -> None:
-    """The file in the Record (atomic) and its ledger row, in the caller's transaction."""
+    """The file in the Record (atomic) and its ledger row, in the caller's transaction;
+    ``by_declared_token`` marks a ``by`` that is a self-declared principal (SPEC §20.5)."""
     digest = ctx.records.put_blob(run.run_id, seq, attempt, name, data)
     record_blob(
         s,
@@ -154,6 +156,7 @@ def store_blob(
         size=len(data),
         sha256=digest,
         schema_ok=schema_ok,
+        by_declared_token=by_declared_token,
     )
 
 
@@ -236,9 +239,11 @@ def ledger(ctx: Context, run_id: str) -> dict[str, Any]:
         return {"entries": ledger_entries(s, run)}
 
 
-def ledger_entries(s: Session, run: Run) -> list[dict[str, Any]]:
+def ledger_entries(s: Session, run: Run, *, marked: bool = True) -> list[dict[str, Any]]:
     """Artifacts this run can see; ``ledger.scope: work`` puts earlier runs of the same work
-    first (SPEC §11). Also the claim's ``ledger`` for a step with ``see.ledger: "list"``."""
+    first (SPEC §11). Also the claim's ``ledger`` for a step with ``see.ledger: "list"``, with
+    ``marked=False``: that one keeps the original's entry shape (SPEC §19.6), without the marks
+    of a self-declared ``by`` (SPEC §20.5)."""
     runs = [run.run_id]
     if run.ledger_scope == "work" and run.work_id:
         runs = earlier_runs_of_work(s, run.work_id, run.run_id) + [run.run_id]
@@ -258,6 +263,8 @@ def ledger_entries(s: Session, run: Run) -> list[dict[str, Any]]:
             entry["schema_ok"] = b.schema_ok
         if b.run_id != run.run_id:
             entry["run_id"] = b.run_id
+        if marked:
+            mark_declared(entry, "by", b.by_declared_token)
         entries.append(entry)
     return entries
 
@@ -271,13 +278,15 @@ def manifest(
     contract: dict[str, Any],
     created_at: Any,
     state: str,
+    principal_self_declared: bool = False,
 ) -> dict[str, Any]:
     """``manifest.json``: written when the Record opens and again, whole, from the run's row when
-    it is sealed, so the opening write need not reach the disk before the submit is answered."""
-    return {
-        "run_id": run_id,
-        "work_id": work_id,
-        "requester": principal,
+    it is sealed, so the opening write need not reach the disk before the submit is answered.
+    A self-declared requester is marked ``requester_self_declared`` (SPEC §20.5)."""
+    doc: dict[str, Any] = {"run_id": run_id, "work_id": work_id, "requester": principal}
+    if principal_self_declared:
+        doc["requester_self_declared"] = True
+    return doc | {
         "token": token_name,
         "contract": contract,
         "created_at": ts(created_at),
@@ -300,16 +309,7 @@ def seal_run(ctx: Context, run_id: str) -> bool:
             if not ctx.records.exists(run_id):
                 return False  # a rejected submit has no Record and is never sealed
             steps = steps_with_labels(s, run_id)
-            events = [
-                {
-                    "at": ts(e.at),
-                    "from": e.from_state,
-                    "to": e.to_state,
-                    "cause": e.cause,
-                    "by": e.by,
-                }
-                for e in run_events(s, run_id)
-            ]
+            events = [event_document(e) for e in run_events(s, run_id)]
             docs = [(st.seq, st.step_id, step_document(st, label)) for st, label in steps]
             ctx.records.seal(
                 run_id,
@@ -324,6 +324,7 @@ def seal_run(ctx: Context, run_id: str) -> bool:
                     contract=run.contract,
                     created_at=run.created_at,
                     state=run.state,
+                    principal_self_declared=run.principal_self_declared,
                 )
                 | {"ended_at": ts(run.ended_at)},
             )
@@ -356,7 +357,14 @@ def step_document(st: Any, label: str | None) -> dict[str, Any]:
     }
     if st.answered_by:
         doc["answered_by"] = st.answered_by
+        mark_declared(doc, "answered_by", st.answered_by_declared_token)
     return doc
+
+
+def event_document(e: RunEvent) -> dict[str, Any]:
+    """An audit event as the events route and the sealed Record show it."""
+    doc = {"at": ts(e.at), "from": e.from_state, "to": e.to_state, "cause": e.cause, "by": e.by}
+    return mark_declared(doc, "by", e.by_declared_token)
 
 
 def record_stream(ctx: Context, run_id: str) -> Iterator[bytes]:

@@ -31,12 +31,14 @@ from app.services.tx import retrying
 from app.states import CLAIMED, DONE, FAILED, PENDING, RUN_FINISHED, RUNNING, SKIPPED
 from app.store.blobs import accepted_blob_names
 from app.store.leases import lease_of_node
-from app.store.nodes import drain_of
+from app.store.nodes import drain_of, is_live
 from app.store.runs import get_run, lock_run
 from app.store.steps import claim_step, held_step, lock_steps, reset_steps
 from app.wire import ts
 
 # ---------------------------------------------------------------- claim
+
+NO_ADVERT_WAIT_SECONDS = 1.0  # SPEC §20.6: how long a claim of a node without a live advert waits
 
 
 def claim_body(ctx: Context, step: Step, node_id: str) -> dict[str, Any]:
@@ -49,7 +51,7 @@ def claim_body(ctx: Context, step: Step, node_id: str) -> dict[str, Any]:
         assert run is not None  # a claimed step's run is never deleted while it runs
         lease = lease_of_node(s, node_id)
         see = spec.get("see") or {}
-        ledger = ledger_entries(s, run) if see.get("ledger") == "list" else None
+        ledger = ledger_entries(s, run, marked=False) if see.get("ledger") == "list" else None
     body: dict[str, Any] = {
         "step_id": f"{step.run_id}#{step.seq:02d}",
         "run_id": step.run_id,
@@ -97,16 +99,19 @@ def check_changed(contract: dict[str, Any], step_id: str) -> list[str]:
     return list(paths)
 
 
-def claim_once(ctx: Context, node_id: str, instance: str | None) -> dict[str, Any] | None:
+def claim_once(
+    ctx: Context, node_id: str, instance: str | None, *, ask_live: bool = False
+) -> tuple[dict[str, Any] | None, bool]:
     """One look, one short transaction: redeliver the step this instance holds, else claim the
-    next one (SPEC §8)."""
+    next one (SPEC §8). Returns the step's body (None: nothing for this node) and, when nothing
+    was found and ``ask_live``, whether the node has a live advert (else True)."""
     with ctx.db.begin() as s:
         step = held_step(s, node_id, instance) if instance else None
         if step is None:
             step = claim_step(s, node_id, instance)
         if step is None:
-            return None
-    return claim_body(ctx, step, node_id)
+            return None, not ask_live or is_live(s, node_id)
+    return claim_body(ctx, step, node_id), True
 
 
 def claim(
@@ -122,18 +127,26 @@ def claim(
 def _claim(
     ctx: Context, node_id: str, instance: str | None, wait_seconds: float
 ) -> dict[str, Any] | None:
+    """SPEC §20.6: the claim's ticket is registered once, for the whole claim, so that a newer
+    claim of the same node can supersede it (one waiting claim per node id and process)."""
     listener = ctx.claims
-    deadline = time.monotonic() + wait_seconds
     recheck = ctx.config["claim.recheck_seconds"]
-    while True:
-        ticket = listener.register(node_id)
-        try:
+    ticket = listener.register(node_id)
+    deadline = ticket.started + wait_seconds
+    first = True
+    try:
+        while True:
+            ticket.clear()  # before the look: a notification during it wakes the wait below
             with listener.looking():
-                body = claim_once(ctx, node_id, instance)
+                body, live = claim_once(ctx, node_id, instance, ask_live=first)
             if body is not None:
-                return body
+                return body  # taken: a newer claim of the node does not take it away
+            if not live:
+                # SPEC §20.6: no claims held for node ids no agent advertises.
+                deadline = min(deadline, ticket.started + NO_ADVERT_WAIT_SECONDS)
+            first = False
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if ticket.superseded or remaining <= 0:
                 return None
             # The safety-net re-check, spread in time and never later than configured: claims
             # that started together (a fleet restarted, every claim re-polling after the same
@@ -141,8 +154,10 @@ def _claim(
             # queues every other request of the process behind them for its few pooled
             # connections (adverts waited up to 100 ms behind 500 claims; 10 ms spread).
             ticket.wait(min(remaining, recheck * random.uniform(0.5, 1.0)))
-        finally:
-            listener.unregister(node_id, ticket)
+            if ticket.superseded:
+                return None
+    finally:
+        listener.unregister(node_id, ticket)
 
 
 # ---------------------------------------------------------------- result

@@ -74,6 +74,7 @@ def _manifest(contract: Contract, caller: Caller, state: str, created_at: Any) -
         contract=contract.document,
         created_at=created_at,
         state=state,
+        principal_self_declared=caller.self_declared,
     )
 
 
@@ -109,7 +110,11 @@ def _place(
     The run row goes first in that statement: a duplicate run_id fails on its key
     (:class:`DuplicateRun`); a node taken since the read fails on ``pk_leases`` and the whole
     transaction rolls back (:class:`NodeTaken`)."""
-    who: dict[str, Any] = {"principal": caller.principal, "token_name": caller.token_name}
+    who: dict[str, Any] = {
+        "principal": caller.principal,
+        "token_name": caller.token_name,
+        "principal_self_declared": caller.self_declared,  # SPEC §20.5
+    }
     with ctx.db.begin() as s:
         found = candidate_adverts(s, contract.requires, reserved_for=_reserved_for(ctx, contract))
         outcome = match(contract.requires, found.adverts, found.unavailable, ordered=True)
@@ -171,6 +176,7 @@ def _queue(ctx: Context, contract: Contract, caller: Caller) -> None:
             state=QUEUED,
             principal=caller.principal,
             token_name=caller.token_name,
+            principal_self_declared=caller.self_declared,
             steps=step_rows(contract.run_id, contract.steps, {}),
         )
         ctx.records.open(contract.run_id, _manifest(contract, caller, QUEUED, created_at))
@@ -225,7 +231,7 @@ def _submit_run(ctx: Context, doc: Any, caller: Caller) -> Submitted:
             201,
             new_run_view(
                 contract,
-                principal=caller.principal,
+                caller=caller,
                 created_at=outcome.created_at,
                 assignment=outcome.assignment,
                 labels=outcome.labels,

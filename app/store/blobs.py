@@ -23,8 +23,10 @@ def record_blob(
     size: int,
     sha256: str,
     schema_ok: bool | None,
+    by_declared_token: str | None = None,
 ) -> None:
-    """Upsert: a blob put again for the same attempt replaces the earlier one."""
+    """Upsert: a blob put again for the same attempt replaces the earlier one.
+    ``by_declared_token``: the token's name when ``by`` is a self-declared principal (SPEC §20.5)."""
     values = {
         "run_id": run_id,
         "seq": seq,
@@ -32,6 +34,7 @@ def record_blob(
         "name": name,
         "work_id": work_id,
         "by": by,
+        "by_declared_token": by_declared_token,
         "bytes": size,
         "sha256": sha256,
         "schema_ok": schema_ok,
@@ -42,6 +45,7 @@ def record_blob(
             index_elements=[Blob.run_id, Blob.seq, Blob.attempt, Blob.name],
             set_={
                 "by": stmt.excluded.by,
+                "by_declared_token": stmt.excluded.by_declared_token,
                 "bytes": stmt.excluded.bytes,
                 "sha256": stmt.excluded.sha256,
                 "schema_ok": stmt.excluded.schema_ok,

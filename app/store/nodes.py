@@ -277,6 +277,12 @@ def live_nodes(s: Session) -> tuple[datetime, list[Node]]:
     return now, list(s.execute(q).scalars())
 
 
+def is_live(s: Session, node_id: str) -> bool:
+    """Whether the node has a live advert (``expires_at > now()``, the database's clock)."""
+    q = select(Node.node_id).where(Node.node_id == node_id, Node.expires_at > func.now())
+    return s.execute(q).first() is not None
+
+
 def drain_of(s: Session, node_id: str) -> str:
     """The node's stored drain ("" when none, or no such node)."""
     return s.execute(select(Node.drain).where(Node.node_id == node_id)).scalar_one_or_none() or ""

@@ -78,6 +78,7 @@ def create_run(
     state: str,
     principal: str | None,
     token_name: str | None,
+    principal_self_declared: bool = False,
     assigned: list[dict[str, Any]] | None = None,
     reject: dict[str, Any] | None = None,
     leases: Sequence[dict[str, Any]] = (),
@@ -86,7 +87,8 @@ def create_run(
 ) -> datetime:
     """A new run in one statement: its row, its first event, its leases and its steps (rows from
     :func:`app.store.leases.lease_rows` and :func:`app.store.steps.step_rows`), as data-modifying
-    CTEs, so a submit writes in one round trip. Returns created_at.
+    CTEs, so a submit writes in one round trip. Returns created_at. A ``principal_self_declared``
+    is marked on the run and, with the token's name, on its first event (SPEC §20.5).
 
     A duplicate run_id fails on ``pk_runs`` (:class:`DuplicateRun`), a node another run holds on
     ``pk_leases`` (:class:`NodeTaken`), the id of a pruned run on its tombstone (a trigger,
@@ -98,6 +100,8 @@ def create_run(
         "work_id": contract.work_id,
         "principal": principal,
         "token_name": token_name,
+        "principal_self_declared": principal_self_declared,
+        "by_declared_token": token_name if principal_self_declared else None,
         "contract": contract.document,
         "requires": [r.to_wire() for r in contract.requires],
         "requires_key": contract.requires_key,
@@ -139,6 +143,7 @@ def _create_statement(with_leases: bool, with_steps: bool) -> Select[Any]:
                     "work_id",
                     "principal",
                     "token_name",
+                    "principal_self_declared",
                     "contract",
                     "requires",
                     "requires_key",
@@ -160,13 +165,14 @@ def _create_statement(with_leases: bool, with_steps: bool) -> Select[Any]:
         .cte("new_run")
     )
     event = insert(RunEvent).from_select(
-        ["run_id", "from_state", "to_state", "cause", "by"],
+        ["run_id", "from_state", "to_state", "cause", "by", "by_declared_token"],
         select(
             new_run.c.run_id,
             null(),
             state,
             bindparam("cause", type_=Text),
             bindparam("principal", type_=Text),
+            bindparam("by_declared_token", type_=Text),
         ),
     )
     ctes: list[CTE] = [event.cte("new_event")]
@@ -178,11 +184,24 @@ def _create_statement(with_leases: bool, with_steps: bool) -> Select[Any]:
 
 
 def add_event(
-    s: Session, run_id: str, from_state: str | None, to_state: str, cause: str, by: str | None
+    s: Session,
+    run_id: str,
+    from_state: str | None,
+    to_state: str,
+    cause: str,
+    by: str | None,
+    by_declared_token: str | None = None,
 ) -> None:
+    """One audit event; ``by_declared_token``: the token's name when ``by`` is a principal
+    self-declared under it (SPEC §20.5)."""
     s.execute(
         insert(RunEvent).values(
-            run_id=run_id, from_state=from_state, to_state=to_state, cause=cause, by=by
+            run_id=run_id,
+            from_state=from_state,
+            to_state=to_state,
+            cause=cause,
+            by=by,
+            by_declared_token=by_declared_token,
         )
     )
 

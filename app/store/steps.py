@@ -152,6 +152,7 @@ def reset_steps(s: Session, run_id: str, seqs: Sequence[int]) -> None:
             result=None,
             # ``chosen`` stays: a dispatch that is reset too chooses again (SPEC §8 dispatch).
             answered_by=None,
+            answered_by_declared_token=None,
             asked_at=None,
             ask_deadline=None,
             started_at=None,

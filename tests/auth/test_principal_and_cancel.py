@@ -70,11 +70,14 @@ def test_an_ask_for_a_principal_is_answered_with_the_tokens_principal(app, clien
 
     assert [a["can_answer"] for a in alice.get("/v1/asks").get_json()["asks"]] == [True]
     assert [a["can_answer"] for a in someone.get("/v1/asks").get_json()["asks"]] == [False]
-    # A self-declared principal is taken as given (the header is all the Mediator knows).
+    # A self-declared principal is not vouched for by a token without vouches_for_principals.
     assert [a["can_answer"] for a in claiming_to_be_alice.get("/v1/asks").get_json()["asks"]] == [
-        True
+        False
     ]
     assert someone.post("/v1/runs/r1/steps/1/answer", json={"ok": True}).status_code == 403
+    assert forbidden(
+        claiming_to_be_alice.post("/v1/runs/r1/steps/1/answer", json={"ok": True})
+    ).startswith("principal is not an allowed answerer: alice@example.com is self-declared")
     answered = alice.post("/v1/runs/r1/steps/1/answer", json={"ok": True})
     assert answered.status_code == 200, answered.get_json()
 
