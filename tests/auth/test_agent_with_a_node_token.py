@@ -49,4 +49,6 @@ def test_an_agent_with_a_bound_node_token_runs_its_step(fresh_db_url, tmp_path):
                 "the agent to be refused",
             )
             nodes = [n["node_id"] for n in server.get("/v1/nodes").json()["nodes"]]
-            assert nodes == ["bench-1"]
+            # bench-1 may be listed or not (its advert lives 3 s after its agent stopped, which a
+            # busy machine can outlast); bench-2 must never be.
+            assert "bench-2" not in nodes
