@@ -1,8 +1,12 @@
-"""The documented ``deploy/nginx.conf`` in front of a real gunicorn (SPEC §15): a long-polling
-claim is held and answered with the step a freed node's promotion hands it, a blob of exactly
-``max_blob_bytes`` (the default, 10 MiB) goes in and comes back byte for byte while one byte
-more is the Mediator's own 413, a sealed Record downloads through nginx exactly as it does
-directly, and the request id passes both ways."""
+"""The documented ``deploy/nginx.conf`` in front of a real gunicorn configured by the production
+sample ``deploy/mediator.yaml`` (SPEC §15, §20.8), over HTTPS with a throwaway certificate made
+by the file's own self-signed example: a long-polling claim is held and answered with the step a
+freed node's promotion hands it, a blob of exactly ``max_blob_bytes`` (the default, 10 MiB) goes
+in and comes back byte for byte while one byte more is the Mediator's own 413, a sealed Record
+downloads through nginx exactly as it does directly, and the request id passes both ways. Port
+80 only redirects to HTTPS; every answer carries the security headers; the status page and the
+metrics ask for a token; requests without a token are limited by address, and sign-in whatever it
+carries, while requests with a token never are."""
 
 from __future__ import annotations
 
@@ -13,20 +17,24 @@ import tarfile
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 
 from app.config import KEYS_BY_NAME
 from tests.agent import claim, claimed, done
-from tests.apps import TOKEN, LiveServer, gunicorn_on
+from tests.apps import ROOT, TOKEN, LiveServer, gunicorn_on
 from tests.concurrency.common import await_condition, connect
-from tests.deploy.http import Http
+from tests.deploy.http import Answer, Http
 from tests.deploy.nginx import DOCUMENTED, Nginx, nginx_in_front
 from tests.helpers import cap, contract, one_step, role
 
 MAX_BLOB = KEYS_BY_NAME["max_blob_bytes"].default
 LONG_POLL = KEYS_BY_NAME["claim.long_poll_seconds"].default
+SAMPLE = ROOT / "deploy" / "mediator.yaml"
 
 
 @pytest.fixture(scope="module")
@@ -34,14 +42,15 @@ def stack(
     tmp_path_factory: Any, pg_admin_url: str, template_db: tuple[str, str]
 ) -> Iterator[tuple[LiveServer, Nginx, str]]:
     """One gunicorn worker (its LISTEN connection shows when a claim waits) behind nginx, on a
-    database of its own; the default body limits and long-poll window."""
+    database of its own, configured by the production sample (the default body limits and
+    long-poll window; a token for / and /metrics; nginx's X-Forwarded-For trusted)."""
     from app.dev.embedded import create_database, drop_database
 
     tmp = tmp_path_factory.mktemp("nginx-stack")
     name = f"{template_db[0]}_nginx"
     url = create_database(pg_admin_url, name, template=template_db[0])
     try:
-        with gunicorn_on(url, tmp, MEDIATOR_WORKERS="1") as server:
+        with gunicorn_on(url, tmp, MEDIATOR_WORKERS="1", MEDIATOR_CONFIG=str(SAMPLE)) as server:
             with nginx_in_front(server.url, tmp) as nginx:
                 yield server, nginx, url
     finally:
@@ -78,7 +87,7 @@ def test_the_documented_limits_are_above_the_mediators_defaults() -> None:
 
 def test_a_long_poll_through_nginx_is_held_and_answered_with_the_promoted_step(stack) -> None:
     server, nginx, url = stack
-    http = Http(nginx.url, TOKEN)
+    http = nginx.client(TOKEN)
     advert = {"node_id": "host-1", "capabilities": [cap("agent.reason")]}
     assert http.post("/v1/nodes", advert).status_code == 200
     assert (
@@ -98,7 +107,7 @@ def test_a_long_poll_through_nginx_is_held_and_answered_with_the_promoted_step(s
 
     def wait_for_a_step() -> None:
         started = time.monotonic()
-        resp = claim(Http(nginx.url, TOKEN), "board-1", wait=8)
+        resp = claim(nginx.client(TOKEN), "board-1", wait=8)
         answer.update(
             status=resp.status_code, body=resp.get_json(), took=time.monotonic() - started
         )
@@ -132,7 +141,7 @@ def test_a_blob_of_the_largest_size_goes_through_and_a_record_downloads_as_it_do
     stack,
 ) -> None:
     server, nginx, _ = stack
-    http = Http(nginx.url, TOKEN)
+    http = nginx.client(TOKEN)
     direct = Http(server.url, TOKEN)
     advert = {"node_id": "board-2", "capabilities": [cap(soc="big")]}
     assert http.post("/v1/nodes", advert).status_code == 200
@@ -174,9 +183,157 @@ def test_a_blob_of_the_largest_size_goes_through_and_a_record_downloads_as_it_do
 
 def test_the_request_id_passes_through_nginx_or_is_made_by_it(stack) -> None:
     _, nginx, _ = stack
-    http = Http(nginx.url, TOKEN)
+    http = nginx.client(TOKEN)
     given = http.get("/healthz", headers={"X-Request-Id": "trace-4711"})
     assert given.headers["X-Request-Id"] == "trace-4711"
     made = http.get("/healthz")
     assert re.fullmatch(r"[0-9a-f]{32}", made.headers["X-Request-Id"])  # nginx's $request_id
     assert http.get("/healthz").headers["X-Request-Id"] != made.headers["X-Request-Id"]
+
+
+# ---------------------------------------------------------------- HTTPS, headers, limits
+
+SECURITY_HEADERS = {
+    "Strict-Transport-Security": "max-age=31536000",
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "no-referrer",
+}
+
+
+def _limit(zone: str) -> tuple[float, int]:
+    """(requests a second, burst) of the documented limit on ``zone``."""
+    text = DOCUMENTED.read_text()
+    rate = re.search(rf"^\s*limit_req_zone\s+\S+\s+zone={zone}:\S+\s+rate=(\d+)r/(s|m);", text, re.M)
+    burst = re.search(rf"^\s*limit_req\s+zone={zone}\s+burst=(\d+)\s+nodelay;", text, re.M)
+    assert rate and burst, f"no limit_req_zone and limit_req for {zone}"
+    return int(rate[1]) / {"s": 1, "m": 60}[rate[2]], int(burst[1])
+
+
+def _limited_by_nginx(answer: Answer) -> bool:
+    """nginx's own 429 (limit_req_status), not the Mediator's: its HTML page, no request id."""
+    if answer.status_code != 429:
+        return False
+    assert "429 Too Many Requests" in answer.text and "X-Request-Id" not in answer.headers
+    return True
+
+
+@pytest.fixture
+def own_nginx(stack, tmp_path: Path) -> Iterator[Nginx]:
+    """Another nginx in front of the stack's gunicorn: rate-limit zones of its own, empty."""
+    server, _, _ = stack
+    with nginx_in_front(server.url, tmp_path) as nginx:
+        yield nginx
+
+
+def test_the_documented_https_server_takes_tls_1_2_and_newer_only() -> None:
+    text = DOCUMENTED.read_text()
+    assert _directive(text, "ssl_protocols").split() == ["TLSv1.2", "TLSv1.3"]
+    assert _directive(text, "ssl_session_tickets") == "off"
+
+
+def test_port_80_only_redirects_to_https_and_passes_nothing_on(stack) -> None:
+    _, nginx, _ = stack
+    page = requests.get(nginx.plain_url + "/runs/r-1?from=3", allow_redirects=False, timeout=60)
+    assert page.status_code == 301
+    assert page.headers["Location"] == "https://127.0.0.1/runs/r-1?from=3"
+
+    advert = {"node_id": "plain-1", "capabilities": [cap()]}
+    posted = requests.post(
+        nginx.plain_url + "/v1/nodes",
+        json=advert,
+        headers={"Authorization": f"Bearer {TOKEN}"},
+        allow_redirects=False,
+        timeout=60,
+    )
+    assert posted.status_code == 301
+    assert posted.headers["Location"] == "https://127.0.0.1/v1/nodes"
+    assert "X-Request-Id" not in posted.headers  # answered by nginx, never by the Mediator
+    nodes = nginx.client(TOKEN).get("/v1/nodes").get_json()
+    assert "plain-1" not in str(nodes)
+
+
+def test_every_answer_over_https_carries_the_security_headers_once(stack) -> None:
+    _, nginx, _ = stack
+    with_token, without = nginx.client(TOKEN), nginx.client(None)
+    answers = {
+        "the status page": (with_token.get("/"), 200),
+        "the status page asking for a token": (without.get("/"), 401),
+        "an API answer": (with_token.get("/v1/runs"), 200),
+        "an API error": (with_token.get("/v1/runs/no-such-run"), 404),
+        "a health check": (without.get("/healthz"), 200),
+    }
+    for what, (answer, status) in answers.items():
+        assert answer.status_code == status, what
+        for name, value in SECURITY_HEADERS.items():
+            # requests joins a repeated header with ", ": equality also says "exactly once".
+            assert answer.headers.get(name) == value, (what, name, answer.headers)
+
+
+def test_the_production_sample_asks_a_token_for_the_status_page_and_the_metrics(stack) -> None:
+    _, nginx, _ = stack
+    without, with_token = nginx.client(None), nginx.client(TOKEN)
+    for path in ("/", "/metrics"):
+        asked = without.get(path)
+        assert asked.status_code == 401, path
+        assert asked.get_json() == {"error": {"code": 401, "reason": "missing or invalid token"}}
+    page = with_token.get("/")
+    assert page.status_code == 200
+    assert page.headers["Content-Type"] == "text/html; charset=utf-8"
+    scraped = with_token.get("/metrics")
+    assert scraped.status_code == 200
+    assert "mediator_" in scraped.text
+
+
+def test_requests_without_a_token_are_limited_by_address_and_requests_with_one_never_are(
+    own_nginx,
+) -> None:
+    """From one address, at one pace: each round sends a request without Authorization and one
+    with, until nginx has refused 20 of the former. The latter all reach the Mediator."""
+    rate, burst = _limit("mediator_anonymous")
+    refusals_wanted, most = 20, 5000  # `most`: a bound on the rounds, never reached in practice
+    without: list[Answer] = []
+    with_token: list[Answer] = []
+    lock = threading.Lock()
+    enough = threading.Event()
+
+    def rounds() -> None:
+        anonymous, fleet = own_nginx.client(None), own_nginx.client(TOKEN)
+        while not enough.is_set():
+            first, second = anonymous.get("/healthz"), fleet.get("/v1/nodes")
+            with lock:
+                without.append(first)
+                with_token.append(second)
+                refused = sum(a.status_code == 429 for a in without)
+                if refused >= refusals_wanted or len(without) >= most:
+                    enough.set()
+
+    started = time.monotonic()
+    with ThreadPoolExecutor(4) as pool:
+        for future in [pool.submit(rounds) for _ in range(4)]:
+            future.result()
+    elapsed = time.monotonic() - started
+
+    refused = [a for a in without if _limited_by_nginx(a)]
+    passed = [a for a in without if a.status_code != 429]
+    assert len(refused) >= refusals_wanted, (len(without), elapsed)
+    assert all(a.status_code == 200 for a in passed)
+    # The bucket: burst + 1 at once, then `rate` a second (one went to nginx_in_front's probe).
+    assert burst <= len(passed) <= burst + 1 + rate * elapsed + 1
+    assert len(with_token) == len(without)
+    assert [a.status_code for a in with_token] == [200] * len(with_token)
+
+
+def test_sign_in_is_limited_by_address_whatever_the_request_carries(own_nginx) -> None:
+    rate, burst = _limit("mediator_signin")
+    http = own_nginx.client(TOKEN)
+    answers: list[Answer] = []
+    started = time.monotonic()
+    while len(answers) < 2000 and not (answers and _limited_by_nginx(answers[-1])):
+        answers.append(http.get("/signin"))
+    elapsed = time.monotonic() - started
+    assert _limited_by_nginx(answers[-1]), len(answers)
+    passed = answers[:-1]
+    assert burst + 1 <= len(passed) <= burst + 1 + rate * elapsed + 1
+    # Those let through reached the Mediator (whatever it answers there).
+    assert all(a.status_code != 429 and "X-Request-Id" in a.headers for a in passed)

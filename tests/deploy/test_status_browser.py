@@ -1,8 +1,8 @@
-"""The status page in a real browser: Debian's headless chromium loads / from a live gunicorn
-holding queued, running and finished runs (made by a submitter's and node agents' requests), and
-the page it renders shows the runs, their states, the nodes, the queue positions and what each
-queued run waits for. A phone-sized screenshot is saved under the test's tmp_path and copied to
-tests/artifacts/status-page.png."""
+"""The status page in a real browser: Debian's headless chromium loads / over HTTPS from the
+documented nginx in front of a live gunicorn holding queued, running and finished runs (made by a
+submitter's and node agents' requests), and the page it renders shows the runs, their states, the
+nodes, the queue positions and what each queued run waits for. A phone-sized screenshot is saved
+under the test's tmp_path and copied to tests/artifacts/status-page.png."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 
 from tests.apps import ROOT, TOKEN, gunicorn_on
-from tests.deploy.http import Http
+from tests.deploy.nginx import nginx_in_front
 from tests.deploy.page import element_text, rows
 from tests.deploy.programs import require_program
 from tests.deploy.scenes import build_fleet
@@ -34,6 +34,8 @@ def chromium(binary: str, profile: Path, *args: str) -> subprocess.CompletedProc
     ]
     if os.geteuid() == 0:
         flags.append("--no-sandbox")  # chromium refuses to run as root inside its sandbox
+    # nginx's certificate is a throwaway self-signed one, made for the test.
+    flags.append("--ignore-certificate-errors")
     done = subprocess.run(
         [binary, *flags, *args], capture_output=True, text=True, timeout=120, cwd=profile
     )
@@ -52,13 +54,13 @@ def test_the_status_page_renders_in_a_browser_with_the_fleet_on_it(
     fresh_db_url: str, tmp_path: Path
 ) -> None:
     binary = require_program("chromium", "chromium")
-    with gunicorn_on(fresh_db_url, tmp_path) as server:
-        build_fleet(Http(server.url, TOKEN))
+    with gunicorn_on(fresh_db_url, tmp_path) as server, nginx_in_front(server.url, tmp_path) as nginx:
+        build_fleet(nginx.client(TOKEN))
         profile = tmp_path / "chromium"
         profile.mkdir()
-        dom = chromium(binary, profile, "--dump-dom", server.url + "/").stdout
+        dom = chromium(binary, profile, "--dump-dom", nginx.url + "/").stdout
         shot = tmp_path / "status-page.png"
-        chromium(binary, profile, f"--screenshot={shot}", server.url + "/")
+        chromium(binary, profile, f"--screenshot={shot}", nginx.url + "/")
 
     assert element_text(dom, "queue-depth") == "3"
     queued = rows(dom, "queued-run")
