@@ -1,6 +1,6 @@
 """The deployment files are what they say: the production configuration example loads and lists
 every key of the configuration with its default, the systemd units pass ``systemd-analyze
-verify`` and start what the documentation says."""
+verify``, start what the documentation says and are hardened (SPEC §20.8)."""
 
 from __future__ import annotations
 
@@ -79,3 +79,42 @@ def test_the_systemd_units_verify_and_start_gunicorn_and_the_reaper(tmp_path: Pa
     )
     assert done.returncode == 0, done.stderr
     assert done.stderr.strip() == "" and done.stdout.strip() == ""
+
+
+# Each unit's hardening (SPEC §20.8): the directive and its value, exactly as the unit sets it.
+HARDENING = {
+    "UMask": "0027",
+    "NoNewPrivileges": "yes",
+    "CapabilityBoundingSet": "",
+    "PrivateTmp": "yes",
+    "PrivateDevices": "yes",
+    "ProtectSystem": "strict",
+    "ProtectHome": "yes",
+    "ProtectKernelTunables": "yes",
+    "RestrictAddressFamilies": "AF_UNIX AF_INET AF_INET6",
+    "LimitNOFILE": "65536",
+}
+
+
+def _service_settings(text: str) -> dict[str, list[str]]:
+    """``{directive: [values]}`` of the ``[Service]`` section, comments left out."""
+    section = text.split("[Service]", 1)[1].split("\n[", 1)[0]
+    settings: dict[str, list[str]] = {}
+    for line in section.splitlines():
+        if line and not line.startswith("#") and "=" in line:
+            name, value = line.split("=", 1)
+            settings.setdefault(name.strip(), []).append(value.strip())
+    return settings
+
+
+def test_the_systemd_units_are_hardened_and_bounded() -> None:
+    for name in ("mediator.service", "mediator-reaper.service"):
+        settings = _service_settings((DEPLOY / name).read_text())
+        for directive, value in HARDENING.items():
+            assert settings.get(directive) == [value], (name, directive, settings.get(directive))
+        memory = settings.get("MemoryMax", [""])
+        assert len(memory) == 1 and re.fullmatch(r"\d+[KMG]", memory[0]), (name, memory)
+    # A worker the kernel ends for memory is replaced by gunicorn; the unit goes on.
+    assert _service_settings((DEPLOY / "mediator.service").read_text())["OOMPolicy"] == [
+        "continue"
+    ]

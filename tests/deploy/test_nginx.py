@@ -317,11 +317,11 @@ def test_requests_without_a_token_are_limited_by_address_and_requests_with_one_n
     refused = [a for a in without if _limited_by_nginx(a)]
     passed = [a for a in without if a.status_code != 429]
     assert len(refused) >= refusals_wanted, (len(without), elapsed)
+    assert len(with_token) == len(without)
+    assert [a.status_code for a in with_token] == [200] * len(with_token)
     assert all(a.status_code == 200 for a in passed)
     # The bucket: burst + 1 at once, then `rate` a second (one went to nginx_in_front's probe).
     assert burst <= len(passed) <= burst + 1 + rate * elapsed + 1
-    assert len(with_token) == len(without)
-    assert [a.status_code for a in with_token] == [200] * len(with_token)
 
 
 def test_sign_in_is_limited_by_address_whatever_the_request_carries(own_nginx) -> None:
