@@ -80,7 +80,11 @@ def make_certificate(directory: Path) -> tuple[Path, Path]:
     command = documented_certificate_command(cert, key)
     assert command[0] == "openssl"
     done = subprocess.run(
-        [binary, *command[1:]], capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL
+        [binary, *command[1:]],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
     )
     assert done.returncode == 0, done.stderr
     return cert, key

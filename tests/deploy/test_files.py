@@ -115,6 +115,4 @@ def test_the_systemd_units_are_hardened_and_bounded() -> None:
         memory = settings.get("MemoryMax", [""])
         assert len(memory) == 1 and re.fullmatch(r"\d+[KMG]", memory[0]), (name, memory)
     # A worker the kernel ends for memory is replaced by gunicorn; the unit goes on.
-    assert _service_settings((DEPLOY / "mediator.service").read_text())["OOMPolicy"] == [
-        "continue"
-    ]
+    assert _service_settings((DEPLOY / "mediator.service").read_text())["OOMPolicy"] == ["continue"]

@@ -204,7 +204,9 @@ SECURITY_HEADERS = {
 def _limit(zone: str) -> tuple[float, int]:
     """(requests a second, burst) of the documented limit on ``zone``."""
     text = DOCUMENTED.read_text()
-    rate = re.search(rf"^\s*limit_req_zone\s+\S+\s+zone={zone}:\S+\s+rate=(\d+)r/(s|m);", text, re.M)
+    rate = re.search(
+        rf"^\s*limit_req_zone\s+\S+\s+zone={zone}:\S+\s+rate=(\d+)r/(s|m);", text, re.M
+    )
     burst = re.search(rf"^\s*limit_req\s+zone={zone}\s+burst=(\d+)\s+nodelay;", text, re.M)
     assert rate and burst, f"no limit_req_zone and limit_req for {zone}"
     return int(rate[1]) / {"s": 1, "m": 60}[rate[2]], int(burst[1])
@@ -337,3 +339,11 @@ def test_sign_in_is_limited_by_address_whatever_the_request_carries(own_nginx) -
     assert burst + 1 <= len(passed) <= burst + 1 + rate * elapsed + 1
     # Those let through reached the Mediator (whatever it answers there).
     assert all(a.status_code != 429 and "X-Request-Id" in a.headers for a in passed)
+
+
+def test_the_deploy_guide_shows_the_files_own_self_signed_example() -> None:
+    guide = (ROOT / "docs" / "deploy.md").read_text().replace("\\\n", " ")
+    example = re.search(r"^\s*#\s*(openssl req -x509 .*)$", DOCUMENTED.read_text(), re.M)
+    assert example
+    shown = re.search(r"^\s*(openssl req -x509 .*)$", guide, re.M)
+    assert shown and shown[1].split() == example[1].split()

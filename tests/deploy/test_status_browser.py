@@ -54,7 +54,10 @@ def test_the_status_page_renders_in_a_browser_with_the_fleet_on_it(
     fresh_db_url: str, tmp_path: Path
 ) -> None:
     binary = require_program("chromium", "chromium")
-    with gunicorn_on(fresh_db_url, tmp_path) as server, nginx_in_front(server.url, tmp_path) as nginx:
+    with (
+        gunicorn_on(fresh_db_url, tmp_path) as server,
+        nginx_in_front(server.url, tmp_path) as nginx,
+    ):
         build_fleet(nginx.client(TOKEN))
         profile = tmp_path / "chromium"
         profile.mkdir()

@@ -7,6 +7,7 @@
   of its warnings.
 - docs/configuration.md names every configuration key of app/config.py with its environment
   variable.
+- docs/security.md names only test files that exist; no page points at the design notes.
 """
 
 from __future__ import annotations
@@ -115,3 +116,21 @@ def test_every_configuration_key_is_documented(key: Key) -> None:
     text = CONFIGURATION_MD.read_text(encoding="utf-8")
     assert f"`{key.name}`" in text, f"{key.name} is missing from docs/configuration.md"
     assert f"`{key.env}`" in text, f"{key.env} is missing from docs/configuration.md"
+
+
+def test_every_test_file_the_threat_model_names_exists() -> None:
+    """docs/security.md says which test shows each defence: those files must be there."""
+    text = (DOCS / "security.md").read_text(encoding="utf-8")
+    named = set(re.findall(r"`(tests/[\w/]+(?:\.py)?)`", text))
+    assert len(named) >= 10
+    root = DOCS.parent
+    missing = sorted(path for path in named if not (root / path).exists())
+    assert missing == [], f"docs/security.md names tests that do not exist: {missing}"
+
+
+@pytest.mark.parametrize("page", sorted(DOCS.glob("*.md")), ids=lambda p: p.name)
+def test_the_pages_stand_alone(page: Path) -> None:
+    """User documentation never points at the design notes the service was built from."""
+    text = page.read_text(encoding="utf-8")
+    for word in ("SPEC", "§", "/work/"):
+        assert word not in text, f"docs/{page.name} mentions {word!r}"
