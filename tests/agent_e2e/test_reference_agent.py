@@ -263,6 +263,9 @@ def test_a_drain_file_holds_off_new_work_until_it_is_removed(live_server, tmp_pa
 
 HARNESS = """
 import os, sys
+
+# One gunicorn for the module, its tables emptied before each test (tests/conftest.py).
+one_server_per_module = True
 prompt = open(sys.argv[1]).read()
 with open(os.path.join(sys.argv[2], "answer.txt"), "w") as f:
     f.write(prompt.upper())

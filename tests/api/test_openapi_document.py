@@ -23,6 +23,9 @@ from app.errors import BadRequest
 from tests.apps import ROOT, make_config
 from tests.hostile import strategies
 
+# One gunicorn for the module, its tables emptied before each test (tests/conftest.py).
+one_server_per_module = True
+
 TOKENLESS = {"/healthz", "/readyz"}
 # Open by default; metrics.require_token makes it ask for any valid token (SPEC §13).
 TOKEN_WHEN_CONFIGURED = {"/metrics"}

@@ -25,7 +25,10 @@ import requests
 from tests.apps import ROOT, TOKEN
 from tests.helpers import cap, contract, role
 
-pytestmark = pytest.mark.slow  # a gunicorn per test, and processes of the client
+# One gunicorn for the module, its tables emptied before each test (tests/conftest.py).
+one_server_per_module = True
+
+pytestmark = pytest.mark.slow  # processes of the client
 
 TIMEOUT = 60
 

@@ -16,6 +16,9 @@ from app.dev.demo import FLEET, SCENARIO
 from tests.agent_e2e.common import agent_on, await_state, await_value, run_view
 from tests.apps import ROOT
 
+# One gunicorn for the module, its tables emptied before each test (tests/conftest.py).
+one_server_per_module = True
+
 EXAMPLES = ROOT / "examples"
 FILES = sorted(p.name for p in EXAMPLES.glob("*.yaml"))
 
