@@ -126,7 +126,7 @@ def test_a_reaper_process_serves_its_passes_on_its_metrics_port(fresh_db_url: st
         **os.environ,
         "MEDIATOR_DATABASE_URL": fresh_db_url,
         "MEDIATOR_RECORDS_ROOT": str(tmp_path / "records"),
-        "MEDIATOR_TOKEN": "t",
+        "MEDIATOR_TOKEN": "a-token-of-the-reaper-metrics-test-32+",
         "MEDIATOR_LEASE_RENEW_SECONDS": "1",
         "MEDIATOR_LOG_LEVEL": "warning",
     }
