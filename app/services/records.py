@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import jsonschema
 from sqlalchemy.orm import Session
@@ -12,16 +12,24 @@ from sqlalchemy.orm import Session
 from app.context import Caller, Context
 from app.contract import parse_json
 from app.contract.fields import has_control_character
-from app.errors import BadRequest, Forbidden, Gone, NotFound, NotSealed, Unprocessable
+from app.errors import (
+    BadRequest,
+    Forbidden,
+    Gone,
+    NotFound,
+    NotSealed,
+    StepNotClaimed,
+    Unprocessable,
+)
 from app.logs import log
 from app.models import Run, Step
 from app.records import LogState, RecordSealed, RecordStoreUnavailable, check_name
 from app.services.tx import retrying
-from app.states import RUN_FINISHED
+from app.states import CLAIMED, NODE_KINDS, RUN_FINISHED
 from app.store.blobs import blobs_of_runs, earlier_runs_of_work, newest_blob, record_blob
 from app.store.logs import lock_log
 from app.store.runs import get_run, mark_sealed, run_events, share_run, try_lock_seal
-from app.store.steps import get_step, steps_with_labels
+from app.store.steps import get_step, share_claimed_step, steps_with_labels
 from app.wire import ts
 
 
@@ -41,8 +49,6 @@ def authorise_node(caller: Caller, step: Step) -> None:
         raise Forbidden(f"token may not act for node {step.node_id}")
 
 
-T = TypeVar("T")
-
 PROGRESS = "progress"
 SEALED = "sealed"
 
@@ -57,48 +63,63 @@ class LogView:
     source: str
 
 
-def _write_log(
-    ctx: Context, run_id: str, seq: int, name: str, caller: Caller, write: Callable[[], T]
-) -> T:
-    """``write`` into the step's log (or its progress) in a short transaction that holds the
-    log's advisory lock: appends to one (run, seq, name) from every process and host take their
-    turn there, never by a lock of this process alone (SPEC §19.4)."""
-    with ctx.db.begin() as s:
-        share_run(s, run_id)  # the end of the run waits for this write (SPEC §11)
-        run, step = _run_and_step(s, run_id, seq)
-        authorise_node(caller, step)
-        if run.state in RUN_FINISHED:
-            raise Gone()
-        lock_log(s, run_id, seq, name)
-        try:
-            return write()
-        except RecordSealed:
-            raise Gone() from None  # the run ended and was sealed since we looked
+def _begin_log_write(s: Session, run_id: str, seq: int, caller: Caller) -> tuple[Run, Step]:
+    """The run row shared first (the end of the run waits for this write, SPEC §11), then the
+    refusals in their order: 404, 403, 410."""
+    share_run(s, run_id)
+    run, step = _run_and_step(s, run_id, seq)
+    authorise_node(caller, step)
+    if run.state in RUN_FINISHED:
+        raise Gone()
+    return run, step
+
+
+def _share_claimed_step(s: Session, run_id: str, seq: int, attempt: int) -> None:
+    """SPEC §20.3: only the step that makes an artifact writes it — a step a node runs, CLAIMED
+    in ``attempt``; held until the write commits, so its result waits for the write."""
+    if not share_claimed_step(s, run_id, seq, attempt):
+        raise StepNotClaimed()
 
 
 def append_log(ctx: Context, run_id: str, seq: int, name: str, data: bytes, caller: Caller) -> int:
-    """Append to the step's log (cap ``max_blob_bytes``, then a note); the log's total length."""
+    """Append to the step's log (cap ``max_blob_bytes``, then a note); the log's total length.
+    The append runs in a short transaction that holds the log's advisory lock: appends to one
+    (run, seq, name) from every process and host take their turn there, never by a lock of this
+    process alone (SPEC §19.4)."""
     cap = ctx.config["max_blob_bytes"]
-    return _write_log(
-        ctx, run_id, seq, name, caller, lambda: ctx.records.append_log(run_id, seq, name, data, cap)
-    )
+    with ctx.db.begin() as s:
+        _, step = _begin_log_write(s, run_id, seq, caller)
+        _share_claimed_step(s, run_id, seq, step.attempt)
+        lock_log(s, run_id, seq, name)
+        try:
+            return ctx.records.append_log(run_id, seq, name, data, cap)
+        except RecordSealed:
+            raise Gone() from None  # the run ended and was sealed since we looked
 
 
 def put_progress(
     ctx: Context, run_id: str, seq: int, name: str, attempt: int, data: bytes, caller: Caller
 ) -> LogState:
     """A progress chunk of ``attempt`` (SPEC §19.4): kept apart from the log for live viewing and
-    dropped at the seal; a chunk of an attempt older than the stored progress changes nothing.
-    The state of the progress that is kept (which attempt it is, its length, its cap)."""
+    dropped at the seal, taken only while the step is CLAIMED in that attempt (SPEC §20.3). A
+    chunk of an attempt older than the step's changes nothing and keeps its 200. The state of the
+    progress that is kept (which attempt it is, its length, its cap)."""
     limit = ctx.config["max_blob_bytes"]
-    return _write_log(
-        ctx,
-        run_id,
-        seq,
-        name,
-        caller,
-        lambda: ctx.records.put_progress(run_id, seq, name, attempt, data, limit),
-    )
+    with ctx.db.begin() as s:
+        _, step = _begin_log_write(s, run_id, seq, caller)
+        if attempt < step.attempt:
+            # A late chunk of an uploader whose attempt was rolled back: the answer names the
+            # step's attempt, so that uploader knows it is stale and stops.
+            kept = ctx.records.read_progress(run_id, seq, name, 0, limit=0)
+            if kept is None or kept[1].attempt < step.attempt:
+                return LogState(0, step.attempt, False)
+            return kept[1]
+        _share_claimed_step(s, run_id, seq, attempt)
+        lock_log(s, run_id, seq, name)
+        try:
+            return ctx.records.put_progress(run_id, seq, name, attempt, data, limit)
+        except RecordSealed:
+            raise Gone() from None
 
 
 def read_log(ctx: Context, run_id: str, seq: int, name: str, offset: int) -> LogView:
@@ -180,15 +201,19 @@ def check_upload_name(name: str) -> None:
 
 @retrying
 def put_blob(ctx: Context, run_id: str, seq: int, name: str, data: bytes, caller: Caller) -> None:
-    """Validate against the step's schema first (422, nothing stored), then write the file
-    atomically and its ledger row (SPEC §11). Any valid name may be uploaded, declared in the
-    step's ``out`` or not; only declared names count as produced (SPEC §19.5)."""
+    """Only for the step that makes it: a step a node runs, CLAIMED (409 otherwise, after 403,
+    404 and 410; SPEC §20.3), stored as its current attempt. Validate against the step's schema
+    first (422, nothing stored), then write the file atomically and its ledger row (SPEC §11).
+    Any valid name may be uploaded, declared in the step's ``out`` or not; only declared names
+    count as produced (SPEC §19.5)."""
     with ctx.db.read() as s:
         run, step = _run_and_step(s, run_id, seq)
     authorise_node(caller, step)
     check_upload_name(name)
     if run.state in RUN_FINISHED:
         raise Gone()
+    if step.state != CLAIMED or step.kind not in NODE_KINDS:
+        raise StepNotClaimed()  # before the schema is looked at (SPEC §20.3)
     schema = (step.spec.get("schema") or {}).get(name)
     schema_ok = None
     if schema is not None:
@@ -205,6 +230,7 @@ def put_blob(ctx: Context, run_id: str, seq: int, name: str, data: bytes, caller
             locked = share_run(s, run_id)  # the end of the run waits for this write (SPEC §11)
             if locked is None or locked.state in RUN_FINISHED:
                 raise Gone()
+            _share_claimed_step(s, run_id, seq, step.attempt)
             store_blob(
                 s, ctx, run, seq, step.attempt, name, data, by=step.node_id, schema_ok=schema_ok
             )
