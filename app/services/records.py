@@ -23,7 +23,7 @@ from app.errors import (
 )
 from app.logs import log
 from app.models import Run, Step
-from app.records import LogState, RecordSealed, RecordStoreUnavailable, check_name
+from app.records import LogState, RecordSealed, RecordStoreUnavailable, check_name, location_of
 from app.services.tx import retrying
 from app.states import CLAIMED, NODE_KINDS, RUN_FINISHED
 from app.store.blobs import blobs_of_runs, earlier_runs_of_work, newest_blob, record_blob
@@ -31,6 +31,12 @@ from app.store.logs import lock_log
 from app.store.runs import get_run, mark_sealed, run_events, share_run, try_lock_seal
 from app.store.steps import get_step, share_claimed_step, steps_with_labels
 from app.wire import ts
+
+
+def record_of(run: Run) -> str:
+    """Where the run's Record lives (SPEC §20.2): the location kept on its row, or, for a run
+    created before locations were kept, where the old rule put it."""
+    return location_of(run.run_id, run.record_location)
 
 
 def _run_and_step(s: Session, run_id: str, seq: int) -> tuple[Run, Step]:
@@ -88,11 +94,11 @@ def append_log(ctx: Context, run_id: str, seq: int, name: str, data: bytes, call
     process alone (SPEC §19.4)."""
     cap = ctx.config["max_blob_bytes"]
     with ctx.db.begin() as s:
-        _, step = _begin_log_write(s, run_id, seq, caller)
+        run, step = _begin_log_write(s, run_id, seq, caller)
         _share_claimed_step(s, run_id, seq, step.attempt)
         lock_log(s, run_id, seq, name)
         try:
-            return ctx.records.append_log(run_id, seq, name, data, cap)
+            return ctx.records.append_log(record_of(run), seq, name, data, cap)
         except RecordSealed:
             raise Gone() from None  # the run ended and was sealed since we looked
 
@@ -106,18 +112,18 @@ def put_progress(
     progress that is kept (which attempt it is, its length, its cap)."""
     limit = ctx.config["max_blob_bytes"]
     with ctx.db.begin() as s:
-        _, step = _begin_log_write(s, run_id, seq, caller)
+        run, step = _begin_log_write(s, run_id, seq, caller)
         if attempt < step.attempt:
             # A late chunk of an uploader whose attempt was rolled back: the answer names the
             # step's attempt, so that uploader knows it is stale and stops.
-            kept = ctx.records.read_progress(run_id, seq, name, 0, limit=0)
+            kept = ctx.records.read_progress(record_of(run), seq, name, 0, limit=0)
             if kept is None or kept[1].attempt < step.attempt:
                 return LogState(0, step.attempt, False)
             return kept[1]
         _share_claimed_step(s, run_id, seq, attempt)
         lock_log(s, run_id, seq, name)
         try:
-            return ctx.records.put_progress(run_id, seq, name, attempt, data, limit)
+            return ctx.records.put_progress(record_of(run), seq, name, attempt, data, limit)
         except RecordSealed:
             raise Gone() from None
 
@@ -127,15 +133,17 @@ def read_log(ctx: Context, run_id: str, seq: int, name: str, offset: int) -> Log
     after it, the sealed log. A step the run does not have reads as an empty log (SPEC §19.4):
     a viewer that polls the steps it was shown is never told 404 for one."""
     with ctx.db.read() as s:
-        if get_run(s, run_id) is None:
-            raise NotFound(f"no such run: {run_id}")
-    if ctx.records.is_sealed(run_id):
-        data, state = ctx.records.log_slice(run_id, seq, name, offset)
+        run = get_run(s, run_id)
+    if run is None:
+        raise NotFound(f"no such run: {run_id}")
+    where = record_of(run)
+    if ctx.records.is_sealed(where):
+        data, state = ctx.records.log_slice(where, seq, name, offset)
         return LogView(data, state, SEALED)
-    progress = ctx.records.read_progress(run_id, seq, name, offset)
+    progress = ctx.records.read_progress(where, seq, name, offset)
     if progress is not None:
         return LogView(progress[0], progress[1], PROGRESS)
-    data, state = ctx.records.log_slice(run_id, seq, name, offset)
+    data, state = ctx.records.log_slice(where, seq, name, offset)
     return LogView(data, state, PROGRESS)
 
 
@@ -163,7 +171,7 @@ def store_blob(
     schema_ok: bool | None,
 ) -> None:
     """The file in the Record (atomic) and its ledger row, in the caller's transaction."""
-    digest = ctx.records.put_blob(run.run_id, seq, attempt, name, data)
+    digest = ctx.records.put_blob(record_of(run), seq, attempt, name, data)
     record_blob(
         s,
         run_id=run.run_id,
@@ -242,12 +250,13 @@ def get_blob(ctx: Context, run_id: str, name: str) -> bytes:
     """The blob the name resolves to in the run (route 15; SPEC §19.5: among the blobs of the
     steps that declare it, else among all blobs of the run)."""
     with ctx.db.read() as s:
-        if get_run(s, run_id) is None:
+        run = get_run(s, run_id)
+        if run is None:
             raise NotFound(f"no such run: {run_id}")
         blob = newest_blob(s, run_id, name) if is_upload_name(name) else None
     if blob is None:
         raise NotFound(f"no such blob: {name}")
-    data = ctx.records.read_blob(run_id, blob.seq, blob.attempt, name)
+    data = ctx.records.read_blob(record_of(run), blob.seq, blob.attempt, name)
     if data is None:
         raise NotFound(f"no such blob: {name}")
     return data
@@ -323,7 +332,7 @@ def seal_run(ctx: Context, run_id: str) -> bool:
             run = get_run(s, run_id)
             if run is None or run.state not in RUN_FINISHED or run.sealed_at is not None:
                 return False
-            if not ctx.records.exists(run_id):
+            if not ctx.records.exists(record_of(run)):
                 return False  # a rejected submit has no Record and is never sealed
             steps = steps_with_labels(s, run_id)
             events = [
@@ -338,7 +347,7 @@ def seal_run(ctx: Context, run_id: str) -> bool:
             ]
             docs = [(st.seq, st.step_id, step_document(st, label)) for st, label in steps]
             ctx.records.seal(
-                run_id,
+                record_of(run),
                 verdict=run.verdict or {"state": run.state, "checks": []},
                 steps=docs,
                 events=events,
@@ -390,6 +399,6 @@ def record_stream(ctx: Context, run_id: str) -> Iterator[bytes]:
         run = get_run(s, run_id)
     if run is None:
         raise NotFound(f"no such run: {run_id}")
-    if run.sealed_at is None or not ctx.records.is_sealed(run_id):
+    if run.sealed_at is None or not ctx.records.is_sealed(record_of(run)):
         raise NotSealed()
-    return ctx.records.tar_stream(run_id)
+    return ctx.records.tar_stream(record_of(run))
