@@ -7,11 +7,16 @@ and stores nothing."""
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
+import psycopg
 import pytest
 
+from app.config import to_libpq_url
 from tests.agent import claimed, done
+from tests.apps import client_of
 from tests.auth.common import ENTRIES, as_role, forbidden
 from tests.helpers import advertise, cap, contract, role, submit
 from tests.rows import rows, step_row
@@ -271,6 +276,43 @@ def test_the_claimed_step_s_own_uploads_are_taken_until_its_result(client, sql):
     assert (progress.status_code, final.status_code, blob.status_code) == (200, 200, 204)
     assert done(client, "r1", 1, "n1", produced=["image.bin"])["run_state"] == ""
     assert [(r[0], r[1], r[2], r[3]) for r in blob_rows(sql)] == [(1, 0, "image.bin", "n1")]
+
+
+@pytest.mark.parametrize(
+    "put",
+    [
+        pytest.param(lambda c: put_blob(c, 1, "image.bin", b"late image"), id="blob"),
+        pytest.param(lambda c: put_log(c, 1, b"late line\n"), id="log"),
+    ],
+)
+def test_an_upload_that_waited_for_the_step_s_result_is_409_and_stores_nothing(
+    app, client, db_url, sql, put
+):
+    """The upload is checked again in its own transaction, after the run row it shares: a result
+    that held the run when the upload came (its first lock) and ended the step meanwhile is seen,
+    whatever the upload read before it waited."""
+    advertise(client, "n1", cap("board"))
+    submit(client, build_then_test(), 201)
+    assert claimed(client, "n1")["name"] == "build"
+    result = psycopg.connect(to_libpq_url(db_url))
+    try:
+        result.execute("select 1 from runs where run_id = 'r1' for update")
+        answers: list[Any] = []
+        uploader = threading.Thread(target=lambda: answers.append(put(client_of(app))))
+        uploader.start()
+        time.sleep(0.5)
+        assert uploader.is_alive() and answers == []
+        result.execute(
+            "update steps set state = 'DONE', ended_at = now() where run_id = 'r1' and seq = 1"
+        )
+        result.commit()
+        uploader.join(10)
+    finally:
+        result.close()
+
+    assert [(a.status_code, a.get_json()) for a in answers] == [(409, NOT_CLAIMED)]
+    assert blob_rows(sql) == []
+    assert log_bytes(client, 1) == b""
 
 
 # ---------------------------------------------------------------- the order of refusals
