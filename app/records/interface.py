@@ -15,15 +15,16 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 from app.errors import Unavailable
 
 # A run id that is its Record's location as it is: one file name in the run-id alphabet (SPEC §3,
-# which has no "_"), short enough for any filesystem, and never a dot file.
-_PLAIN = re.compile(r"^[A-Za-z0-9.:@-]{1,120}$")
+# which has no "_"), short enough for any filesystem, and never a dot file. Every pattern here is
+# used with fullmatch: "$" would let a trailing newline through.
+_PLAIN = re.compile(r"[A-Za-z0-9.:@-]{1,120}")
 # Every other run id is hashed under this directory, which no run id can be (SPEC §20.2).
 HASHED_DIR = "_h"
-_HASHED = re.compile(r"^_h/[0-9a-f]{64}$")
+_HASHED = re.compile(r"_h/[0-9a-f]{64}")
 # The rule before locations were kept on the row: plain names (this alphabet, a "_" included),
 # else "run-" and the first 40 hex digits of the id's sha256 -- which a run id can be itself.
-_LEGACY_PLAIN = re.compile(r"^[A-Za-z0-9._:@-]{1,120}$")
-_LEGACY_HASHED = re.compile(r"^run-[0-9a-f]{40}$")
+_LEGACY_PLAIN = re.compile(r"[A-Za-z0-9._:@-]{1,120}")
+_LEGACY_HASHED = re.compile(r"run-[0-9a-f]{40}")
 
 
 class RecordSealed(Exception):
@@ -148,7 +149,11 @@ def record_location(run_id: str) -> str:
     plain file name, else ``_h/`` and the whole sha256 of the id. A run id shaped like the old
     rule's hashes (``run-`` and 40 hex digits) is hashed too, so a new run never lands in the
     Record of a run created before the rule (see :func:`legacy_record_location`)."""
-    if _PLAIN.match(run_id) and not run_id.startswith(".") and not _LEGACY_HASHED.match(run_id):
+    if (
+        _PLAIN.fullmatch(run_id)
+        and not run_id.startswith(".")
+        and not _LEGACY_HASHED.fullmatch(run_id)
+    ):
         return run_id
     return f"{HASHED_DIR}/{_sha256(run_id)}"
 
@@ -157,7 +162,7 @@ def legacy_record_location(run_id: str) -> str:
     """Where a run created before locations were kept on its row has its Record (its row keeps
     none): the run id when it is a plain file name, else ``run-`` and the first 40 hex digits of
     its sha256."""
-    if _LEGACY_PLAIN.match(run_id) and not run_id.startswith("."):
+    if _LEGACY_PLAIN.fullmatch(run_id) and not run_id.startswith("."):
         return run_id
     return "run-" + _sha256(run_id)[:40]
 
@@ -172,8 +177,8 @@ def check_location(location: str) -> str:
     file name, never a dot or ``_`` file, or ``_h/`` and 64 hex digits. It cannot leave the root;
     anything else raises ValueError."""
     if isinstance(location, str) and (
-        _HASHED.match(location)
-        or (_LEGACY_PLAIN.match(location) and not location.startswith((".", "_")))
+        _HASHED.fullmatch(location)
+        or (_LEGACY_PLAIN.fullmatch(location) and not location.startswith((".", "_")))
     ):
         return location
     raise ValueError(f"bad record location {location!r}")

@@ -166,7 +166,7 @@ def test_a_plain_run_id_is_its_record_location() -> None:
 
 @pytest.mark.parametrize(
     "run_id",
-    ["a/b", "a\\b", "..", ".hidden", "x" * 121, "under_score", "_h", "run-" + "0" * 40, "ü"],
+    ["a/b", "a\\b", "..", ".hidden", "x" * 121, "under_score", "_h", "run-" + "0" * 40, "ü", "a\n"],
 )
 def test_any_other_run_id_is_hashed_whole_under_h(run_id: str) -> None:
     assert record_location(run_id) == "_h/" + _sha256(run_id)
@@ -198,6 +198,8 @@ def test_no_new_location_is_where_the_old_rule_put_a_hashed_record() -> None:
         "_h/../x",
         "x" * 121,
         "a\x00b",
+        "plain\n",
+        "_h/" + "0" * 64 + "\n",
     ],
 )
 def test_a_location_that_could_leave_the_root_is_a_value_error(
