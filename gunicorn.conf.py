@@ -78,12 +78,14 @@ def on_starting(server):
     import sys
 
     from app.config import load_config
+    from app.context import check_record_store
     from app.errors import ConfigError
     from app.logs import configure_logging
 
     try:
         cfg = load_config()
         cfg.sqlalchemy_url  # noqa: B018  (raises naming database.url when unset)
+        check_record_store(cfg)  # a records.root that ignores case (SPEC §20.2)
     except ConfigError as exc:
         print(f"mediator: invalid configuration: {exc}", file=sys.stderr)
         sys.exit(2)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -23,6 +24,18 @@ def _load(ctx: click.Context, *, need_database: bool = True) -> Config:
         return cfg
     except ConfigError as exc:
         # SPEC §15: an invalid config stops the process with one line naming the key.
+        click.echo(f"mediator: invalid configuration: {exc}", err=True)
+        sys.exit(2)
+
+
+def _create_app(cfg: Config) -> Any:
+    """The app of a serving command; a configuration that only building it finds wrong (a
+    records.root that ignores case) stops the command with one line naming the key."""
+    from app import create_app
+
+    try:
+        return create_app(cfg)
+    except ConfigError as exc:
         click.echo(f"mediator: invalid configuration: {exc}", err=True)
         sys.exit(2)
 
@@ -104,11 +117,11 @@ def serve(ctx: click.Context, host: str, port: int) -> None:
     """Development server (threaded). Production: gunicorn -c gunicorn.conf.py wsgi:app."""
     import threading
 
-    from app import create_app, startup
+    from app import startup
     from app.services.reaper import run_reaper
 
     cfg = _load(ctx)
-    app = create_app(cfg)
+    app = _create_app(cfg)
     startup(app)
     stop = threading.Event()
     reaper = threading.Thread(
@@ -140,11 +153,11 @@ def reaper(ctx: click.Context, once: bool, metrics_port: int | None) -> None:
     import signal
     import threading
 
-    from app import create_app, startup
+    from app import startup
     from app.services.reaper import reap_pass, run_reaper
 
     cfg = _load(ctx)
-    app = create_app(cfg)
+    app = _create_app(cfg)
     context = app.extensions["mediator"]
     if metrics_port is not None:
         # A process of its own: gunicorn's /metrics cannot see its counters.

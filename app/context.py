@@ -72,7 +72,17 @@ def record_store(config: Config) -> RecordStore:
             config["records.s3.prefix"] or "",
             endpoint_url=config["records.s3.endpoint_url"],
         )
-    return FilesystemRecords(config["records.root"])
+    records = FilesystemRecords(config["records.root"])
+    records.refuse_case_insensitive_root()  # SPEC §20.2: a ConfigError naming records.root
+    return records
+
+
+def check_record_store(config: Config) -> None:
+    """What start-up checks of the Record store before any worker serves (gunicorn's master): a
+    filesystem root that ignores case is a :class:`ConfigError` naming ``records.root`` (SPEC
+    §20.2). Every process that builds a :class:`Context` checks it again."""
+    if config["records.backend"] != "s3":
+        FilesystemRecords(config["records.root"]).refuse_case_insensitive_root()
 
 
 def warn_of_legacy_vouching(config: Config) -> None:

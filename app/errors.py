@@ -54,6 +54,13 @@ class NotClaimed(Conflict):
     """A result for a step that is not CLAIMED by the reporting node (SPEC §8)."""
 
 
+class StepNotClaimed(Conflict):
+    """A log or blob upload for a step that is not CLAIMED in its current attempt, or that no node
+    runs (SPEC §20.3): only the step that makes an artifact writes it."""
+
+    default_reason = "step is not claimed"
+
+
 class NotSealed(Conflict):
     default_reason = "run is not sealed yet"
 

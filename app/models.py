@@ -120,6 +120,9 @@ class Run(Base):
     priority: Mapped[int] = mapped_column(SmallInteger, server_default=text("0"))
     # SPEC §19.1: attempts count from 0; runs created before that revision count from 1.
     attempt_base: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    # SPEC §20.2: where the run's Record lives, chosen once at creation; NULL for runs created
+    # before it was kept here, whose Record is where the old rule put it (``location_of``).
+    record_location: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(server_default=func.now())
     promoted_at: Mapped[datetime | None] = mapped_column()
     ended_at: Mapped[datetime | None] = mapped_column()
@@ -287,6 +290,7 @@ class RunTombstone(Base):
     run_id: Mapped[str] = mapped_column(Text, primary_key=True)
     pruned_at: Mapped[datetime] = mapped_column(server_default=func.now())
     record_pending: Mapped[bool] = mapped_column(Boolean, server_default=text("true"))
+    record_location: Mapped[str | None] = mapped_column(Text)  # the run's, NULL as on its row
 
     __table_args__ = (
         Index(

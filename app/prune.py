@@ -66,7 +66,11 @@ def prune_command(ctx: click.Context, before_text: str, dry_run: bool, verbose: 
     if problem:
         click.echo(f"mediator prune: {problem}", err=True)
         sys.exit(1)
-    context = Context(cfg)
+    try:
+        context = Context(cfg)
+    except ConfigError as exc:  # a records.root that ignores case (SPEC §20.2)
+        click.echo(f"mediator: invalid configuration: {exc}", err=True)
+        sys.exit(2)
     try:
         report = prune(context, before, dry_run=dry_run)
     finally:

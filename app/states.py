@@ -19,6 +19,9 @@ STEP_OPEN = (PENDING, CLAIMED, ASKED)
 STEP_SETTLED = (DONE, SKIPPED)  # a need in one of these states is met
 
 STEP_KINDS = ("run", "agent", "ask", "acquire")
+# The kinds a node runs, and so the only steps whose artifacts a node may upload (SPEC §20.3): the
+# Mediator writes what the others produce (an ask's answer, an acquire's outcome) itself.
+NODE_KINDS = ("run", "agent")
 
 # A rejected submit is born FAILED; DRY_RUN exists only on the wire.
 RUN_TRANSITIONS: dict[str | None, frozenset[str]] = {

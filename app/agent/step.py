@@ -181,7 +181,7 @@ class LogStream:
             self._length = int(total) if total and total.isdigit() else None
             self.sent += len(chunk)
             return True
-        if ans.status in (404, 410):
+        if ans.status in (404, 409, 410):
             self.log.info("step log no longer taken", status=ans.status, reason=ans.reason())
             with self._cond:
                 self._gone = True
@@ -422,8 +422,9 @@ class StepRunner:
                 continue
             if ans.ok:
                 produced.append(name)
-            elif ans.status in (404, 410):
-                self.log.warning("the run takes no more blobs", status=ans.status)
+            elif ans.status in (404, 409, 410):
+                # 409: the step is no longer claimed by this node (SPEC §20.3), 410: its run ended.
+                self.log.warning("the step takes no more blobs", status=ans.status)
                 break
             else:
                 self.log.warning("blob refused", name=name, status=ans.status, reason=ans.reason())

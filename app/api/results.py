@@ -177,6 +177,9 @@ def post_result(body: dict[str, Any], run_id: str, seq: str) -> dict[str, Any]:
         {
             400: "seq is not a positive integer, name is not valid, or invalid attempt",
             404: "no such run or step",
+            409: "step is not claimed: the step is not a run or agent step CLAIMED by its node "
+            "(with progress=1: in that attempt; a chunk of an earlier attempt than the step's "
+            "is 200 and stores nothing)",
             410: "the run has already finished",
             413: "body over max_blob_bytes",
         },
@@ -270,6 +273,8 @@ def get_log(run_id: str, seq: str) -> Response:
         {
             400: "seq is not a positive integer, or the name holds a control character",
             404: "no such run or step, or a name no artifact can have",
+            409: "step is not claimed: the step is not a run or agent step CLAIMED by its node "
+            "(answers and acquire outcomes are written by the Mediator only)",
             410: "the run has already finished",
             413: "body over max_blob_bytes",
             422: "schema violation: the step's schema for that name refuses the bytes",

@@ -51,7 +51,7 @@ from app.dev.embedded import (
     create_database,
     wheel_installed,
 )
-from app.records.interface import record_dir_name
+from app.records.interface import record_location
 
 TOKEN = "demo-token"  # the legacy single token: every role
 SUBMITTER = "dev@lab.example"
@@ -551,7 +551,7 @@ class Scenario:
     def records_sealed(self, timeout: float = 20.0) -> list[Path]:
         """The Record directory of every run, once sealed (the seal follows the verdict)."""
         deadline = time.monotonic() + timeout
-        paths = [self.records / record_dir_name(t.run_id) for t in self.runs]
+        paths = [self.records / record_location(t.run_id) for t in self.runs]
         while not all((p / SUMS).exists() for p in paths):
             if time.monotonic() > deadline:
                 missing = ", ".join(str(p) for p in paths if not (p / SUMS).exists())

@@ -8,8 +8,11 @@ from app.records.interface import (
     RecordSealed,
     RecordStore,
     RecordStoreUnavailable,
+    check_location,
     check_name,
-    record_dir_name,
+    legacy_record_location,
+    location_of,
+    record_location,
 )
 
 __all__ = [
@@ -19,7 +22,10 @@ __all__ = [
     "RecordSealed",
     "RecordStore",
     "RecordStoreUnavailable",
+    "check_location",
     "check_name",
-    "record_dir_name",
+    "legacy_record_location",
+    "location_of",
+    "record_location",
     "write_atomic",
 ]

@@ -1,7 +1,8 @@
-"""The filesystem Record store: one directory per run under ``records.root`` (SPEC §11), which several
-hosts may share on one filesystem. Progress chunks of live logs (SPEC §19.4) live beside the Records,
-under ``records.root/.progress/<record dir>/``, so that neither the seal nor the tar ever sees them
-(a Record directory name never starts with a dot)."""
+"""The filesystem Record store: one directory per run under ``records.root`` (SPEC §11), at the run's
+Record location (its id, or ``_h/<sha256>``; SPEC §20.2), which several hosts may share on one
+filesystem. Progress chunks of live logs (SPEC §19.4) live beside the Records, under
+``records.root/.progress/<location>/``, so that neither the seal nor the tar ever sees them (a
+location never starts with a dot). The root must tell names apart by case, as run ids are."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import hashlib
 import json
 import os
 import re
+import secrets
 import shutil
 import stat
 import tempfile
@@ -18,7 +20,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from app.records.interface import LogState, RecordSealed, check_name, record_dir_name
+from app.errors import ConfigError
+from app.records.interface import LogState, RecordSealed, check_location, check_name, location_name
 from app.records.tarstream import Member, stat_tarinfo, tar_chunks
 
 SUMS = "SHA256SUMS"
@@ -158,39 +161,70 @@ class FilesystemRecords:
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root)
 
-    def path(self, run_id: str) -> Path:
-        return self.root / record_dir_name(run_id)
+    def path(self, location: str) -> Path:
+        return self.root / check_location(location)
 
-    def open(self, run_id: str, manifest: dict[str, Any]) -> None:
+    def refuse_case_insensitive_root(self, probe: str | None = None) -> None:
+        """Start-up (SPEC §20.2): make the root if need be, create a file with a lower-case name
+        in it and look for it by the upper-case name. Found: the filesystem folds case, and run
+        ids that differ only by case (``Boot-1``, ``boot-1``) would share a Record there, so the
+        root is refused with a :class:`ConfigError` naming it. ``probe``: the file's name (tests
+        choose it; a random one otherwise). The probe is removed either way."""
+        name = probe or f".case-probe-{secrets.token_hex(8)}"
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.root / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except OSError as exc:
+            raise ConfigError(
+                f"records.root: cannot write in {self.root}: {exc.strerror}"
+            ) from None
+        try:
+            made = os.fstat(fd)
+            try:
+                found = os.stat(self.root / name.upper())
+            except OSError:
+                return
+            if (found.st_dev, found.st_ino) == (made.st_dev, made.st_ino):
+                raise ConfigError(
+                    f"records.root: {self.root} is on a filesystem that ignores case ({name} is "
+                    f"found as {name.upper()}); run ids that differ only by case would share a "
+                    "Record there: give a directory on a case-sensitive filesystem"
+                )
+        finally:
+            os.close(fd)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.root / name)
+
+    def open(self, location: str, manifest: dict[str, Any]) -> None:
         """Open the run's Record: its directory and ``manifest.json``, one small write. Idempotent,
         and tolerant of a directory left by a rolled-back attempt (it is simply written again).
         Not fsynced: the run's row holds everything the manifest says and the seal writes it
         again, durably, from there; ``steps``, ``logs`` and ``blobs`` appear with their first
         file."""
-        d = self.path(run_id)
+        d = self.path(location)
         d.mkdir(parents=True, exist_ok=True)
         body = json.dumps(manifest, indent=2, sort_keys=True, default=str).encode()
         write_atomic(d / "manifest.json", body + b"\n", durable=False)
 
     # -- paths ---------------------------------------------------------------------------------
 
-    def _log_path(self, run_id: str, seq: int, name: str) -> Path:
-        return self.path(run_id) / "logs" / f"{_num(seq, 'seq'):02d}-{check_name(name)}.log"
+    def _log_path(self, location: str, seq: int, name: str) -> Path:
+        return self.path(location) / "logs" / f"{_num(seq, 'seq'):02d}-{check_name(name)}.log"
 
-    def _blob_path(self, run_id: str, seq: int, attempt: int, name: str) -> Path:
+    def _blob_path(self, location: str, seq: int, attempt: int, name: str) -> Path:
         s, a = _num(seq, "seq"), _num(attempt, "attempt")
-        return self.path(run_id) / "blobs" / f"{s:02d}.{a}-{check_name(name)}"
+        return self.path(location) / "blobs" / f"{s:02d}.{a}-{check_name(name)}"
 
-    def _step_path(self, run_id: str, seq: int, step_id: str) -> Path:
-        return self.path(run_id) / "steps" / f"{_num(seq, 'seq'):02d}-{check_name(step_id)}.json"
+    def _step_path(self, location: str, seq: int, step_id: str) -> Path:
+        return self.path(location) / "steps" / f"{_num(seq, 'seq'):02d}-{check_name(step_id)}.json"
 
-    def progress_path(self, run_id: str) -> Path:
+    def progress_path(self, location: str) -> Path:
         """Where the run's progress files live: beside the Records, never inside one."""
-        return self.root / PROGRESS / record_dir_name(run_id)
+        return self.root / PROGRESS / check_location(location)
 
-    def _progress_files(self, run_id: str, seq: int, name: str) -> dict[int, Path]:
+    def _progress_files(self, location: str, seq: int, name: str) -> dict[int, Path]:
         """The progress files of (seq, name) by attempt: ``NN-<name>.<attempt>.log``."""
-        d = self.progress_path(run_id)
+        d = self.progress_path(location)
         prefix = f"{_num(seq, 'seq'):02d}-{check_name(name)}."
         try:
             entries = os.listdir(d)
@@ -206,8 +240,8 @@ class FilesystemRecords:
     # -- locking / state -------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def _dir_lock(self, run_id: str, exclusive: bool) -> Iterator[Path]:
-        d = self.path(run_id)
+    def _dir_lock(self, location: str, exclusive: bool) -> Iterator[Path]:
+        d = self.path(location)
         d.mkdir(parents=True, exist_ok=True)
         fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
         try:
@@ -217,18 +251,18 @@ class FilesystemRecords:
             os.close(fd)  # releases the lock
 
     @contextlib.contextmanager
-    def _writing(self, run_id: str) -> Iterator[Path]:
+    def _writing(self, location: str) -> Iterator[Path]:
         """Shared lock + refusal once the Record is sealed (or a seal has begun: SHA256SUMS)."""
-        with self._dir_lock(run_id, exclusive=False) as d:
-            if self.is_sealed(run_id) or (d / SUMS).exists():
-                raise RecordSealed(f"record of run {run_id!r} is sealed")
+        with self._dir_lock(location, exclusive=False) as d:
+            if self.is_sealed(location) or (d / SUMS).exists():
+                raise RecordSealed(f"record {location!r} is sealed")
             yield d
 
-    def exists(self, run_id: str) -> bool:
-        return self.path(run_id).is_dir()
+    def exists(self, location: str) -> bool:
+        return self.path(location).is_dir()
 
-    def is_sealed(self, run_id: str) -> bool:
-        d = self.path(run_id)
+    def is_sealed(self, location: str) -> bool:
+        d = self.path(location)
         try:
             st = os.lstat(d)
         except FileNotFoundError:
@@ -239,12 +273,12 @@ class FilesystemRecords:
 
     # -- logs ----------------------------------------------------------------------------------
 
-    def append_log(self, run_id: str, seq: int, name: str, data: bytes, cap: int) -> int:
+    def append_log(self, location: str, seq: int, name: str, data: bytes, cap: int) -> int:
         """Append to ``logs/NN-<name>.log`` up to ``cap`` bytes, then one truncation note; later
         appends write nothing. Returns the log's total length after this append."""
-        path = self._log_path(run_id, seq, name)
+        path = self._log_path(location, seq, name)
         data = bytes(data)
-        with self._writing(run_id):
+        with self._writing(location):
             path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             try:
@@ -272,18 +306,18 @@ class FilesystemRecords:
                 os.close(fd)
 
     def read_log(
-        self, run_id: str, seq: int, name: str, offset: int, limit: int = 1 << 20
+        self, location: str, seq: int, name: str, offset: int, limit: int = 1 << 20
     ) -> bytes:
         """Bytes from ``offset``, at most ``limit``; when more remain, cut after the last newline
         within the limit (if any). Missing log or offset past the end: ``b""``."""
-        return self.log_slice(run_id, seq, name, offset, limit)[0]
+        return self.log_slice(location, seq, name, offset, limit)[0]
 
     def log_slice(
-        self, run_id: str, seq: int, name: str, offset: int, limit: int = 1 << 20
+        self, location: str, seq: int, name: str, offset: int, limit: int = 1 << 20
     ) -> tuple[bytes, LogState]:
         """``read_log`` and the log's length and truncation as they were when it was read; the
         bytes never reach past that length, whatever is appended meanwhile."""
-        path = self._log_path(run_id, seq, name)
+        path = self._log_path(location, seq, name)
         _num(offset, "offset")
         try:
             fd = os.open(path, os.O_RDONLY)
@@ -299,7 +333,7 @@ class FilesystemRecords:
     # -- progress (SPEC §19.4) -------------------------------------------------------------------
 
     def put_progress(
-        self, run_id: str, seq: int, name: str, attempt: int, data: bytes, limit: int
+        self, location: str, seq: int, name: str, attempt: int, data: bytes, limit: int
     ) -> LogState:
         """A chunk of ``attempt``'s progress of (seq, name). The first chunk of a higher attempt
         writes a new file atomically and removes the older ones; later chunks of that attempt are
@@ -310,29 +344,29 @@ class FilesystemRecords:
         out; an exclusive ``flock`` on the run's progress directory orders writers on every host
         that shares the filesystem."""
         _num(attempt, "attempt")
-        self._progress_files(run_id, seq, name)  # checks seq and name before anything is made
+        self._progress_files(location, seq, name)  # checks seq and name before anything is made
         data = bytes(data)
-        with self._writing(run_id):
-            d = self.progress_path(run_id)
+        with self._writing(location):
+            d = self.progress_path(location)
             d.mkdir(mode=0o700, parents=True, exist_ok=True)
             fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
-                return self._put_progress_locked(run_id, seq, name, attempt, data, limit)
+                return self._put_progress_locked(location, seq, name, attempt, data, limit)
             finally:
                 os.close(fd)
 
     def _put_progress_locked(
-        self, run_id: str, seq: int, name: str, attempt: int, data: bytes, limit: int
+        self, location: str, seq: int, name: str, attempt: int, data: bytes, limit: int
     ) -> LogState:
-        files = self._progress_files(run_id, seq, name)
+        files = self._progress_files(location, seq, name)
         current = max(files, default=None)
         if current is not None and attempt < current:
             state = self._progress_state(files[current], current)
             return state if state is not None else LogState(0, current, False)
         if current is None or attempt > current:
             body = _progress_chunk(0, True, data, limit)
-            path = self.progress_path(run_id) / f"{seq:02d}-{name}.{attempt}.log"
+            path = self.progress_path(location) / f"{seq:02d}-{name}.{attempt}.log"
             write_atomic(path, body)  # 0600, as mkstemp makes it: a raw transcript
             for older, p in files.items():
                 if older < attempt:
@@ -375,13 +409,13 @@ class FilesystemRecords:
             os.close(fd)
 
     def read_progress(
-        self, run_id: str, seq: int, name: str, offset: int, limit: int = 1 << 20
+        self, location: str, seq: int, name: str, offset: int, limit: int = 1 << 20
     ) -> tuple[bytes, LogState] | None:
         """The highest attempt's progress from ``offset`` (cut as ``read_log`` cuts), with its
         length, attempt and cap as they were when it was read; None when there is none."""
         _num(offset, "offset")
         for _ in range(3):  # a newer attempt may remove the file between the listing and the open
-            files = self._progress_files(run_id, seq, name)
+            files = self._progress_files(location, seq, name)
             if not files:
                 return None
             attempt = max(files)
@@ -397,37 +431,37 @@ class FilesystemRecords:
                 os.close(fd)
         return None
 
-    def _drop_progress(self, run_id: str) -> None:
+    def _drop_progress(self, location: str) -> None:
         with contextlib.suppress(FileNotFoundError):
-            shutil.rmtree(self.progress_path(run_id))
+            shutil.rmtree(self.progress_path(location))
 
     # -- blobs / steps ---------------------------------------------------------------------------
 
-    def put_blob(self, run_id: str, seq: int, attempt: int, name: str, data: bytes) -> str:
+    def put_blob(self, location: str, seq: int, attempt: int, name: str, data: bytes) -> str:
         """Atomic write of ``blobs/NN.A-<name>``; returns the sha256 hex of ``data``."""
-        path = self._blob_path(run_id, seq, attempt, name)
+        path = self._blob_path(location, seq, attempt, name)
         data = bytes(data)
-        with self._writing(run_id):
+        with self._writing(location):
             write_atomic(path, data)
         return hashlib.sha256(data).hexdigest()
 
-    def read_blob(self, run_id: str, seq: int, attempt: int, name: str) -> bytes | None:
-        path = self._blob_path(run_id, seq, attempt, name)
+    def read_blob(self, location: str, seq: int, attempt: int, name: str) -> bytes | None:
+        path = self._blob_path(location, seq, attempt, name)
         try:
             return path.read_bytes()
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             return None
 
-    def write_step(self, run_id: str, seq: int, step_id: str, doc: dict[str, Any]) -> None:
-        path = self._step_path(run_id, seq, step_id)
-        with self._writing(run_id):
+    def write_step(self, location: str, seq: int, step_id: str, doc: dict[str, Any]) -> None:
+        path = self._step_path(location, seq, step_id)
+        with self._writing(location):
             write_atomic(path, _json_bytes(doc))
 
     # -- seal ----------------------------------------------------------------------------------
 
     def seal(
         self,
-        run_id: str,
+        location: str,
         *,
         verdict: dict[str, Any],
         steps: list[tuple[int, str, dict[str, Any]]],
@@ -438,12 +472,12 @@ class FilesystemRecords:
         then SHA256SUMS, then chmod files 0444 and directories 0555 (the Record directory last,
         which marks the seal complete). A sealed Record is left alone; a half-done seal is undone
         and done again."""
-        step_paths = [(self._step_path(run_id, s, i), doc) for s, i, doc in steps]
-        with self._dir_lock(run_id, exclusive=True) as d:
+        step_paths = [(self._step_path(location, s, i), doc) for s, i, doc in steps]
+        with self._dir_lock(location, exclusive=True) as d:
             # Progress is for live viewing only (SPEC §19.4): it goes first, and writers of it
             # hold the shared lock, so none can come back once the seal has begun.
-            self._drop_progress(run_id)
-            if self.is_sealed(run_id):
+            self._drop_progress(location)
+            if self.is_sealed(location):
                 return
             self._unseal(d)
             for sub in ("steps", "logs", "blobs"):
@@ -499,13 +533,14 @@ class FilesystemRecords:
 
     # -- retention -----------------------------------------------------------------------------
 
-    def delete(self, run_id: str) -> bool:
+    def delete(self, location: str) -> bool:
         """Move the Record directory aside under a dotted name first (one rename: from then on the
         run has no Record, and a crash never leaves a half Record under its name), then remove it
         and the run's progress. A dotted leftover of a crash goes with the next delete of the same
         run. Sealed directories are 0555: each is made writable before its entries go."""
-        d = self.path(run_id)
-        trash = self.root / f"{_TRASH_PREFIX}{d.name}"
+        d = self.path(location)
+        # "_h/<hash>" as "_h-<hash>": no run id holds a "_", so no two Records share a trash name.
+        trash = self.root / f"{_TRASH_PREFIX}{location.replace('/', '-')}"
         _rmtree(trash)
         try:
             os.chmod(d, 0o755)
@@ -514,18 +549,18 @@ class FilesystemRecords:
         except FileNotFoundError:
             found = False
         _rmtree(trash)
-        self._drop_progress(run_id)
+        self._drop_progress(location)
         return found
 
     # -- export --------------------------------------------------------------------------------
 
-    def tar_stream(self, run_id: str) -> Iterator[bytes]:
+    def tar_stream(self, location: str) -> Iterator[bytes]:
         """The Record as an uncompressed tar (``run-<dir>/…``, modes as on disk), produced chunk by
         chunk. Raises FileNotFoundError at once when there is no Record."""
-        d = self.path(run_id)
+        d = self.path(location)
         if not d.is_dir():
             raise FileNotFoundError(str(d))
-        return tar_chunks(_tar_members(d, "run-" + d.name))
+        return tar_chunks(_tar_members(d, "run-" + location_name(location)))
 
 
 def _rmtree(path: Path) -> None:

@@ -1,5 +1,9 @@
 """What the services ask of a Record store (SPEC §11), whatever backend holds the Records, and the
-rules every backend applies alike: the names a caller may choose and the name a run's Record takes."""
+rules every backend applies alike: the names a caller may choose and where a run's Record lives.
+
+A store is addressed by a run's Record *location*, never by its run id: the location is chosen
+once, when the run is created, and kept on its row (SPEC §20.2), so a rule that changes never moves
+a Record and no run id can name another run's Record."""
 
 from __future__ import annotations
 
@@ -10,7 +14,17 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from app.errors import Unavailable
 
-_SAFE = re.compile(r"^[A-Za-z0-9._:@-]{1,120}$")
+# A run id that is its Record's location as it is: one file name in the run-id alphabet (SPEC §3,
+# which has no "_"), short enough for any filesystem, and never a dot file. Every pattern here is
+# used with fullmatch: "$" would let a trailing newline through.
+_PLAIN = re.compile(r"[A-Za-z0-9.:@-]{1,120}")
+# Every other run id is hashed under this directory, which no run id can be (SPEC §20.2).
+HASHED_DIR = "_h"
+_HASHED = re.compile(r"_h/[0-9a-f]{64}")
+# The rule before locations were kept on the row: plain names (this alphabet, a "_" included),
+# else "run-" and the first 40 hex digits of the id's sha256 -- which a run id can be itself.
+_LEGACY_PLAIN = re.compile(r"[A-Za-z0-9._:@-]{1,120}")
+_LEGACY_HASHED = re.compile(r"run-[0-9a-f]{40}")
 
 
 class RecordSealed(Exception):
@@ -38,39 +52,41 @@ class LogState(NamedTuple):
 
 @runtime_checkable
 class RecordStore(Protocol):
-    """The Record store as the services use it (``ctx.records``). Names (log, blob, step id) pass
-    ``check_name`` and seq/attempt are non-negative ints, else ValueError; a write into a sealed
-    Record raises RecordSealed; a store that cannot be reached raises RecordStoreUnavailable."""
+    """The Record store as the services use it (``ctx.records``), addressed by a run's Record
+    location (``location_of`` its row). Locations pass ``check_location`` and names (log, blob,
+    step id) ``check_name``, and seq/attempt are non-negative ints, else ValueError; a write into
+    a sealed Record raises RecordSealed; a store that cannot be reached raises
+    RecordStoreUnavailable."""
 
-    def open(self, run_id: str, manifest: dict[str, Any]) -> None:
+    def open(self, location: str, manifest: dict[str, Any]) -> None:
         """Open the run's Record with its manifest; idempotent (the manifest is written again)."""
         ...
 
-    def exists(self, run_id: str) -> bool:
+    def exists(self, location: str) -> bool:
         """Whether the run has a Record (a rejected submit has none)."""
         ...
 
-    def append_log(self, run_id: str, seq: int, name: str, data: bytes, cap: int) -> int:
+    def append_log(self, location: str, seq: int, name: str, data: bytes, cap: int) -> int:
         """Append to the step's log up to ``cap`` bytes, then one truncation note; returns the
         log's total length after this append."""
         ...
 
     def read_log(
-        self, run_id: str, seq: int, name: str, offset: int, limit: int = 1 << 20
+        self, location: str, seq: int, name: str, offset: int, limit: int = 1 << 20
     ) -> bytes:
         """At most ``limit`` bytes from ``offset``, cut after a newline when more remain;
         ``b""`` for a missing log or an offset past its end."""
         ...
 
     def log_slice(
-        self, run_id: str, seq: int, name: str, offset: int, limit: int = 1 << 20
+        self, location: str, seq: int, name: str, offset: int, limit: int = 1 << 20
     ) -> tuple[bytes, LogState]:
         """``read_log`` with the log's state as it was read: its total length, attempt 0 and
         whether the truncation note ends it. A missing log is ``(b"", (0, 0, False))``."""
         ...
 
     def put_progress(
-        self, run_id: str, seq: int, name: str, attempt: int, data: bytes, limit: int
+        self, location: str, seq: int, name: str, attempt: int, data: bytes, limit: int
     ) -> LogState:
         """Store a progress chunk of the step's log, kept apart from the appended log and never
         sealed. Chunks of one attempt are appended, up to ``limit`` bytes of whole lines, then one
@@ -79,23 +95,23 @@ class RecordStore(Protocol):
         ...
 
     def read_progress(
-        self, run_id: str, seq: int, name: str, offset: int, limit: int = 1 << 20
+        self, location: str, seq: int, name: str, offset: int, limit: int = 1 << 20
     ) -> tuple[bytes, LogState] | None:
         """The highest attempt's progress as ``log_slice`` reads a log, or None when the step has
         no progress under that name (none was put, or the seal dropped it)."""
         ...
 
-    def put_blob(self, run_id: str, seq: int, attempt: int, name: str, data: bytes) -> str:
+    def put_blob(self, location: str, seq: int, attempt: int, name: str, data: bytes) -> str:
         """Store a blob whole (readers see the old bytes or the new); returns its sha256 hex."""
         ...
 
-    def read_blob(self, run_id: str, seq: int, attempt: int, name: str) -> bytes | None:
+    def read_blob(self, location: str, seq: int, attempt: int, name: str) -> bytes | None:
         """The blob's bytes, or None when there is none."""
         ...
 
     def seal(
         self,
-        run_id: str,
+        location: str,
         *,
         verdict: dict[str, Any],
         steps: list[tuple[int, str, dict[str, Any]]],
@@ -107,16 +123,16 @@ class RecordStore(Protocol):
         is."""
         ...
 
-    def is_sealed(self, run_id: str) -> bool:
+    def is_sealed(self, location: str) -> bool:
         """Whether the seal is complete."""
         ...
 
-    def tar_stream(self, run_id: str) -> Iterator[bytes]:
-        """The Record as an uncompressed tar under ``run-<record_dir_name>/``, chunk by chunk;
+    def tar_stream(self, location: str) -> Iterator[bytes]:
+        """The Record as an uncompressed tar under ``run-<location_name>/``, chunk by chunk;
         FileNotFoundError at once when there is no Record."""
         ...
 
-    def delete(self, run_id: str) -> bool:
+    def delete(self, location: str) -> bool:
         """Remove the run's Record, sealed or not, and its progress, for good (retention, SPEC
         §11). Idempotent: returns whether there was anything to remove, and a Record that is
         already gone, or half gone after a crash, is no error. ``exists`` is False as soon as
@@ -124,12 +140,53 @@ class RecordStore(Protocol):
         ...
 
 
-def record_dir_name(run_id: str) -> str:
-    """A directory name that cannot escape the root: the run id itself when it is plainly safe,
-    else a hash of it (no ``/``, ``..``, NUL)."""
-    if _SAFE.match(run_id) and run_id not in {".", ".."} and not run_id.startswith("."):
+def _sha256(run_id: str) -> str:
+    return hashlib.sha256(run_id.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def record_location(run_id: str) -> str:
+    """Where a new run's Record lives, kept on its row (SPEC §20.2): the run id itself when it is a
+    plain file name, else ``_h/`` and the whole sha256 of the id. A run id shaped like the old
+    rule's hashes (``run-`` and 40 hex digits) is hashed too, so a new run never lands in the
+    Record of a run created before the rule (see :func:`legacy_record_location`)."""
+    if (
+        _PLAIN.fullmatch(run_id)
+        and not run_id.startswith(".")
+        and not _LEGACY_HASHED.fullmatch(run_id)
+    ):
         return run_id
-    return "run-" + hashlib.sha256(run_id.encode("utf-8", "surrogatepass")).hexdigest()[:40]
+    return f"{HASHED_DIR}/{_sha256(run_id)}"
+
+
+def legacy_record_location(run_id: str) -> str:
+    """Where a run created before locations were kept on its row has its Record (its row keeps
+    none): the run id when it is a plain file name, else ``run-`` and the first 40 hex digits of
+    its sha256."""
+    if _LEGACY_PLAIN.fullmatch(run_id) and not run_id.startswith("."):
+        return run_id
+    return "run-" + _sha256(run_id)[:40]
+
+
+def location_of(run_id: str, stored: str | None) -> str:
+    """The Record location of a run from its row: the one kept there, else the old rule's."""
+    return stored if stored is not None else legacy_record_location(run_id)
+
+
+def check_location(location: str) -> str:
+    """A Record location (:func:`record_location`, :func:`legacy_record_location`): one plain
+    file name, never a dot or ``_`` file, or ``_h/`` and 64 hex digits. It cannot leave the root;
+    anything else raises ValueError."""
+    if isinstance(location, str) and (
+        _HASHED.fullmatch(location)
+        or (_LEGACY_PLAIN.fullmatch(location) and not location.startswith((".", "_")))
+    ):
+        return location
+    raise ValueError(f"bad record location {location!r}")
+
+
+def location_name(location: str) -> str:
+    """The last segment of a location: the top directory of the Record's tar is ``run-<it>``."""
+    return check_location(location).rpartition("/")[2]
 
 
 def check_name(name: str) -> str:

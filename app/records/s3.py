@@ -1,7 +1,8 @@
 """The object-store Record backend (``records.backend = s3``): every Record in one bucket of an
 S3-compatible store (AWS S3, MinIO, Ceph), shared by every Mediator host (SPEC §11).
 
-Layout under ``records.s3.prefix``, for a run whose Record directory name is ``D``:
+Layout under ``records.s3.prefix``, for a run whose Record location is ``D`` (its run id, or
+``_h/<sha256>``; SPEC §20.2):
 
 - ``D/manifest.json``, ``D/verdict.json``, ``D/events.json``, ``D/steps/NN-<id>.json``,
   ``D/blobs/NN.A-<name>``, ``D/logs/NN-<name>.log``, ``D/SHA256SUMS``: the Record, as the
@@ -59,8 +60,9 @@ from app.records.interface import (
     LogState,
     RecordSealed,
     RecordStoreUnavailable,
+    check_location,
     check_name,
-    record_dir_name,
+    location_name,
 )
 from app.records.tarstream import Member, tar_chunks
 
@@ -197,24 +199,24 @@ class S3Records:
 
     # -- keys ----------------------------------------------------------------------------------
 
-    def _dir(self, run_id: str) -> str:
-        return f"{self.prefix}{record_dir_name(run_id)}/"
+    def _dir(self, location: str) -> str:
+        return f"{self.prefix}{check_location(location)}/"
 
     def _log_file(self, seq: int, name: str) -> str:
         return f"{_num(seq, 'seq'):02d}-{check_name(name)}.log"
 
-    def _chunk_prefix(self, run_id: str, seq: int, name: str) -> str:
-        return f"{self._dir(run_id)}{CHUNKS}/{self._log_file(seq, name)}/"
+    def _chunk_prefix(self, location: str, seq: int, name: str) -> str:
+        return f"{self._dir(location)}{CHUNKS}/{self._log_file(seq, name)}/"
 
-    def _progress_dir(self, run_id: str) -> str:
-        return f"{self.prefix}{PROGRESS}/{record_dir_name(run_id)}/"
+    def _progress_dir(self, location: str) -> str:
+        return f"{self.prefix}{PROGRESS}/{check_location(location)}/"
 
-    def _progress_prefix(self, run_id: str, seq: int, name: str) -> str:
-        return f"{self._progress_dir(run_id)}{_num(seq, 'seq'):02d}-{check_name(name)}/"
+    def _progress_prefix(self, location: str, seq: int, name: str) -> str:
+        return f"{self._progress_dir(location)}{_num(seq, 'seq'):02d}-{check_name(name)}/"
 
-    def _blob_key(self, run_id: str, seq: int, attempt: int, name: str) -> str:
+    def _blob_key(self, location: str, seq: int, attempt: int, name: str) -> str:
         s, a = _num(seq, "seq"), _num(attempt, "attempt")
-        return f"{self._dir(run_id)}blobs/{s:02d}.{a}-{check_name(name)}"
+        return f"{self._dir(location)}blobs/{s:02d}.{a}-{check_name(name)}"
 
     def _step_rel(self, seq: int, step_id: str) -> str:
         return f"steps/{_num(seq, 'seq'):02d}-{check_name(step_id)}.json"
@@ -366,35 +368,37 @@ class S3Records:
                 chunk = chunk[: nl + 1]
         return chunk
 
-    def _refuse_if_sealing(self, run_id: str) -> None:
-        if self._head(self._dir(run_id) + SEALING) is not None:
-            raise RecordSealed(f"record of run {run_id!r} is sealed")
+    def _refuse_if_sealing(self, location: str) -> None:
+        if self._head(self._dir(location) + SEALING) is not None:
+            raise RecordSealed(f"record {location!r} is sealed")
 
     # -- open / state ----------------------------------------------------------------------------
 
     @_guarded
-    def open(self, run_id: str, manifest: dict[str, Any]) -> None:
+    def open(self, location: str, manifest: dict[str, Any]) -> None:
         body = json.dumps(manifest, indent=2, sort_keys=True, default=str).encode() + b"\n"
-        self._put(self._dir(run_id) + "manifest.json", body)
+        self._put(self._dir(location) + "manifest.json", body)
 
     @_guarded
-    def exists(self, run_id: str) -> bool:
-        page = self.client.list_objects_v2(Bucket=self.bucket, Prefix=self._dir(run_id), MaxKeys=1)
+    def exists(self, location: str) -> bool:
+        page = self.client.list_objects_v2(
+            Bucket=self.bucket, Prefix=self._dir(location), MaxKeys=1
+        )
         return bool(page.get("Contents"))
 
     @_guarded
-    def is_sealed(self, run_id: str) -> bool:
-        return self._head(self._dir(run_id) + SEALED) is not None
+    def is_sealed(self, location: str) -> bool:
+        return self._head(self._dir(location) + SEALED) is not None
 
     # -- logs ----------------------------------------------------------------------------------
 
     @_guarded
-    def append_log(self, run_id: str, seq: int, name: str, data: bytes, cap: int) -> int:
+    def append_log(self, location: str, seq: int, name: str, data: bytes, cap: int) -> int:
         """A new chunk object holding what fits under ``cap`` (then one truncation note)."""
-        prefix = self._chunk_prefix(run_id, seq, name)
+        prefix = self._chunk_prefix(location, seq, name)
         data = bytes(data)
         with self._lock(prefix):
-            self._refuse_if_sealing(run_id)
+            self._refuse_if_sealing(location)
             for _ in range(_COLLISIONS):
                 chunks = self._numbered(prefix, writing=True)
                 size = sum(c[2] for c in chunks)
@@ -414,25 +418,25 @@ class S3Records:
                     return size + len(out)
         raise RecordStoreUnavailable("record store unavailable: log appends kept colliding")
 
-    def _log_pieces(self, run_id: str, seq: int, name: str) -> list[tuple[int, str, int]]:
+    def _log_pieces(self, location: str, seq: int, name: str) -> list[tuple[int, str, int]]:
         """The sealed log as one piece once the seal wrote it, else the live chunks."""
-        key = f"{self._dir(run_id)}logs/{self._log_file(seq, name)}"
+        key = f"{self._dir(location)}logs/{self._log_file(seq, name)}"
         head = self._head(key)
         if head is not None:
             return [(0, key, int(head["ContentLength"]))]
-        return self._numbered(self._chunk_prefix(run_id, seq, name))
+        return self._numbered(self._chunk_prefix(location, seq, name))
 
     def read_log(
-        self, run_id: str, seq: int, name: str, offset: int, limit: int = 1 << 20
+        self, location: str, seq: int, name: str, offset: int, limit: int = 1 << 20
     ) -> bytes:
-        return self.log_slice(run_id, seq, name, offset, limit)[0]
+        return self.log_slice(location, seq, name, offset, limit)[0]
 
     @_guarded
     def log_slice(
-        self, run_id: str, seq: int, name: str, offset: int, limit: int = 1 << 20
+        self, location: str, seq: int, name: str, offset: int, limit: int = 1 << 20
     ) -> tuple[bytes, LogState]:
         _num(offset, "offset")
-        pieces = self._log_pieces(run_id, seq, name)
+        pieces = self._log_pieces(location, seq, name)
         size = sum(p[2] for p in pieces)
         if not pieces:
             return b"", LogState(0, 0, False)
@@ -460,13 +464,13 @@ class S3Records:
 
     @_guarded
     def put_progress(
-        self, run_id: str, seq: int, name: str, attempt: int, data: bytes, limit: int
+        self, location: str, seq: int, name: str, attempt: int, data: bytes, limit: int
     ) -> LogState:
         _num(attempt, "attempt")
-        prefix = self._progress_prefix(run_id, seq, name)
+        prefix = self._progress_prefix(location, seq, name)
         data = bytes(data)
         with self._lock(prefix):
-            self._refuse_if_sealing(run_id)
+            self._refuse_if_sealing(location)
             for _ in range(_COLLISIONS):
                 by_attempt = self._attempts(prefix, writing=True)
                 current = max(by_attempt, default=None)
@@ -503,10 +507,10 @@ class S3Records:
 
     @_guarded
     def read_progress(
-        self, run_id: str, seq: int, name: str, offset: int, limit: int = 1 << 20
+        self, location: str, seq: int, name: str, offset: int, limit: int = 1 << 20
     ) -> tuple[bytes, LogState] | None:
         _num(offset, "offset")
-        by_attempt = self._attempts(self._progress_prefix(run_id, seq, name))
+        by_attempt = self._attempts(self._progress_prefix(location, seq, name))
         if not by_attempt:
             return None
         attempt = max(by_attempt)
@@ -517,13 +521,13 @@ class S3Records:
     # -- blobs -----------------------------------------------------------------------------------
 
     @_guarded
-    def put_blob(self, run_id: str, seq: int, attempt: int, name: str, data: bytes) -> str:
+    def put_blob(self, location: str, seq: int, attempt: int, name: str, data: bytes) -> str:
         """One object, multipart past the threshold; S3 shows readers the old object or the new,
         never a part of one."""
-        key = self._blob_key(run_id, seq, attempt, name)
+        key = self._blob_key(location, seq, attempt, name)
         data = bytes(data)
         digest = hashlib.sha256(data).hexdigest()
-        self._refuse_if_sealing(run_id)
+        self._refuse_if_sealing(location)
         self.client.upload_fileobj(
             io.BytesIO(data),
             self.bucket,
@@ -534,15 +538,15 @@ class S3Records:
         return digest
 
     @_guarded
-    def read_blob(self, run_id: str, seq: int, attempt: int, name: str) -> bytes | None:
-        return self._read(self._blob_key(run_id, seq, attempt, name))
+    def read_blob(self, location: str, seq: int, attempt: int, name: str) -> bytes | None:
+        return self._read(self._blob_key(location, seq, attempt, name))
 
     # -- seal ----------------------------------------------------------------------------------
 
     @_guarded
     def seal(
         self,
-        run_id: str,
+        location: str,
         *,
         verdict: dict[str, Any],
         steps: list[tuple[int, str, dict[str, Any]]],
@@ -554,13 +558,13 @@ class S3Records:
         marker ``.sealed`` last: a seal stopped before it is done again whole by the next one. A
         sealed Record is left alone."""
         step_docs = [(self._step_rel(s, i), doc) for s, i, doc in steps]  # names checked first
-        d = self._dir(run_id)
+        d = self._dir(location)
         with self._lock(d + SEALED):
             self._put(d + SEALING, b"")
             self._forget(d)
-            self._forget(self._progress_dir(run_id))
-            self._delete_keys([k for k, _ in self._list(self._progress_dir(run_id))])
-            if self.is_sealed(run_id):
+            self._forget(self._progress_dir(location))
+            self._delete_keys([k for k, _ in self._list(self._progress_dir(location))])
+            if self.is_sealed(location):
                 return
             known: dict[str, str] = {}  # what this seal wrote: sha256 by path in the Record
 
@@ -627,14 +631,14 @@ class S3Records:
     # -- removal ---------------------------------------------------------------------------------
 
     @_guarded
-    def delete(self, run_id: str) -> bool:
+    def delete(self, location: str) -> bool:
         """Every object of the Record, its live chunks, its markers and its progress; whether
         there was any."""
-        d = self._dir(run_id)
+        d = self._dir(location)
         with self._lock(d + SEALED):
-            self._forget(self._progress_dir(run_id))
+            self._forget(self._progress_dir(location))
             self._forget(d)
-            progress = [k for k, _ in self._list(self._progress_dir(run_id))]
+            progress = [k for k, _ in self._list(self._progress_dir(location))]
             self._delete_keys(progress)
             keys = [k for k, _ in self._list(d)]
             # The marker goes first: a Record half deleted is never taken for a sealed one.
@@ -646,11 +650,11 @@ class S3Records:
     # -- export --------------------------------------------------------------------------------
 
     @_guarded
-    def tar_stream(self, run_id: str) -> Iterator[bytes]:
+    def tar_stream(self, location: str) -> Iterator[bytes]:
         """The tar of the Record's objects: the sealed files as the marker lists them (sizes up
         front, as a tar header needs), each object's body streamed into the archive in turn.
         FileNotFoundError at once when there is no Record."""
-        d = self._dir(run_id)
+        d = self._dir(location)
         raw = self._read(d + SEALED)
         if raw is not None:
             marker = json.loads(raw)
@@ -662,7 +666,7 @@ class S3Records:
             if not listed:
                 raise FileNotFoundError(d)
             mtime, sealed = int(time.time()), False
-        top = "run-" + record_dir_name(run_id)
+        top = "run-" + location_name(location)
         return tar_chunks(self._members(d, top, files, mtime, sealed))
 
     def _members(

@@ -7,10 +7,11 @@ from typing import Any
 from app.context import Caller, Context
 from app.contract import parse_json
 from app.errors import BadRequest, Conflict, Forbidden, Unprocessable
+from app.models import Run
 from app.services.execution import Picture
 from app.services.finish import finish_reply
 from app.services.notify import AfterCommit
-from app.services.records import schema_violation, store_blob
+from app.services.records import record_of, schema_violation, store_blob
 from app.services.results import complete_step
 from app.services.tx import retrying
 from app.states import ASKED, RUNNING
@@ -46,7 +47,7 @@ def list_asks(ctx: Context, caller: Caller, *, may_answer: bool) -> dict[str, An
     be accepted: ``may_answer`` (the token's roles allow answering) and the ask's answerers."""
     out = []
     with ctx.db.read() as s:
-        for st, _run in open_asks(s):
+        for st, run in open_asks(s):
             ask = st.spec["ask"]
             out_name = (st.spec.get("out") or [None])[0]
             item: dict[str, Any] = {
@@ -63,16 +64,16 @@ def list_asks(ctx: Context, caller: Caller, *, may_answer: bool) -> dict[str, An
             if st.ask_deadline is not None:
                 item["deadline"] = ts(st.ask_deadline)
             if ask.get("show"):
-                item["shown"] = [_shown(ctx, s, st.run_id, name) for name in ask["show"]]
+                item["shown"] = [_shown(ctx, s, run, name) for name in ask["show"]]
             out.append(item)
     return {"asks": out}
 
 
-def _shown(ctx: Context, s: Any, run_id: str, name: str) -> dict[str, Any]:
+def _shown(ctx: Context, s: Any, run: Run, name: str) -> dict[str, Any]:
     """An artifact inlined for the answerer: a JSON value as itself, anything else (or anything
     over 32 KiB, then cut and marked ``truncated``) as a string (SPEC §10, §19.7)."""
-    blob = newest_blob(s, run_id, name)
-    data = ctx.records.read_blob(run_id, blob.seq, blob.attempt, name) if blob else None
+    blob = newest_blob(s, run.run_id, name)
+    data = ctx.records.read_blob(record_of(run), blob.seq, blob.attempt, name) if blob else None
     if data is None:
         return {"name": name, "missing": True}
     if len(data) > SHOWN_LIMIT:

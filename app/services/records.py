@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import jsonschema
 from sqlalchemy.orm import Session
@@ -12,17 +12,31 @@ from sqlalchemy.orm import Session
 from app.context import Caller, Context
 from app.contract import parse_json
 from app.contract.fields import has_control_character
-from app.errors import BadRequest, Forbidden, Gone, NotFound, NotSealed, Unprocessable
+from app.errors import (
+    BadRequest,
+    Forbidden,
+    Gone,
+    NotFound,
+    NotSealed,
+    StepNotClaimed,
+    Unprocessable,
+)
 from app.logs import log
 from app.models import Run, RunEvent, Step
-from app.records import LogState, RecordSealed, RecordStoreUnavailable, check_name
+from app.records import LogState, RecordSealed, RecordStoreUnavailable, check_name, location_of
 from app.services.tx import retrying
-from app.states import RUN_FINISHED
+from app.states import CLAIMED, NODE_KINDS, RUN_FINISHED
 from app.store.blobs import blobs_of_runs, earlier_runs_of_work, newest_blob, record_blob
 from app.store.logs import lock_log
 from app.store.runs import get_run, mark_sealed, run_events, share_run, try_lock_seal
-from app.store.steps import get_step, steps_with_labels
+from app.store.steps import get_step, share_claimed_step, steps_with_labels
 from app.wire import mark_declared, ts
+
+
+def record_of(run: Run) -> str:
+    """Where the run's Record lives (SPEC §20.2): the location kept on its row, or, for a run
+    created before locations were kept, where the old rule put it."""
+    return location_of(run.run_id, run.record_location)
 
 
 def _run_and_step(s: Session, run_id: str, seq: int) -> tuple[Run, Step]:
@@ -41,8 +55,6 @@ def authorise_node(caller: Caller, step: Step) -> None:
         raise Forbidden(f"token may not act for node {step.node_id}")
 
 
-T = TypeVar("T")
-
 PROGRESS = "progress"
 SEALED = "sealed"
 
@@ -57,48 +69,63 @@ class LogView:
     source: str
 
 
-def _write_log(
-    ctx: Context, run_id: str, seq: int, name: str, caller: Caller, write: Callable[[], T]
-) -> T:
-    """``write`` into the step's log (or its progress) in a short transaction that holds the
-    log's advisory lock: appends to one (run, seq, name) from every process and host take their
-    turn there, never by a lock of this process alone (SPEC §19.4)."""
-    with ctx.db.begin() as s:
-        share_run(s, run_id)  # the end of the run waits for this write (SPEC §11)
-        run, step = _run_and_step(s, run_id, seq)
-        authorise_node(caller, step)
-        if run.state in RUN_FINISHED:
-            raise Gone()
-        lock_log(s, run_id, seq, name)
-        try:
-            return write()
-        except RecordSealed:
-            raise Gone() from None  # the run ended and was sealed since we looked
+def _begin_log_write(s: Session, run_id: str, seq: int, caller: Caller) -> tuple[Run, Step]:
+    """The run row shared first (the end of the run waits for this write, SPEC §11), then the
+    refusals in their order: 404, 403, 410."""
+    share_run(s, run_id)
+    run, step = _run_and_step(s, run_id, seq)
+    authorise_node(caller, step)
+    if run.state in RUN_FINISHED:
+        raise Gone()
+    return run, step
+
+
+def _share_claimed_step(s: Session, run_id: str, seq: int, attempt: int) -> None:
+    """SPEC §20.3: only the step that makes an artifact writes it — a step a node runs, CLAIMED
+    in ``attempt``; held until the write commits, so its result waits for the write."""
+    if not share_claimed_step(s, run_id, seq, attempt):
+        raise StepNotClaimed()
 
 
 def append_log(ctx: Context, run_id: str, seq: int, name: str, data: bytes, caller: Caller) -> int:
-    """Append to the step's log (cap ``max_blob_bytes``, then a note); the log's total length."""
+    """Append to the step's log (cap ``max_blob_bytes``, then a note); the log's total length.
+    The append runs in a short transaction that holds the log's advisory lock: appends to one
+    (run, seq, name) from every process and host take their turn there, never by a lock of this
+    process alone (SPEC §19.4)."""
     cap = ctx.config["max_blob_bytes"]
-    return _write_log(
-        ctx, run_id, seq, name, caller, lambda: ctx.records.append_log(run_id, seq, name, data, cap)
-    )
+    with ctx.db.begin() as s:
+        run, step = _begin_log_write(s, run_id, seq, caller)
+        _share_claimed_step(s, run_id, seq, step.attempt)
+        lock_log(s, run_id, seq, name)
+        try:
+            return ctx.records.append_log(record_of(run), seq, name, data, cap)
+        except RecordSealed:
+            raise Gone() from None  # the run ended and was sealed since we looked
 
 
 def put_progress(
     ctx: Context, run_id: str, seq: int, name: str, attempt: int, data: bytes, caller: Caller
 ) -> LogState:
     """A progress chunk of ``attempt`` (SPEC §19.4): kept apart from the log for live viewing and
-    dropped at the seal; a chunk of an attempt older than the stored progress changes nothing.
-    The state of the progress that is kept (which attempt it is, its length, its cap)."""
+    dropped at the seal, taken only while the step is CLAIMED in that attempt (SPEC §20.3). A
+    chunk of an attempt older than the step's changes nothing and keeps its 200. The state of the
+    progress that is kept (which attempt it is, its length, its cap)."""
     limit = ctx.config["max_blob_bytes"]
-    return _write_log(
-        ctx,
-        run_id,
-        seq,
-        name,
-        caller,
-        lambda: ctx.records.put_progress(run_id, seq, name, attempt, data, limit),
-    )
+    with ctx.db.begin() as s:
+        run, step = _begin_log_write(s, run_id, seq, caller)
+        if attempt < step.attempt:
+            # A late chunk of an uploader whose attempt was rolled back: the answer names the
+            # step's attempt, so that uploader knows it is stale and stops.
+            kept = ctx.records.read_progress(record_of(run), seq, name, 0, limit=0)
+            if kept is None or kept[1].attempt < step.attempt:
+                return LogState(0, step.attempt, False)
+            return kept[1]
+        _share_claimed_step(s, run_id, seq, attempt)
+        lock_log(s, run_id, seq, name)
+        try:
+            return ctx.records.put_progress(record_of(run), seq, name, attempt, data, limit)
+        except RecordSealed:
+            raise Gone() from None
 
 
 def read_log(ctx: Context, run_id: str, seq: int, name: str, offset: int) -> LogView:
@@ -106,15 +133,17 @@ def read_log(ctx: Context, run_id: str, seq: int, name: str, offset: int) -> Log
     after it, the sealed log. A step the run does not have reads as an empty log (SPEC §19.4):
     a viewer that polls the steps it was shown is never told 404 for one."""
     with ctx.db.read() as s:
-        if get_run(s, run_id) is None:
-            raise NotFound(f"no such run: {run_id}")
-    if ctx.records.is_sealed(run_id):
-        data, state = ctx.records.log_slice(run_id, seq, name, offset)
+        run = get_run(s, run_id)
+    if run is None:
+        raise NotFound(f"no such run: {run_id}")
+    where = record_of(run)
+    if ctx.records.is_sealed(where):
+        data, state = ctx.records.log_slice(where, seq, name, offset)
         return LogView(data, state, SEALED)
-    progress = ctx.records.read_progress(run_id, seq, name, offset)
+    progress = ctx.records.read_progress(where, seq, name, offset)
     if progress is not None:
         return LogView(progress[0], progress[1], PROGRESS)
-    data, state = ctx.records.log_slice(run_id, seq, name, offset)
+    data, state = ctx.records.log_slice(where, seq, name, offset)
     return LogView(data, state, PROGRESS)
 
 
@@ -144,7 +173,7 @@ def store_blob(
 ) -> None:
     """The file in the Record (atomic) and its ledger row, in the caller's transaction;
     ``by_declared_token`` marks a ``by`` that is a self-declared principal (SPEC §20.5)."""
-    digest = ctx.records.put_blob(run.run_id, seq, attempt, name, data)
+    digest = ctx.records.put_blob(record_of(run), seq, attempt, name, data)
     record_blob(
         s,
         run_id=run.run_id,
@@ -183,15 +212,19 @@ def check_upload_name(name: str) -> None:
 
 @retrying
 def put_blob(ctx: Context, run_id: str, seq: int, name: str, data: bytes, caller: Caller) -> None:
-    """Validate against the step's schema first (422, nothing stored), then write the file
-    atomically and its ledger row (SPEC §11). Any valid name may be uploaded, declared in the
-    step's ``out`` or not; only declared names count as produced (SPEC §19.5)."""
+    """Only for the step that makes it: a step a node runs, CLAIMED (409 otherwise, after 403,
+    404 and 410; SPEC §20.3), stored as its current attempt. Validate against the step's schema
+    first (422, nothing stored), then write the file atomically and its ledger row (SPEC §11).
+    Any valid name may be uploaded, declared in the step's ``out`` or not; only declared names
+    count as produced (SPEC §19.5)."""
     with ctx.db.read() as s:
         run, step = _run_and_step(s, run_id, seq)
     authorise_node(caller, step)
     check_upload_name(name)
     if run.state in RUN_FINISHED:
         raise Gone()
+    if step.state != CLAIMED or step.kind not in NODE_KINDS:
+        raise StepNotClaimed()  # before the schema is looked at (SPEC §20.3)
     schema = (step.spec.get("schema") or {}).get(name)
     schema_ok = None
     if schema is not None:
@@ -208,6 +241,7 @@ def put_blob(ctx: Context, run_id: str, seq: int, name: str, data: bytes, caller
             locked = share_run(s, run_id)  # the end of the run waits for this write (SPEC §11)
             if locked is None or locked.state in RUN_FINISHED:
                 raise Gone()
+            _share_claimed_step(s, run_id, seq, step.attempt)
             store_blob(
                 s, ctx, run, seq, step.attempt, name, data, by=step.node_id, schema_ok=schema_ok
             )
@@ -219,12 +253,13 @@ def get_blob(ctx: Context, run_id: str, name: str) -> bytes:
     """The blob the name resolves to in the run (route 15; SPEC §19.5: among the blobs of the
     steps that declare it, else among all blobs of the run)."""
     with ctx.db.read() as s:
-        if get_run(s, run_id) is None:
+        run = get_run(s, run_id)
+        if run is None:
             raise NotFound(f"no such run: {run_id}")
         blob = newest_blob(s, run_id, name) if is_upload_name(name) else None
     if blob is None:
         raise NotFound(f"no such blob: {name}")
-    data = ctx.records.read_blob(run_id, blob.seq, blob.attempt, name)
+    data = ctx.records.read_blob(record_of(run), blob.seq, blob.attempt, name)
     if data is None:
         raise NotFound(f"no such blob: {name}")
     return data
@@ -306,13 +341,13 @@ def seal_run(ctx: Context, run_id: str) -> bool:
             run = get_run(s, run_id)
             if run is None or run.state not in RUN_FINISHED or run.sealed_at is not None:
                 return False
-            if not ctx.records.exists(run_id):
+            if not ctx.records.exists(record_of(run)):
                 return False  # a rejected submit has no Record and is never sealed
             steps = steps_with_labels(s, run_id)
             events = [event_document(e) for e in run_events(s, run_id)]
             docs = [(st.seq, st.step_id, step_document(st, label)) for st, label in steps]
             ctx.records.seal(
-                run_id,
+                record_of(run),
                 verdict=run.verdict or {"state": run.state, "checks": []},
                 steps=docs,
                 events=events,
@@ -372,6 +407,6 @@ def record_stream(ctx: Context, run_id: str) -> Iterator[bytes]:
         run = get_run(s, run_id)
     if run is None:
         raise NotFound(f"no such run: {run_id}")
-    if run.sealed_at is None or not ctx.records.is_sealed(run_id):
+    if run.sealed_at is None or not ctx.records.is_sealed(record_of(run)):
         raise NotSealed()
-    return ctx.records.tar_stream(run_id)
+    return ctx.records.tar_stream(record_of(run))

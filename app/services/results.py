@@ -26,7 +26,7 @@ from app.services.execution import (
 )
 from app.services.finish import finish_reply
 from app.services.notify import AfterCommit
-from app.services.records import ledger_entries
+from app.services.records import ledger_entries, record_of
 from app.services.tx import retrying
 from app.states import CLAIMED, DONE, FAILED, PENDING, RUN_FINISHED, RUNNING, SKIPPED
 from app.store.blobs import accepted_blob_names
@@ -244,7 +244,7 @@ def _dispatch(ctx: Context, pic: Picture, st: Step, s: Session) -> None:
     value: Any = None
     if outs:
         name = outs[-1]
-        raw = ctx.records.read_blob(st.run_id, st.seq, st.attempt, name)
+        raw = ctx.records.read_blob(record_of(pic.run), st.seq, st.attempt, name)
         try:
             value = parse_json(raw) if raw is not None else None
             for field in path[len(name) + 1 :].split("."):

@@ -25,6 +25,7 @@ from app.context import Context
 from app.faults import fault
 from app.logs import log
 from app.metrics import PRUNED_RUNS
+from app.records import location_of
 from app.services.tx import retrying
 from app.store import retention as q
 from app.wire import ts
@@ -72,15 +73,15 @@ def _prune_batch(ctx: Context, before: datetime, batch_size: int) -> q.Deleted:
     return deleted
 
 
-def _delete_records(ctx: Context, run_ids: list[str]) -> int:
-    """Delete the Records of pruned runs; a tombstone is cleared only for a Record whose deletion
-    went through, so one that failed is tried again by the next sweep. Returns how many of them
-    there were (a rejected submit has none)."""
+def _delete_records(ctx: Context, runs: list[tuple[str, str | None]]) -> int:
+    """Delete the Records of pruned runs, each (run_id, the location its row kept); a tombstone is
+    cleared only for a Record whose deletion went through, so one that failed is tried again by
+    the next sweep. Returns how many of them there were (a rejected submit has none)."""
     found = 0
     done = []
-    for run_id in run_ids:
+    for run_id, stored in runs:
         try:
-            found += int(ctx.records.delete(run_id))
+            found += int(ctx.records.delete(location_of(run_id, stored)))
             done.append(run_id)
         except Exception:
             log.exception(
@@ -125,7 +126,8 @@ def prune(
             report.add(deleted)
             PRUNED_RUNS.inc(len(deleted.run_ids))
             fault("prune.after_commit")
-            report.records += _delete_records(ctx, deleted.run_ids)
+            pruned = [(run_id, deleted.locations.get(run_id)) for run_id in deleted.run_ids]
+            report.records += _delete_records(ctx, pruned)
             if len(deleted.run_ids) < batch_size:
                 break
         else:

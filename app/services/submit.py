@@ -13,6 +13,7 @@ from app.errors import Conflict, Forbidden, MediatorError, NoCandidate
 from app.faults import fault
 from app.match import Assignment, Reject, match, width_exceeded
 from app.metrics import SUBMITS
+from app.records import record_location
 from app.reserve import Held, reserved_against
 from app.services.execution import start_steps, starts_anything
 from app.services.finish import finish
@@ -110,9 +111,11 @@ def _place(
     The run row goes first in that statement: a duplicate run_id fails on its key
     (:class:`DuplicateRun`); a node taken since the read fails on ``pk_leases`` and the whole
     transaction rolls back (:class:`NodeTaken`)."""
+    location = record_location(contract.run_id)
     who: dict[str, Any] = {
         "principal": caller.principal,
         "token_name": caller.token_name,
+        "record_location": location,
         "principal_self_declared": caller.self_declared,  # SPEC §20.5
     }
     with ctx.db.begin() as s:
@@ -130,7 +133,7 @@ def _place(
                 steps=step_rows(contract.run_id, contract.steps, {}),
                 **who,
             )
-            ctx.records.open(contract.run_id, _manifest(contract, caller, QUEUED, created_at))
+            ctx.records.open(location, _manifest(contract, caller, QUEUED, created_at))
             fault("submit.queued")
             return _Queued()
         over = width_exceeded(outcome, ctx.config["lease.max_per_run"])
@@ -159,7 +162,7 @@ def _place(
             # Every step is PENDING and nothing starts by itself: the claims of the steps'
             # nodes are what the commit leaves to do.
             after.claim_nodes |= {bound[st.uses] for st in contract.steps if st.uses in bound}
-        ctx.records.open(contract.run_id, _manifest(contract, caller, RUNNING, created_at))
+        ctx.records.open(location, _manifest(contract, caller, RUNNING, created_at))
         labels = {a.node_id: a.label for a in found.adverts}
         return _Placed(created_at, outcome, labels, started)
 
@@ -169,6 +172,7 @@ def _queue(ctx: Context, contract: Contract, caller: Caller) -> None:
     """Queue a run (SPEC §7) after its placement lost a node: the run, its steps through the
     same builder as RUNNING creation, its Record opened before commit. It takes no lease, runs
     no acquire and raises no ask."""
+    location = record_location(contract.run_id)
     with ctx.db.begin() as s:
         created_at = create_run(
             s,
@@ -177,9 +181,10 @@ def _queue(ctx: Context, contract: Contract, caller: Caller) -> None:
             principal=caller.principal,
             token_name=caller.token_name,
             principal_self_declared=caller.self_declared,
+            record_location=location,
             steps=step_rows(contract.run_id, contract.steps, {}),
         )
-        ctx.records.open(contract.run_id, _manifest(contract, caller, QUEUED, created_at))
+        ctx.records.open(location, _manifest(contract, caller, QUEUED, created_at))
         fault("submit.queued")
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from sqlalchemy import exists, func, select, tuple_
+from sqlalchemy import and_, exists, func, or_, select, tuple_
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
@@ -81,8 +81,16 @@ def accepted_blob_names(
 
 
 def declaring_steps(s: Session, run_id: str, name: str) -> list[int]:
-    """The seqs of the run's steps that list ``name`` in their ``out``."""
-    q = select(Step.seq).where(Step.run_id == run_id, Step.spec["out"].contains([name]))
+    """The seqs of the run's steps that list ``name`` in their ``out``, and the acquire step whose
+    id it is: its outcome is the blob named after it (SPEC §8), so an upload of that name by
+    another step never stands for it (SPEC §20.3)."""
+    q = select(Step.seq).where(
+        Step.run_id == run_id,
+        or_(
+            Step.spec["out"].contains([name]),
+            and_(Step.kind == "acquire", Step.step_id == name),
+        ),
+    )
     return list(s.execute(q).scalars())
 
 

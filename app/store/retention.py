@@ -11,7 +11,7 @@ with ``ON DELETE CASCADE``), then the runs, and each id leaves a tombstone in th
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -40,9 +40,11 @@ _FINISHED = Run.state.in_([literal_column(f"'{state}'") for state in RUN_FINISHE
 
 @dataclass
 class Deleted:
-    """Rows one batch deleted, by table."""
+    """Rows one batch deleted, by table; ``locations``: each deleted run's Record location as its
+    row kept it (None for a run created before locations were kept: the old rule's)."""
 
     run_ids: list[str]
+    locations: dict[str, str | None] = field(default_factory=dict)
     steps: int = 0
     events: int = 0
     blobs: int = 0
@@ -79,10 +81,13 @@ def delete_runs(s: Session, run_ids: Sequence[str]) -> Deleted:
     out.steps = rowcount(s.execute(delete(Step).where(Step.run_id.in_(ids))))
     out.blobs = rowcount(s.execute(delete(Blob).where(Blob.run_id.in_(ids))))
     out.leases = rowcount(s.execute(delete(Lease).where(Lease.run_id.in_(ids))))
-    s.execute(delete(Run).where(Run.run_id.in_(ids)))
+    gone = s.execute(
+        delete(Run).where(Run.run_id.in_(ids)).returning(Run.run_id, Run.record_location)
+    ).all()
+    out.locations = {run_id: location for run_id, location in gone}
     s.execute(
         pg_insert(RunTombstone)
-        .values([{"run_id": r} for r in ids])
+        .values([{"run_id": r, "record_location": out.locations.get(r)} for r in ids])
         .on_conflict_do_nothing(index_elements=[RunTombstone.run_id])
     )
     return out
@@ -127,16 +132,16 @@ def count_rows(s: Session, run_ids: Sequence[str]) -> Deleted:
     return out
 
 
-def pending_records(s: Session, limit: int) -> list[str]:
+def pending_records(s: Session, limit: int) -> list[tuple[str, str | None]]:
     """Tombstones whose Record may still be in the store (a crash between a batch's commit and
-    the Records' deletion), oldest first."""
+    the Records' deletion), oldest first: (run_id, the Record location its row kept)."""
     q = (
-        select(RunTombstone.run_id)
+        select(RunTombstone.run_id, RunTombstone.record_location)
         .where(RunTombstone.record_pending)
         .order_by(RunTombstone.pruned_at)
         .limit(limit)
     )
-    return list(s.execute(q).scalars())
+    return [(run_id, location) for run_id, location in s.execute(q).all()]
 
 
 def records_deleted(s: Session, run_ids: Sequence[str]) -> None:

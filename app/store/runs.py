@@ -78,6 +78,7 @@ def create_run(
     state: str,
     principal: str | None,
     token_name: str | None,
+    record_location: str,
     principal_self_declared: bool = False,
     assigned: list[dict[str, Any]] | None = None,
     reject: dict[str, Any] | None = None,
@@ -111,6 +112,7 @@ def create_run(
         "ledger_scope": contract.ledger_scope,
         "queue_timeout_seconds": contract.queue_timeout_seconds,
         "priority": contract.priority,
+        "record_location": record_location,
         "cause": cause,
         "new_leases": list(leases),
         "new_steps": list(steps),
@@ -153,6 +155,7 @@ def _create_statement(with_leases: bool, with_steps: bool) -> Select[Any]:
                     "ledger_scope",
                     "queue_timeout_seconds",
                     "priority",
+                    "record_location",
                 )
             }
             | {

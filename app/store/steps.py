@@ -11,7 +11,17 @@ from sqlalchemy.orm import Session, aliased
 from app.contract import is_valid_id
 from app.contract.types import StepDef
 from app.models import Lease, Node, Run, Step
-from app.states import ASKED, CLAIMED, DONE, FAILED, PENDING, RUNNING, SKIPPED, STEP_OPEN
+from app.states import (
+    ASKED,
+    CLAIMED,
+    DONE,
+    FAILED,
+    NODE_KINDS,
+    PENDING,
+    RUNNING,
+    SKIPPED,
+    STEP_OPEN,
+)
 from app.store import rowcount
 
 
@@ -250,6 +260,26 @@ def get_step(s: Session, run_id: str, seq: int) -> Step | None:
     return s.execute(
         select(Step).where(Step.run_id == run_id, Step.seq == seq)
     ).scalar_one_or_none()
+
+
+def share_claimed_step(s: Session, run_id: str, seq: int, attempt: int) -> bool:
+    """``SELECT … FOR SHARE`` of the step while it is CLAIMED in ``attempt`` and of a kind a node
+    runs: whether an upload of its artifacts may be written (SPEC §20.3). Taken after the run row
+    (``share_run``, SPEC §1 lock order) and held until the upload commits, so the step's result or
+    reset (an UPDATE of this row) waits for an upload begun before it, and an upload after it finds
+    the step no longer CLAIMED in that attempt."""
+    row = s.execute(
+        select(Step.seq)
+        .where(
+            Step.run_id == run_id,
+            Step.seq == seq,
+            Step.state == CLAIMED,
+            Step.attempt == attempt,
+            Step.kind.in_(NODE_KINDS),
+        )
+        .with_for_update(read=True)
+    ).first()
+    return row is not None
 
 
 def step_node(s: Session, run_id: str, seq: int) -> tuple[bool, str | None]:

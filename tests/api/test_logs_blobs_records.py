@@ -60,9 +60,10 @@ def boot_contract(run_id: str, **top: Any) -> dict[str, Any]:
 
 
 def placed(client: Any, run_id: str = "r1", node: str = "n1", **top: Any) -> None:
-    """A RUNNING run on ``node`` whose boot step is bound to it. Its agent would claim the step
-    first; logs and blobs do not depend on that, and a claim starts the process's LISTEN thread,
-    which costs every test a second at teardown, so most tests here leave it out."""
+    """A RUNNING run on ``node`` whose boot step is bound to it, not claimed yet: what the tests
+    of refusals and reads need. Uploads are taken only from the step that makes them, once its
+    node has claimed it (:func:`booting`); a claim starts the process's LISTEN thread, which costs
+    a test a second at teardown, so the tests that upload nothing leave it out."""
     advertise(client, node, cap("board"))
     submit(client, boot_contract(run_id, **top), 201)
 
@@ -133,7 +134,7 @@ def record_members(client: Any, run_id: str) -> dict[str, bytes | None]:
 
 
 def test_a_log_put_appends_and_answers_the_total_length(client):
-    placed(client)
+    booting(client)
 
     first = put_log(client, b"flashing\n")
     second = put_log(client, b"done\n")
@@ -144,7 +145,7 @@ def test_a_log_put_appends_and_answers_the_total_length(client):
 
 
 def test_a_log_is_capped_at_max_blob_bytes_then_carries_a_truncation_note(client):
-    placed(client)
+    booting(client)
     head = b"x" * (MAX_BLOB - 10)
     assert put_log(client, head).headers["X-Enode-Log-Bytes"] == str(MAX_BLOB - 10)
 
@@ -162,7 +163,7 @@ def test_a_log_is_capped_at_max_blob_bytes_then_carries_a_truncation_note(client
 
 
 def test_a_log_is_read_from_a_byte_offset(client):
-    placed(client)
+    booting(client)
     put_log(client, b"line one\nline two\n")
 
     tail = client.get("/v1/runs/r1/steps/1/log?from=9")
@@ -175,7 +176,7 @@ def test_a_log_is_read_from_a_byte_offset(client):
 
 
 def test_a_log_reply_is_at_most_1_mib_and_ends_at_a_newline(client):
-    placed(client)
+    booting(client)
     lines = b"".join(b"%099d\n" % i for i in range(11_000))  # 1,100,000 bytes, 100 a line
     assert put_log(client, lines).headers["X-Enode-Log-Bytes"] == str(len(lines))
 
@@ -261,7 +262,7 @@ def test_a_log_name_that_tries_to_escape_is_a_4xx_on_read(client):
 
 
 def test_a_blob_that_violates_its_schema_is_422_and_nothing_is_stored(client, sql, ctx):
-    placed(client)
+    booting(client)
 
     resp = client.put("/v1/runs/r1/steps/1/blob/result.json", data=b'{"ok": "yes"}')
 
@@ -273,7 +274,7 @@ def test_a_blob_that_violates_its_schema_is_422_and_nothing_is_stored(client, sq
 
 
 def test_a_blob_with_a_schema_that_is_not_json_is_422_and_nothing_is_stored(client, sql, ctx):
-    placed(client)
+    booting(client)
 
     resp = client.put("/v1/runs/r1/steps/1/blob/result.json", data=b"ok: true")
 
@@ -283,7 +284,7 @@ def test_a_blob_with_a_schema_that_is_not_json_is_422_and_nothing_is_stored(clie
 
 
 def test_a_valid_blob_is_204_and_stored_in_the_record_and_the_ledger(client, sql, ctx):
-    placed(client)
+    booting(client)
 
     resp = client.put("/v1/runs/r1/steps/1/blob/result.json", data=b'{"ok": true}')
 
@@ -302,7 +303,7 @@ def test_a_blob_over_max_blob_bytes_is_413_and_nothing_is_stored(client, sql, ct
 
 
 def test_a_blob_of_exactly_max_blob_bytes_is_stored_whole(client):
-    placed(client)
+    booting(client)
     data = b"b" * MAX_BLOB
 
     assert client.put("/v1/runs/r1/steps/1/blob/boot.bin", data=data).status_code == 204
@@ -311,7 +312,7 @@ def test_a_blob_of_exactly_max_blob_bytes_is_stored_whole(client):
 
 
 def test_a_blob_name_not_declared_in_the_step_out_is_stored_too(client, sql, ctx):
-    placed(client)
+    booting(client)
     attempt = scalar(sql, "select attempt from steps where run_id = 'r1' and seq = 1")
 
     resp = client.put("/v1/runs/r1/steps/1/blob/other.txt", data=b"x")
@@ -395,7 +396,7 @@ def test_a_blob_put_to_an_unknown_run_or_step_is_404(client, sql):
 
 
 def test_get_blob_returns_the_bytes_as_an_octet_stream(client):
-    placed(client)
+    booting(client)
     data = bytes(range(256)) * 4
     assert client.put("/v1/runs/r1/steps/1/blob/boot.bin", data=data).status_code == 204
 
@@ -636,7 +637,7 @@ def test_sealing_again_changes_nothing(client, ctx):
 
 
 def test_the_ledger_lists_each_stored_artifact_with_its_metadata(client, sql):
-    placed(client)
+    booting(client)
     assert (
         client.put("/v1/runs/r1/steps/1/blob/result.json", data=b'{"ok": true}').status_code == 204
     )
@@ -663,6 +664,8 @@ def test_a_work_scoped_ledger_lists_earlier_runs_of_the_same_work_first(client):
     submit(client, boot_contract("w2", work=work, ledger={"scope": "work"}), 201)
     other = {"id": {"system": "gerrit", "change_id": "9999"}}
     submit(client, boot_contract("x1", work=other), 201)
+    for node in ("n1", "n2", "n3"):
+        claimed(client, node)
     # The later run stores first: the order is by run (earlier runs first), not by time.
     assert client.put("/v1/runs/w2/steps/1/blob/boot.bin", data=b"2" * 2).status_code == 204
     assert client.put("/v1/runs/x1/steps/1/blob/boot.bin", data=b"3" * 3).status_code == 204
@@ -682,6 +685,8 @@ def test_a_run_scoped_ledger_lists_only_the_run_s_own_artifacts(client):
     advertise(client, "n2", cap("board"))
     submit(client, boot_contract("w1", work=work), 201)
     submit(client, boot_contract("w2", work=work), 201)
+    claimed(client, "n1")
+    claimed(client, "n2")
     assert client.put("/v1/runs/w1/steps/1/blob/boot.bin", data=b"1").status_code == 204
     assert client.put("/v1/runs/w2/steps/1/blob/boot.bin", data=b"22").status_code == 204
 

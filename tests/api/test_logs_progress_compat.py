@@ -44,6 +44,37 @@ def placed(client: Any, run_id: str = "r1") -> None:
     submit(client, contract(run_id, role("dut"), steps=steps), 201)
 
 
+def booting(client: Any) -> None:
+    """:func:`placed`, and n1 has claimed the boot step: uploads are taken only from the step
+    that makes them, while it is claimed."""
+    placed(client)
+    assert claimed(client, "n1")["name"] == "boot"
+
+
+def retried(client: Any, *, first_attempt: bytes | None = None) -> None:
+    """boot, then a check that loops back to it: the check fails once, so boot is claimed again
+    in attempt 1. ``first_attempt``: a progress chunk boot's attempt 0 sent while it ran."""
+    advertise(client, "n1", cap("board"))
+    steps = [
+        {"id": "boot", "uses": "dut", "run": ["boot-test"]},
+        {
+            "id": "check",
+            "uses": "dut",
+            "run": ["check"],
+            "loop": {"back_to": "boot", "max": 3, "until": {"exit_code": 0}},
+        },
+    ]
+    submit(client, contract("r1", role("dut"), steps=steps), 201)
+    assert claimed(client, "n1")["name"] == "boot"
+    if first_attempt is not None:
+        assert chunk(client, 0, first_attempt).status_code == 200
+    done(client, "r1", 1, "n1")
+    assert claimed(client, "n1")["name"] == "check"
+    assert done(client, "r1", 2, "n1", exit_code=1).get("rolled_back") is True
+    body = claimed(client, "n1")
+    assert (body["name"], body["attempt"]) == ("boot", 1)
+
+
 def chunk(client: Any, attempt: Any, data: bytes, *, seq: int = 1, name: str = "build") -> Any:
     """A progress chunk, as the agent's uploader sends it while the step runs."""
     return client.put(
@@ -63,8 +94,8 @@ def get_log(client: Any, offset: int = 0, *, seq: int = 1, name: str = "build") 
 
 
 def finish(client: Any) -> None:
-    """Claim the boot step, report it done: the run SUCCEEDS and is sealed."""
-    assert claimed(client, "n1")["name"] == "boot"
+    """The claimed boot step uploads its result and reports it done: the run SUCCEEDS and is
+    sealed."""
     assert client.put("/v1/runs/r1/steps/1/blob/result.json", data=b"{}").status_code == 204
     assert done(client, "r1", 1, "n1", produced=["result.json"])["run_state"] == "SUCCEEDED"
 
@@ -89,7 +120,7 @@ def attempt_of(sql: Any, seq: int, run_id: str = "r1") -> int:
 
 
 def test_a_progress_chunk_answers_its_total_and_attempt_and_is_not_the_log(client):
-    placed(client)
+    booting(client)
 
     resp = chunk(client, 0, b"compiling 1/3\n")
 
@@ -101,18 +132,18 @@ def test_a_progress_chunk_answers_its_total_and_attempt_and_is_not_the_log(clien
 
 
 def test_progress_chunks_of_one_attempt_are_appended(client):
-    placed(client)
+    retried(client)
 
-    first = chunk(client, 2, b"one\n")
-    second = chunk(client, 2, b"two\n")
+    first = chunk(client, 1, b"one\n")
+    second = chunk(client, 1, b"two\n")
 
     assert (first.headers["X-Enode-Log-Bytes"], second.headers["X-Enode-Log-Bytes"]) == ("4", "8")
-    assert second.headers["X-Enode-Log-Attempt"] == "2"
+    assert second.headers["X-Enode-Log-Attempt"] == "1"
     assert get_log(client).data == b"one\ntwo\n"
 
 
 def test_a_chunk_of_a_lower_attempt_is_discarded_with_the_current_headers(client):
-    placed(client)
+    retried(client)
     chunk(client, 1, b"new\n")
 
     late = chunk(client, 0, b"old old\n")
@@ -123,8 +154,7 @@ def test_a_chunk_of_a_lower_attempt_is_discarded_with_the_current_headers(client
 
 
 def test_a_chunk_of_a_higher_attempt_replaces_the_progress(client):
-    placed(client)
-    chunk(client, 0, b"attempt zero\n")
+    retried(client, first_attempt=b"attempt zero\n")
 
     newer = chunk(client, 1, b"one\n")
 
@@ -152,7 +182,7 @@ def test_a_progress_chunk_without_an_attempt_is_400(client):
 
 
 def test_progress_past_the_cap_keeps_whole_lines_then_a_cap_line_and_stops(client):
-    placed(client)
+    booting(client)
     head = b"x" * (MAX_BLOB - 10) + b"\n"
     chunk(client, 0, head)
 
@@ -171,21 +201,21 @@ def test_progress_past_the_cap_keeps_whole_lines_then_a_cap_line_and_stops(clien
 
 
 def test_before_the_seal_a_get_serves_the_progress_with_its_headers(client):
-    placed(client)
-    chunk(client, 3, b"live line\n")
+    retried(client)
+    chunk(client, 1, b"live line\n")
     final_log(client, b"what the step said\n")
 
     resp = get_log(client)
 
     assert resp.data == b"live line\n"
     assert resp.headers["X-Enode-Log-Source"] == "progress"
-    assert resp.headers["X-Enode-Log-Attempt"] == "3"
+    assert resp.headers["X-Enode-Log-Attempt"] == "1"
     assert resp.headers["X-Enode-Log-Bytes"] == "10"
     assert "X-Enode-Log-Capped" not in resp.headers
 
 
 def test_before_the_seal_without_progress_a_get_serves_the_appended_log(client):
-    placed(client)
+    booting(client)
     final_log(client, b"appended\n")
 
     resp = get_log(client)
@@ -196,7 +226,7 @@ def test_before_the_seal_without_progress_a_get_serves_the_appended_log(client):
 
 
 def test_after_the_seal_a_get_serves_the_sealed_log_and_the_progress_is_gone(client, ctx):
-    placed(client)
+    booting(client)
     chunk(client, 0, b"RAW TRANSCRIPT\n")
     final_log(client, b"final log\n")
 
@@ -217,7 +247,7 @@ def test_after_the_seal_a_get_serves_the_sealed_log_and_the_progress_is_gone(cli
 
 
 def test_a_get_from_an_offset_resumes_the_progress_and_keeps_its_total(client):
-    placed(client)
+    booting(client)
     chunk(client, 0, b"first\n")
     chunk(client, 0, b"second\n")
 
@@ -230,7 +260,7 @@ def test_a_get_from_an_offset_resumes_the_progress_and_keeps_its_total(client):
 
 
 def test_a_progress_longer_than_one_reply_is_read_in_slices_that_end_at_a_newline(client):
-    placed(client)
+    booting(client)
     lines = b"".join(b"%099d\n" % i for i in range(11_000))  # 1,100,000 bytes
     chunk(client, 0, lines)
 
@@ -243,7 +273,7 @@ def test_a_progress_longer_than_one_reply_is_read_in_slices_that_end_at_a_newlin
 
 
 def test_a_get_of_capped_progress_says_capped(client):
-    placed(client)
+    booting(client)
     chunk(client, 0, b"y" * MAX_BLOB)  # exactly the cap: not cut yet
     chunk(client, 0, b"z\n")
 
@@ -275,7 +305,7 @@ def test_a_get_of_a_step_the_run_does_not_have_is_200_with_no_bytes(client):
     ],
 )
 def test_an_append_waits_for_the_log_s_database_lock(app, client, db_url, put):
-    placed(client)
+    booting(client)
     other = psycopg.connect(to_libpq_url(db_url))
     try:
         other.execute(
@@ -300,7 +330,7 @@ def test_an_append_waits_for_the_log_s_database_lock(app, client, db_url, put):
 
 
 def test_an_undeclared_blob_is_stored_and_read_back_by_name(client, sql):
-    placed(client)
+    booting(client)
 
     status = put_blob(client, "r1", 1, "build-notes.txt", b"warnings: 3\n")
 
@@ -334,11 +364,12 @@ def test_cannot_left_by_one_attempt_is_read_by_the_next(client, sql):
     assert (resp.status_code, resp.data) == (200, b"the header is generated\n")
 
 
+SQL_NODE_OF = "select node_id from steps where run_id = 'r1' and seq = %s"
 BAD_UPLOAD_NAMES = ["a%0Ab", "tab%09here", "del%7F", "nul%00", "...", "x" * 201]
 
 
 def test_a_step_may_upload_any_valid_name_but_no_control_character_or_only_dots(client, sql, ctx):
-    placed(client)
+    booting(client)
 
     statuses = {name: put_blob(client, "r1", 1, name, b"x") for name in BAD_UPLOAD_NAMES}
     mediator_own = put_blob(client, "r1", 1, "_cannot", b"x")
@@ -362,7 +393,10 @@ def test_a_declared_name_resolves_only_among_the_steps_that_declare_it(client):
         {"id": "scan", "uses": "dut", "run": ["scan"], "out": ["scan.txt"]},
     ]
     submit(client, contract("r1", role("dut"), steps=steps), 201)
+    assert claimed(client, "n1")["name"] == "make"
     assert put_blob(client, "r1", 1, "report.json", b'{"v": 1}') == 204
+    done(client, "r1", 1, "n1", produced=["report.json"])
+    assert claimed(client, "n1")["name"] == "scan"
 
     stray = put_blob(client, "r1", 2, "report.json", b'{"v": 2}')
 
@@ -372,26 +406,30 @@ def test_a_declared_name_resolves_only_among_the_steps_that_declare_it(client):
 
 def test_an_undeclared_name_resolves_among_all_blobs_newest_attempt_and_seq_first(client, sql):
     advertise(client, "n1", cap("board"))
+    advertise(client, "n2", cap("board"))
     steps = [
         {"id": "prep", "uses": "dut", "run": ["prep"]},
         {
             "id": "build",
-            "uses": "dut",
+            "uses": "builder",
             "run": ["build"],
+            "needs": [],
             "loop": {"back_to": "prep", "max": 3, "until": {"exit_code": 0}},
         },
     ]
-    submit(client, contract("r1", role("dut"), steps=steps), 201)
+    submit(client, contract("r1", role("dut"), role("builder"), steps=steps), 201)
+    prep_node, build_node = (scalar(sql, SQL_NODE_OF, seq) for seq in (1, 2))
+    assert claimed(client, prep_node)["name"] == "prep"
+    assert claimed(client, build_node)["name"] == "build"
     # The later step stores first: the order is (attempt, seq), not the time of the upload.
     assert put_blob(client, "r1", 2, "notes.txt", b"build, first attempt") == 204
     assert put_blob(client, "r1", 1, "notes.txt", b"prep, first attempt") == 204
     first = client.get("/v1/runs/r1/blob/notes.txt").data
     before = attempt_of(sql, 1)
-    assert claimed(client, "n1")["name"] == "prep"
-    done(client, "r1", 1, "n1")
-    assert claimed(client, "n1")["name"] == "build"
-    assert done(client, "r1", 2, "n1", exit_code=1).get("rolled_back") is True
+    done(client, "r1", 1, prep_node)
+    assert done(client, "r1", 2, build_node, exit_code=1).get("rolled_back") is True
     assert attempt_of(sql, 1) == before + 1
+    assert claimed(client, prep_node)["name"] == "prep"
     assert put_blob(client, "r1", 1, "notes.txt", b"prep, second attempt") == 204
 
     again = client.get("/v1/runs/r1/blob/notes.txt").data

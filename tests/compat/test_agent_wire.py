@@ -70,6 +70,26 @@ def loop_contract(run_id: str = "loop-1") -> dict[str, Any]:
     )
 
 
+def retried_draft(
+    enode: EnodeClient, runctl: RunctlClient, *, first_attempt: bytes | None = None
+) -> dict[str, Any]:
+    """The loop contract run until draft is claimed again in attempt 1, as the agent drives it:
+    draft (streaming ``first_attempt`` as a progress chunk of attempt 0), its result, the check
+    failing, the claim of draft's next attempt. Returns that claimed step."""
+    node_up(enode)
+    submitted(runctl, loop_contract())
+    _, draft = claimed(enode)
+    if first_attempt is not None:
+        chunk = enode.put_log_chunk("loop-1", 1, "draft", 0, first_attempt)
+        assert chunk.status_code == 200, chunk.text
+    reported(enode, draft, exit_code=None, produced=[])
+    _, check = claimed(enode)
+    assert enode.report("loop-1", check["seq"], command_result(exit_code=1)).status_code == 200
+    _, again = claimed(enode)
+    assert (again["name"], again["attempt"]) == ("draft", 1)
+    return again
+
+
 def step_document(files: dict[str, bytes], seq: int, step_id: str) -> dict[str, Any]:
     return json.loads(files[f"steps/{seq:02d}-{step_id}.json"])
 
@@ -450,15 +470,13 @@ def test_progress_chunk_of_a_lower_attempt_is_discarded_with_the_current_headers
     """mirrors internal/enode/upload.go (uploader.run: when X-Enode-Log-Attempt is above its
     own attempt the uploader is stale and stops): a late chunk of an earlier attempt is 200,
     stores nothing, and says which attempt the progress belongs to (SPEC §19.4)."""
-    node_up(enode)
-    submitted(runctl, one_step())
-    claimed(enode)
-    enode.put_log_chunk("example-command", 1, "greet", 1, b"new\n")
-    late = enode.put_log_chunk("example-command", 1, "greet", 0, b"old old\n")
+    retried_draft(enode, runctl)
+    enode.put_log_chunk("loop-1", 1, "draft", 1, b"new\n")
+    late = enode.put_log_chunk("loop-1", 1, "draft", 0, b"old old\n")
     assert late.status_code == 200, late.text
     assert late.headers["X-Enode-Log-Attempt"] == "1"
     assert late.headers["X-Enode-Log-Bytes"] == "4"
-    assert runctl.step_log("example-command", 1, "greet").content == b"new\n"
+    assert runctl.step_log("loop-1", 1, "draft").content == b"new\n"
 
 
 def test_progress_chunk_of_a_higher_attempt_replaces_the_progress(
@@ -466,15 +484,12 @@ def test_progress_chunk_of_a_higher_attempt_replaces_the_progress(
 ) -> None:
     """mirrors internal/enode/upload.go (one uploader per step attempt, each counting from 0):
     the first chunk of a newer attempt starts the progress file afresh (SPEC §19.4)."""
-    node_up(enode)
-    submitted(runctl, one_step())
-    claimed(enode)
-    enode.put_log_chunk("example-command", 1, "greet", 0, b"attempt zero\n")
-    newer = enode.put_log_chunk("example-command", 1, "greet", 1, b"one\n")
+    retried_draft(enode, runctl, first_attempt=b"attempt zero\n")
+    newer = enode.put_log_chunk("loop-1", 1, "draft", 1, b"one\n")
     assert newer.status_code // 100 == 2, newer.text
     assert newer.headers["X-Enode-Log-Attempt"] == "1"
     assert newer.headers["X-Enode-Log-Bytes"] == "4"
-    assert runctl.step_log("example-command", 1, "greet").content == b"one\n"
+    assert runctl.step_log("loop-1", 1, "draft").content == b"one\n"
 
 
 def test_progress_chunk_with_a_negative_attempt_is_400(

@@ -26,9 +26,12 @@ from app.records import (
     LogState,
     RecordSealed,
     RecordStore,
+    check_location,
     check_name,
-    record_dir_name,
+    legacy_record_location,
+    record_location,
 )
+from app.records.interface import location_name
 from app.records.s3 import S3Records
 from tests.records.common import RUN, seal_example
 from tests.s3 import new_bucket, s3_client, shared_server
@@ -94,11 +97,11 @@ def _members(rec: RecordStore, run_id: str = RUN) -> dict[str, tarfile.TarInfo]:
         return {m.name: m for m in tar.getmembers()}
 
 
-def _files(rec: RecordStore, run_id: str = RUN) -> dict[str, bytes]:
+def _files(rec: RecordStore, location: str = RUN) -> dict[str, bytes]:
     """The files of the run's Record as its tar holds them, by path inside the Record."""
-    top = "run-" + record_dir_name(run_id)
+    top = "run-" + location_name(location)
     out: dict[str, bytes] = {}
-    data = b"".join(rec.tar_stream(run_id))
+    data = b"".join(rec.tar_stream(location))
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
         for m in tar.getmembers():
             assert m.name == top or m.name.startswith(top + "/"), m.name
@@ -152,10 +155,64 @@ def test_check_name_refuses_anything_else(bad: str) -> None:
         check_name(bad)
 
 
-def test_record_dir_name_plain_and_distinct() -> None:
-    assert record_dir_name("run-abc_1.2:x@y") == "run-abc_1.2:x@y"
-    assert record_dir_name("a/b") != record_dir_name("a\\b")
-    assert record_dir_name("a/b") == record_dir_name("a/b")
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def test_a_plain_run_id_is_its_record_location() -> None:
+    assert record_location("run-abc.1.2:x@y") == "run-abc.1.2:x@y"
+    assert record_location("x" * 120) == "x" * 120
+
+
+@pytest.mark.parametrize(
+    "run_id",
+    ["a/b", "a\\b", "..", ".hidden", "x" * 121, "under_score", "_h", "run-" + "0" * 40, "ü", "a\n"],
+)
+def test_any_other_run_id_is_hashed_whole_under_h(run_id: str) -> None:
+    assert record_location(run_id) == "_h/" + _sha256(run_id)
+
+
+def test_no_new_location_is_where_the_old_rule_put_a_hashed_record() -> None:
+    """The old rule hashed a long id to ``run-`` and 40 hex digits, which is a plain run id too:
+    a run by that name is hashed now, so it never writes into the old Record."""
+    long_id = "long-" + "x" * 150
+    old = legacy_record_location(long_id)
+    assert old == "run-" + _sha256(long_id)[:40]
+    assert record_location(old) != old
+    assert legacy_record_location("plain-1") == record_location("plain-1") == "plain-1"
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "",
+        ".",
+        "..",
+        "a/b",
+        "../x",
+        ".hidden",
+        "_h",
+        "_x",
+        "_h/" + "0" * 63,
+        "_h/" + "G" * 64,
+        "_h/../x",
+        "x" * 121,
+        "a\x00b",
+        "plain\n",
+        "_h/" + "0" * 64 + "\n",
+    ],
+)
+def test_a_location_that_could_leave_the_root_is_a_value_error(
+    store: RecordStore, bad: str
+) -> None:
+    with pytest.raises(ValueError):
+        check_location(bad)
+    with pytest.raises(ValueError):
+        store.open(bad, {})
+    with pytest.raises(ValueError):
+        store.put_blob(bad, 1, 0, "b", b"x")
+    with pytest.raises(ValueError):
+        store.exists(bad)
 
 
 BAD_NAMES = ["", ".", "..", "a/b", "../x", "/abs", "a\\b", "..\\x", "a\x00b"]
@@ -199,15 +256,17 @@ def test_a_bad_seq_or_attempt_is_a_value_error(rec: RecordStore, seq: Any) -> No
 
 
 def test_odd_run_ids_each_get_their_own_record(store: RecordStore) -> None:
-    run_ids = ["../escape", "a/../../b", "..", "z" * 300]
-    for i, run_id in enumerate(run_ids):
-        store.open(run_id, {"run_id": run_id})
-        store.append_log(run_id, 1, "s", b"%d" % i, 10)
-        store.put_blob(run_id, 1, 1, "b", b"%d" % i)
-    for i, run_id in enumerate(run_ids):
-        assert store.exists(run_id)
-        assert store.read_blob(run_id, 1, 1, "b") == b"%d" % i
-        assert _log(store, 1, "s", run_id) == b"%d" % i
+    run_ids = ["../escape", "a/../../b", "..", "z" * 300, "run-" + _sha256("z" * 300)[:40]]
+    locations = [record_location(run_id) for run_id in run_ids]
+    assert len(set(locations)) == len(run_ids)
+    for i, where in enumerate(locations):
+        store.open(where, {"run_id": run_ids[i]})
+        store.append_log(where, 1, "s", b"%d" % i, 10)
+        store.put_blob(where, 1, 1, "b", b"%d" % i)
+    for i, where in enumerate(locations):
+        assert store.exists(where)
+        assert store.read_blob(where, 1, 1, "b") == b"%d" % i
+        assert _log(store, 1, "s", where) == b"%d" % i
 
 
 # -- open / exists -------------------------------------------------------------------------------
@@ -615,7 +674,7 @@ def test_tar_stream(rec: RecordStore) -> None:
     assert max(len(c) for c in chunks) < len(big)  # really streamed, never the whole archive
     data = b"".join(chunks)
     assert len(data) % tarfile.RECORDSIZE == 0
-    top = "run-" + record_dir_name(RUN)
+    top = "run-" + RUN
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
         members = {m.name: m for m in tar.getmembers()}
         dirs = {n for n, m in members.items() if m.isdir()}
@@ -633,10 +692,11 @@ def test_tar_stream(rec: RecordStore) -> None:
 
 def test_tar_stream_hashed_dir_name(store: RecordStore) -> None:
     rid = "weird/../id"
-    store.open(rid, {"run_id": rid})
-    seal_example(store, rid)
-    names = list(_members(store, rid))
-    top = "run-" + record_dir_name(rid)
+    where = record_location(rid)
+    store.open(where, {"run_id": rid})
+    seal_example(store, where)
+    names = list(_members(store, where))
+    top = "run-" + _sha256(rid)
     assert top in names
     assert all(n == top or n.startswith(top + "/") for n in names)
     assert all(".." not in n.split("/") for n in names)

@@ -17,7 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from app.records import FilesystemRecords, RecordSealed, record_dir_name, write_atomic
+from app.records import (
+    FilesystemRecords,
+    RecordSealed,
+    check_location,
+    legacy_record_location,
+    record_location,
+    write_atomic,
+)
 from tests.records.common import RUN, seal_example
 
 
@@ -36,20 +43,22 @@ def _mode(p: Path) -> int:
     return stat.S_IMODE(os.lstat(p).st_mode)
 
 
-# -- record_dir_name / open / exists ------------------------------------------------------------
+# -- record locations / open / exists ------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
     "run_id",
     ["a/b", "../../etc", "..", ".", ".hidden", "x" * 500, "a\x00b", "a\\b", "", "ü/..", "/abs"],
 )
-def test_record_dir_name_stays_inside_root(tmp_path: Path, run_id: str) -> None:
+def test_a_record_location_stays_inside_root(tmp_path: Path, run_id: str) -> None:
     r = FilesystemRecords(tmp_path)
-    name = record_dir_name(run_id)
-    assert "/" not in name and "\x00" not in name and name not in {".", ".."}
-    assert len(name) <= 120
-    assert r.path(run_id).parent == tmp_path
-    assert r.path(run_id).resolve().parent == tmp_path.resolve()
+    for location in (record_location(run_id), legacy_record_location(run_id)):
+        assert check_location(location) == location
+        assert "\x00" not in location and not {".", ".."} & set(location.split("/"))
+        assert len(location.rpartition("/")[2]) <= 120
+        assert r.path(location).resolve().is_relative_to(tmp_path.resolve())
+    assert r.path(record_location(run_id)).parent == tmp_path / "_h"
+    assert r.path(legacy_record_location(run_id)).parent == tmp_path
 
 
 def test_open_and_exists(tmp_path: Path) -> None:
@@ -115,7 +124,7 @@ def test_concurrent_appends_processes(rec: FilesystemRecords) -> None:
 
 def test_progress_lives_beside_the_record_never_inside_it(rec: FilesystemRecords) -> None:
     rec.put_progress(RUN, 1, "build.step", 2, b"hello\n", 1000)
-    d = rec.root / ".progress" / record_dir_name(RUN)
+    d = rec.root / ".progress" / RUN
     assert rec.progress_path(RUN) == d
     assert [p.name for p in d.iterdir()] == ["01-build.step.2.log"]
     assert (d / "01-build.step.2.log").read_bytes() == b"hello\n"
@@ -254,12 +263,14 @@ def test_path_escape_rejected(rec: FilesystemRecords, bad: str) -> None:
 def test_odd_run_id_writes_stay_inside_root(tmp_path: Path) -> None:
     r = FilesystemRecords(tmp_path / "root")
     for run_id in ["../escape", "a/../../b", "..", "z" * 300]:
-        r.open(run_id, {"run_id": run_id})
-        r.append_log(run_id, 1, "s", b"x", 10)
-        r.put_blob(run_id, 1, 1, "b", b"x")
-        assert r.read_blob(run_id, 1, 1, "b") == b"x"
+        where = record_location(run_id)
+        r.open(where, {"run_id": run_id})
+        r.append_log(where, 1, "s", b"x", 10)
+        r.put_blob(where, 1, 1, "b", b"x")
+        assert r.read_blob(where, 1, 1, "b") == b"x"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["root"]
-    assert len(list((tmp_path / "root").iterdir())) == 4
+    assert [p.name for p in (tmp_path / "root").iterdir()] == ["_h"]
+    assert len(list((tmp_path / "root" / "_h").iterdir())) == 4
 
 
 # -- seal ----------------------------------------------------------------------------------------
@@ -378,7 +389,7 @@ def test_tar_stream_mirrors_the_directory_on_disk(rec: FilesystemRecords) -> Non
     assert max(len(c) for c in chunks) < len(big)  # really streamed, never the whole archive
     data = b"".join(chunks)
     assert len(data) % tarfile.RECORDSIZE == 0
-    top = "run-" + record_dir_name(RUN)
+    top = "run-" + RUN
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
         members = {m.name: m for m in tar.getmembers()}
         expected = {top} | {f"{top}/{p.relative_to(d).as_posix()}" for p in d.rglob("*")}
@@ -408,7 +419,7 @@ def test_tar_stream_is_byte_for_byte_what_tarfile_writes_for_the_directory(
     d = rec.path(RUN)
     os.link(d / "blobs" / "01.1-big.bin", d / "blobs" / "02.1-same-file")  # a hard link
     seal_example(rec)
-    top = "run-" + record_dir_name(RUN)
+    top = "run-" + RUN
     want = io.BytesIO()
     with tarfile.open(fileobj=want, mode="w|", format=tarfile.PAX_FORMAT) as tar:
         tar.add(d, arcname=top)
@@ -431,7 +442,7 @@ def test_tar_stream_skips_symlinks_and_special_files(
     rec.put_blob(RUN, 1, 1, "real", b"kept")
     data = b"".join(rec.tar_stream(RUN))
     assert b"not in the record" not in data
-    top = "run-" + record_dir_name(RUN)
+    top = "run-" + RUN
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
         names = tar.getnames()
     assert names == [
