@@ -6,12 +6,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import jsonschema
 from sqlalchemy.orm import Session
 
 from app.context import Caller, Context
 from app.contract import parse_json
 from app.contract.fields import has_control_character
+from app.contract.violations import schema_violation
 from app.errors import BadRequest, Forbidden, Gone, NotFound, NotSealed, Unprocessable
 from app.logs import log
 from app.models import Run, Step
@@ -116,17 +116,6 @@ def read_log(ctx: Context, run_id: str, seq: int, name: str, offset: int) -> Log
         return LogView(progress[0], progress[1], PROGRESS)
     data, state = ctx.records.log_slice(run_id, seq, name, offset)
     return LogView(data, state, PROGRESS)
-
-
-def schema_violation(schema: dict[str, Any], doc: Any) -> str | None:
-    """``schema violation: <path>: <message>`` for the first error by path, else None."""
-    validator = jsonschema.Draft202012Validator(schema)
-    errors = sorted(validator.iter_errors(doc), key=lambda e: list(map(str, e.absolute_path)))
-    if not errors:
-        return None
-    err = errors[0]
-    path = "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.absolute_path)
-    return f"schema violation: {path}: {err.message}"
 
 
 def store_blob(
