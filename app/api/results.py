@@ -264,7 +264,8 @@ def get_log(run_id: str, seq: str) -> Response:
     **operation(
         {204: empty_reply("stored, as the step's current attempt")},
         {
-            400: "seq is not a positive integer, or the name holds a control character",
+            400: "seq is not a positive integer, or the name holds a control or Unicode format "
+            "character",
             404: "no such run or step, or a name no artifact can have",
             410: "the run has already finished",
             413: "body over max_blob_bytes",

@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from app.context import Caller, Context
 from app.contract import parse_json
-from app.contract.fields import has_control_character
+from app.contract.fields import has_control_character, has_format_character
 from app.contract.violations import schema_violation
 from app.errors import BadRequest, Forbidden, Gone, NotFound, NotSealed, Unprocessable
 from app.logs import log
@@ -149,20 +149,24 @@ def store_blob(
 def is_upload_name(name: str) -> bool:
     """A name a step may upload under (SPEC §19.5): one file name of at most 200 bytes, ``_cannot``
     and other names no contract may declare included, but no separator, control character (C0,
-    DEL, C1: a newline would split the name's line in the sealed Record's SHA256SUMS) or name of
-    only dots."""
+    DEL, C1: a newline would split the name's line in the sealed Record's SHA256SUMS), Unicode
+    format character (a bidi override would disguise it, SPEC §20.6) or name of only dots."""
     try:
         check_name(name)
     except ValueError:
         return False
-    return name.strip(".") != "" and not has_control_character(name)
+    return (
+        name.strip(".") != "" and not has_control_character(name) and not has_format_character(name)
+    )
 
 
 def check_upload_name(name: str) -> None:
-    """A control character is a 400 naming ``name``, like a bad log ``?name=`` (SPEC §18); any
-    other name no upload may have names nothing: 404 (SPEC §13)."""
+    """A control or format character is a 400 naming ``name``, like a bad log ``?name=`` (SPEC
+    §18, §20.6); any other name no upload may have names nothing: 404 (SPEC §13)."""
     if has_control_character(name):
         raise BadRequest(f"name must not contain a control character, got {name!r}")
+    if has_format_character(name):
+        raise BadRequest(f"name must not contain a Unicode format character, got {name!r}")
     if not is_upload_name(name):
         raise NotFound("not a valid artifact name")
 
