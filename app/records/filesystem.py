@@ -411,10 +411,13 @@ class FilesystemRecords:
             write_atomic(path, data)
         return hashlib.sha256(data).hexdigest()
 
-    def read_blob(self, run_id: str, seq: int, attempt: int, name: str) -> bytes | None:
+    def read_blob(
+        self, run_id: str, seq: int, attempt: int, name: str, limit: int | None = None
+    ) -> bytes | None:
         path = self._blob_path(run_id, seq, attempt, name)
         try:
-            return path.read_bytes()
+            with open(path, "rb") as f:
+                return f.read() if limit is None else f.read(limit)
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             return None
 

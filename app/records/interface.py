@@ -89,8 +89,11 @@ class RecordStore(Protocol):
         """Store a blob whole (readers see the old bytes or the new); returns its sha256 hex."""
         ...
 
-    def read_blob(self, run_id: str, seq: int, attempt: int, name: str) -> bytes | None:
-        """The blob's bytes, or None when there is none."""
+    def read_blob(
+        self, run_id: str, seq: int, attempt: int, name: str, limit: int | None = None
+    ) -> bytes | None:
+        """The blob's bytes, or None when there is none; with ``limit``, at most that many from its
+        start, and nothing past them is read."""
         ...
 
     def seal(

@@ -534,8 +534,24 @@ class S3Records:
         return digest
 
     @_guarded
-    def read_blob(self, run_id: str, seq: int, attempt: int, name: str) -> bytes | None:
-        return self._read(self._blob_key(run_id, seq, attempt, name))
+    def read_blob(
+        self, run_id: str, seq: int, attempt: int, name: str, limit: int | None = None
+    ) -> bytes | None:
+        key = self._blob_key(run_id, seq, attempt, name)
+        if limit is None:
+            return self._read(key)
+        if limit <= 0:
+            return b"" if self._head(key) is not None else None
+        try:
+            body = self._get(key, Range=f"bytes=0-{limit - 1}")["Body"]
+        except ClientError as exc:
+            if _missing(exc):
+                return None
+            if _status(exc) == 416:  # no byte in the range: the object is empty
+                return b""
+            raise
+        with contextlib.closing(body):
+            return cast(bytes, body.read(limit))
 
     # -- seal ----------------------------------------------------------------------------------
 

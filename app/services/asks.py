@@ -58,7 +58,10 @@ def _shown(ctx: Context, s: Any, run_id: str, name: str) -> dict[str, Any]:
     """An artifact inlined for the answerer: a JSON value as itself, anything else (or anything
     over 32 KiB, then cut and marked ``truncated``) as a string (SPEC §10, §19.7)."""
     blob = newest_blob(s, run_id, name)
-    data = ctx.records.read_blob(run_id, blob.seq, blob.attempt, name) if blob else None
+    # One byte past the limit tells a cut artifact from one of exactly 32 KiB; nothing past it is
+    # read, however large the artifact (SPEC §20.6).
+    limit = SHOWN_LIMIT + 1
+    data = ctx.records.read_blob(run_id, blob.seq, blob.attempt, name, limit) if blob else None
     if data is None:
         return {"name": name, "missing": True}
     if len(data) > SHOWN_LIMIT:

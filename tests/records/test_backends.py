@@ -529,6 +529,21 @@ def test_put_and_read_blob(rec: RecordStore) -> None:
     assert rec.read_blob(RUN, 1, 2, "empty") == b""
 
 
+def test_a_blob_read_with_a_limit_gives_at_most_that_many_bytes_from_its_start(
+    rec: RecordStore,
+) -> None:
+    # What the asks inbox shows of an artifact: never more than its first 32 KiB are read.
+    body = bytes(range(256)) * 200  # 51,200 bytes
+    rec.put_blob(RUN, 1, 0, "boot.log", body)
+    rec.put_blob(RUN, 1, 0, "empty", b"")
+
+    assert rec.read_blob(RUN, 1, 0, "boot.log", limit=32 * 1024 + 1) == body[: 32 * 1024 + 1]
+    assert rec.read_blob(RUN, 1, 0, "boot.log", limit=len(body) + 10) == body
+    assert rec.read_blob(RUN, 1, 0, "boot.log", limit=1) == body[:1]
+    assert rec.read_blob(RUN, 1, 0, "empty", limit=100) == b""
+    assert rec.read_blob(RUN, 1, 0, "missing", limit=100) is None
+
+
 # -- seal ----------------------------------------------------------------------------------------
 
 
