@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from sqlalchemy.orm import Session
 
@@ -12,15 +12,31 @@ from app.context import Caller, Context
 from app.contract import parse_json
 from app.contract.fields import has_control_character, has_format_character
 from app.contract.violations import schema_violation
-from app.errors import BadRequest, Forbidden, Gone, NotFound, NotSealed, Unprocessable
+from app.errors import (
+    BadRequest,
+    Forbidden,
+    Gone,
+    NotFound,
+    NotSealed,
+    PayloadTooLarge,
+    Unprocessable,
+)
 from app.logs import log
-from app.models import Run, Step
+from app.models import LogFile, Run, Step
 from app.records import LogState, RecordSealed, RecordStoreUnavailable, check_name
 from app.services.tx import retrying
 from app.states import RUN_FINISHED
 from app.store.blobs import blobs_of_runs, earlier_runs_of_work, newest_blob, record_blob
+from app.store.files import (
+    add_run_bytes,
+    add_step_file,
+    blob_bytes,
+    get_log_file,
+    lock_run_for_files,
+    record_log_file,
+)
 from app.store.logs import lock_log
-from app.store.runs import get_run, mark_sealed, run_events, share_run, try_lock_seal
+from app.store.runs import get_run, mark_sealed, run_events, try_lock_seal
 from app.store.steps import get_step, steps_with_labels
 from app.wire import ts
 
@@ -41,8 +57,6 @@ def authorise_node(caller: Caller, step: Step) -> None:
         raise Forbidden(f"token may not act for node {step.node_id}")
 
 
-T = TypeVar("T")
-
 PROGRESS = "progress"
 SEALED = "sealed"
 
@@ -58,29 +72,62 @@ class LogView:
 
 
 def _write_log(
-    ctx: Context, run_id: str, seq: int, name: str, caller: Caller, write: Callable[[], T]
-) -> T:
-    """``write`` into the step's log (or its progress) in a short transaction that holds the
-    log's advisory lock: appends to one (run, seq, name) from every process and host take their
-    turn there, never by a lock of this process alone (SPEC §19.4)."""
+    ctx: Context,
+    run_id: str,
+    seq: int,
+    name: str,
+    caller: Caller,
+    kind: str,
+    write: Callable[[LogFile | None, int], LogState],
+) -> LogState:
+    """``write`` into the step's log (``kind`` ``log``) or its progress (``progress``) in a short
+    transaction that holds the run's row and the log's advisory lock: appends to one (run, seq,
+    name) from every process and host take their turn there, never by a lock of this process
+    alone (SPEC §19.4). ``write`` is given the file as it was last written (None: the step has
+    no such file yet) and the bytes the run may still store; the file's new length is counted in
+    the same transaction (SPEC §20.6). A file the step may not have (past
+    ``records.max_step_files``) is not made: the reply is an empty log, capped."""
     with ctx.db.begin() as s:
-        share_run(s, run_id)  # the end of the run waits for this write (SPEC §11)
-        run, step = _run_and_step(s, run_id, seq)
+        run = lock_run_for_files(s, run_id)  # the end of the run waits for this write (SPEC §11)
+        if run is None:
+            raise NotFound(f"no such run: {run_id}")
+        step = get_step(s, run_id, seq)
+        if step is None:
+            raise NotFound(f"no such step: {run_id}#{seq:02d}")
         authorise_node(caller, step)
         if run.state in RUN_FINISHED:
             raise Gone()
         lock_log(s, run_id, seq, name)
+        known = get_log_file(s, run_id, seq, kind, name)
+        if known is None and not add_step_file(
+            s, run_id, seq, ctx.config["records.max_step_files"]
+        ):
+            return LogState(0, 0, True)
+        room = max(0, ctx.config["records.max_run_bytes"] - run.stored_bytes)
         try:
-            return write()
+            state = write(known, room)
         except RecordSealed:
             raise Gone() from None  # the run ended and was sealed since we looked
+        before = known.bytes if known is not None else 0
+        record_log_file(s, run_id, seq, kind, name, attempt=state.attempt, size=state.total)
+        add_run_bytes(s, run_id, state.total - before)
+        return state
 
 
-def append_log(ctx: Context, run_id: str, seq: int, name: str, data: bytes, caller: Caller) -> int:
-    """Append to the step's log (cap ``max_blob_bytes``, then a note); the log's total length."""
+def append_log(
+    ctx: Context, run_id: str, seq: int, name: str, data: bytes, caller: Caller
+) -> LogState:
+    """Append to the step's log, cut with a note at ``max_blob_bytes`` or where the run's files
+    reach ``records.max_run_bytes`` (SPEC §11, §20.6); the log's state after the append."""
     cap = ctx.config["max_blob_bytes"]
     return _write_log(
-        ctx, run_id, seq, name, caller, lambda: ctx.records.append_log(run_id, seq, name, data, cap)
+        ctx,
+        run_id,
+        seq,
+        name,
+        caller,
+        "log",
+        lambda _known, room: ctx.records.append_log(run_id, seq, name, data, cap, room),
     )
 
 
@@ -89,16 +136,17 @@ def put_progress(
 ) -> LogState:
     """A progress chunk of ``attempt`` (SPEC §19.4): kept apart from the log for live viewing and
     dropped at the seal; a chunk of an attempt older than the stored progress changes nothing.
-    The state of the progress that is kept (which attempt it is, its length, its cap)."""
+    The progress is capped at ``max_blob_bytes`` or where the run's files reach
+    ``records.max_run_bytes``: a chunk of a newer attempt may use the room of the progress it
+    replaces. The state of the progress that is kept (which attempt it is, its length, its cap)."""
     limit = ctx.config["max_blob_bytes"]
-    return _write_log(
-        ctx,
-        run_id,
-        seq,
-        name,
-        caller,
-        lambda: ctx.records.put_progress(run_id, seq, name, attempt, data, limit),
-    )
+
+    def write(known: LogFile | None, room: int) -> LogState:
+        if known is not None and attempt > known.attempt:
+            room += known.bytes  # the older attempt's file goes
+        return ctx.records.put_progress(run_id, seq, name, attempt, data, limit, room)
+
+    return _write_log(ctx, run_id, seq, name, caller, "progress", write)
 
 
 def read_log(ctx: Context, run_id: str, seq: int, name: str, offset: int) -> LogView:
@@ -193,16 +241,36 @@ def put_blob(ctx: Context, run_id: str, seq: int, name: str, data: bytes, caller
         if problem:
             raise Unprocessable(problem)
         schema_ok = True
-    try:
-        with ctx.db.begin() as s:
-            locked = share_run(s, run_id)  # the end of the run waits for this write (SPEC §11)
-            if locked is None or locked.state in RUN_FINISHED:
-                raise Gone()
+    with ctx.db.begin() as s:
+        locked = lock_run_for_files(s, run_id)  # the end of the run waits for this write (SPEC §11)
+        if locked is None or locked.state in RUN_FINISHED:
+            raise Gone()
+        _count_blob(s, ctx, locked, seq, step.attempt, name, len(data))
+        try:
             store_blob(
                 s, ctx, run, seq, step.attempt, name, data, by=step.node_id, schema_ok=schema_ok
             )
-    except RecordSealed:
-        raise Gone() from None  # the run ended and was sealed since we looked
+        except RecordSealed:
+            raise Gone() from None  # the run ended and was sealed since we looked
+
+
+def _count_blob(
+    s: Session, ctx: Context, run: Run, seq: int, attempt: int, name: str, size: int
+) -> None:
+    """Count an upload against the caps (SPEC §20.6) in the transaction that stores it, under the
+    run's row: a new (attempt, name) is one more file of the step; the run's bytes grow by what
+    the upload adds to the blob it replaces. Over either cap: 413, and nothing is stored."""
+    before = blob_bytes(s, run.run_id, seq, attempt, name)
+    limit = ctx.config["records.max_step_files"]
+    if before is None and not add_step_file(s, run.run_id, seq, limit):
+        raise PayloadTooLarge(
+            f"step {seq} of run {run.run_id} would have more than records.max_step_files ({limit})"
+        )
+    cap = ctx.config["records.max_run_bytes"]
+    if not add_run_bytes(s, run.run_id, size - (before or 0), cap):
+        raise PayloadTooLarge(
+            f"run {run.run_id} would store more than records.max_run_bytes ({cap} bytes)"
+        )
 
 
 def get_blob(ctx: Context, run_id: str, name: str) -> bytes:
