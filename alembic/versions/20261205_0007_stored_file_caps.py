@@ -9,7 +9,7 @@ records them, whichever process or host serves it (SPEC §20.6).
 Runs that have not finished are given the counts of the blobs their steps stored already (uploads
 only: the Mediator's own answers and acquire results are written ``by`` a principal or
 ``mediator`` on steps of kind ask or acquire, which no node uploads to). Their logs were never
-measured in the database: they are counted from their next append on.
+measured in the database: the next append to each counts it whole, as a file and in bytes.
 
 Revision ID: 0007
 Revises: 0006

@@ -79,6 +79,7 @@ def _write_log(
     caller: Caller,
     kind: str,
     write: Callable[[LogFile | None, int], LogState],
+    attempt: int = 0,
 ) -> LogState:
     """``write`` into the step's log (``kind`` ``log``) or its progress (``progress``) in a short
     transaction that holds the run's row and the log's advisory lock: appends to one (run, seq,
@@ -86,7 +87,7 @@ def _write_log(
     alone (SPEC §19.4). ``write`` is given the file as it was last written (None: the step has
     no such file yet) and the bytes the run may still store; the file's new length is counted in
     the same transaction (SPEC §20.6). A file the step may not have (past
-    ``records.max_step_files``) is not made: the reply is an empty log, capped."""
+    ``records.max_step_files``) is not made: the reply is an empty log of ``attempt``, capped."""
     with ctx.db.begin() as s:
         run = lock_run_for_files(s, run_id)  # the end of the run waits for this write (SPEC §11)
         if run is None:
@@ -102,7 +103,7 @@ def _write_log(
         if known is None and not add_step_file(
             s, run_id, seq, ctx.config["records.max_step_files"]
         ):
-            return LogState(0, 0, True)
+            return LogState(0, attempt, True)
         room = max(0, ctx.config["records.max_run_bytes"] - run.stored_bytes)
         try:
             state = write(known, room)
@@ -146,7 +147,7 @@ def put_progress(
             room += known.bytes  # the older attempt's file goes
         return ctx.records.put_progress(run_id, seq, name, attempt, data, limit, room)
 
-    return _write_log(ctx, run_id, seq, name, caller, "progress", write)
+    return _write_log(ctx, run_id, seq, name, caller, "progress", write, attempt)
 
 
 def read_log(ctx: Context, run_id: str, seq: int, name: str, offset: int) -> LogView:
