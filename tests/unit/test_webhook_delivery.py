@@ -226,3 +226,83 @@ def test_a_full_queue_logs_only_the_scheme_and_host_of_the_url_it_drops(logs):
     [line] = [e for e in logs if e["event"] == "webhook dropped: the queue is full"]
     assert line["url"] == "https://hooks.example.com"
     assert "T0KEN" not in repr(logs) and "s3cret" not in repr(logs)
+
+
+def self_signed_for_127_0_0_1(directory: Any) -> tuple[str, str]:
+    """A certificate for 127.0.0.1 that signs itself, and its key: (cert path, key path)."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = directory / "hook.pem", directory / "hook.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return str(cert_path), str(key_path)
+
+
+def test_a_webhook_to_an_https_url_is_delivered_over_tls_to_a_certificate_it_trusts(
+    endpoints, logs, tmp_path, monkeypatch
+):
+    import ssl
+
+    cert, key = self_signed_for_127_0_0_1(tmp_path)
+    monkeypatch.setenv("SSL_CERT_FILE", cert)  # the trust store of the default TLS context
+    hook = Endpoint()
+    endpoints.append(hook)
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(cert, key)
+    hook.server.socket = tls.wrap_socket(hook.server.socket, server_side=True)
+
+    deliver(hook.origin.replace("http://", "https://") + "/hooks", {"event": "run", "n": 1})
+
+    assert hook.requests == [("POST", "/hooks")]
+    assert hook.bodies == [{"event": "run", "n": 1}]
+    assert failures(logs) == []
+
+
+def test_a_webhook_to_an_https_url_with_a_certificate_it_does_not_trust_is_not_delivered(
+    endpoints, logs, tmp_path
+):
+    import ssl
+
+    cert, key = self_signed_for_127_0_0_1(tmp_path)
+    hook = Endpoint()
+    endpoints.append(hook)
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(cert, key)
+    hook.server.socket = tls.wrap_socket(hook.server.socket, server_side=True)
+    origin = hook.origin.replace("http://", "https://")
+
+    deliver(origin + "/hooks", {"event": "run"})
+
+    assert hook.requests == []
+    [line] = failures(logs)
+    assert (line["url"], line["error"]) == (origin, "SSLCertVerificationError")
