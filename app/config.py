@@ -130,6 +130,10 @@ KEYS: tuple[Key, ...] = (
     Key("records.s3.bucket", None, _str),
     Key("records.s3.prefix", None, _str),
     Key("records.s3.endpoint_url", None, _str),
+    # What the steps of one run may store, at most (SPEC §20.6): bytes of every file a node
+    # uploaded (logs, their progress, blobs), and distinct files of one step.
+    Key("records.max_run_bytes", 1 << 30, _int, _at_least_one),
+    Key("records.max_step_files", 1000, _int, _at_least_one),
     Key("max_blob_bytes", 10 * 1024 * 1024, _int, _positive),
     Key("max_body_bytes", 1024 * 1024, _int, _positive),
     Key("claim.long_poll_seconds", 30.0, _float, _not_negative),

@@ -36,6 +36,9 @@ NAMING = {
     "pk": "pk_%(table_name)s",
 }
 
+# The two files a step's log name may have: the appended log and its progress (SPEC §19.4).
+LOG_KINDS = ("log", "progress")
+
 RUNS_PKEY = "pk_runs"
 TOMBSTONES_PKEY = "pk_run_tombstones"  # also what the trigger names when it refuses a pruned id
 LEASES_PKEY = "pk_leases"
@@ -123,6 +126,9 @@ class Run(Base):
     # SPEC §20.2: where the run's Record lives, chosen once at creation; NULL for runs created
     # before it was kept here, whose Record is where the old rule put it (``location_of``).
     record_location: Mapped[str | None] = mapped_column(Text)
+    # SPEC §20.6: bytes of the files the run's steps stored (blobs, logs, progress), at most
+    # ``records.max_run_bytes``; what the Mediator writes itself is not counted.
+    stored_bytes: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
     created_at: Mapped[datetime] = mapped_column(server_default=func.now())
     promoted_at: Mapped[datetime | None] = mapped_column()
     ended_at: Mapped[datetime | None] = mapped_column()
@@ -192,6 +198,9 @@ class Step(Base):
     answered_by: Mapped[str | None] = mapped_column(Text)
     # SPEC §20.5: the token's name when answered_by is a principal self-declared under it.
     answered_by_declared_token: Mapped[str | None] = mapped_column(Text)
+    # SPEC §20.6: distinct files the step stored (each blob's (attempt, name), each log, each
+    # progress of a name), at most ``records.max_step_files``.
+    stored_files: Mapped[int] = mapped_column(Integer, server_default=text("0"))
     asked_at: Mapped[datetime | None] = mapped_column()
     ask_deadline: Mapped[datetime | None] = mapped_column()
     started_at: Mapped[datetime | None] = mapped_column()
@@ -279,6 +288,25 @@ class Blob(Base):
     schema_ok: Mapped[bool | None] = mapped_column(Boolean)
 
     __table_args__ = (Index("ix_blobs_work_id", "work_id", "at"),)
+
+
+class LogFile(Base):
+    """A log of a step, or its progress (``kind``), as last written: its length (what the run's
+    ``stored_bytes`` counts for it) and, for progress, the attempt it holds (SPEC §19.4, §20.6).
+    A row is the step's file: the first append of a (kind, name) makes it."""
+
+    __tablename__ = "log_files"
+
+    run_id: Mapped[str] = mapped_column(
+        Text, ForeignKey("runs.run_id", ondelete="CASCADE"), primary_key=True
+    )
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True)
+    kind: Mapped[str] = mapped_column(Text, primary_key=True)
+    name: Mapped[str] = mapped_column(Text, primary_key=True)
+    attempt: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    bytes: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
+
+    __table_args__ = (CheckConstraint(_in("kind", LOG_KINDS), name="kind"),)
 
 
 class RunTombstone(Base):

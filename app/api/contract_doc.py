@@ -17,6 +17,8 @@ from typing import Any
 
 from marshmallow import INCLUDE, RAISE, Schema, fields, validate
 
+from app.contract.fields import FORMAT_CHARACTERS
+
 MAX_INT = 2**31 - 1  # integers of a contract fit a PostgreSQL integer
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
@@ -31,11 +33,9 @@ def _capability() -> list[validate.Validator]:
 
 def _artifact() -> list[validate.Validator]:
     # 1-200 characters, not starting with "_" (the Mediator's own), no separator, NUL or other
-    # control character: it becomes a file name in the Record.
-    return [
-        validate.Length(min=1, max=200),
-        validate.Regexp(r"^[^_/\\\x00-\x1f\x7f-\x9f][^/\\\x00-\x1f\x7f-\x9f]*$"),
-    ]
+    # control character, no Unicode format character: it becomes a file name in the Record.
+    refused = r"/\\\x00-\x1f\x7f-\x9f" + FORMAT_CHARACTERS
+    return [validate.Length(min=1, max=200), validate.Regexp(f"^[^_{refused}][^{refused}]*$")]
 
 
 _TERM = r"([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|\u00b5s|\u03bcs|ms|s|m|h|d)"

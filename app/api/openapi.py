@@ -17,6 +17,7 @@ from flask_smorest import Api
 
 from app.api.contract_doc import OneOf
 from app.api.schemas import ErrorBodySchema
+from app.contract.fields import FORMAT_CHARACTERS
 
 BEARER = "bearer"
 # A route open by default that a configuration key can close to any valid token (/metrics).
@@ -31,9 +32,9 @@ UPLOAD_NAME_SCHEMA = {
     "type": "string",
     "minLength": 1,
     "maxLength": 200,
-    # One file name: no separator and no control character (400); one of only dots, or of more
-    # than 200 bytes, names nothing (404).
-    "pattern": r"^[^/\\\x00-\x1f\x7f-\x9f]+$",
+    # One file name: no separator, control character or Unicode format character (400); one of
+    # only dots, or of more than 200 bytes, names nothing (404).
+    "pattern": r"^[^/\\\x00-\x1f\x7f-\x9f" + FORMAT_CHARACTERS + "]+$",
 }
 # A log's ?name=: the id grammar, but not "." or ".."; empty is the default, "step".
 LOG_NAME_SCHEMA = {

@@ -49,7 +49,7 @@ _LOG_NAME = {
 }
 _LOG_BYTES = header("the log file's whole length in bytes (the next from=)", {"type": "integer"})
 _LOG_ATTEMPT = header("the attempt the bytes belong to", {"type": "integer"}, required=False)
-_LOG_CAPPED = header("1 once the cap cut the file", {"type": "string", "enum": ["1"]}, False)
+_LOG_CAPPED = header("1 once a cap cut the file", {"type": "string", "enum": ["1"]}, False)
 
 
 def _seq(text: str) -> int:
@@ -166,7 +166,9 @@ def post_result(body: dict[str, Any], run_id: str, seq: str) -> dict[str, Any]:
             200: empty_reply(
                 "appended to the log; with progress=1, a progress chunk kept apart from the log "
                 "until the seal (a chunk of an older attempt than the stored one changes "
-                "nothing), answered with X-Enode-Log-Attempt (the attempt kept)",
+                "nothing), answered with X-Enode-Log-Attempt (the attempt kept). A cap "
+                "(max_blob_bytes, records.max_run_bytes, records.max_step_files) cuts the file "
+                "and sets X-Enode-Log-Capped",
                 {
                     "X-Enode-Log-Bytes": _LOG_BYTES,
                     "X-Enode-Log-Attempt": _LOG_ATTEMPT,
@@ -209,7 +211,10 @@ def put_log(run_id: str, seq: str) -> Response:
     body = _blob_body()
     resp = Response(status=200)
     if attempt is None:
-        resp.headers["X-Enode-Log-Bytes"] = str(append_log(ctx(), run_id, n, name, body, caller()))
+        state = append_log(ctx(), run_id, n, name, body, caller())
+        resp.headers["X-Enode-Log-Bytes"] = str(state.total)
+        if state.capped:  # cut at max_blob_bytes or at the run's records.max_run_bytes
+            resp.headers["X-Enode-Log-Capped"] = "1"
     else:
         _state_headers(resp, put_progress(ctx(), run_id, n, name, attempt, body, caller()))
     return resp
@@ -271,12 +276,14 @@ def get_log(run_id: str, seq: str) -> Response:
     **operation(
         {204: empty_reply("stored, as the step's current attempt")},
         {
-            400: "seq is not a positive integer, or the name holds a control character",
+            400: "seq is not a positive integer, or the name holds a control or Unicode format "
+            "character",
             404: "no such run or step, or a name no artifact can have",
             409: "step is not claimed: the step is not a run or agent step CLAIMED by its node "
             "(answers and acquire outcomes are written by the Mediator only)",
             410: "the run has already finished",
-            413: "body over max_blob_bytes",
+            413: "body over max_blob_bytes, or the run's files would pass records.max_run_bytes "
+            "or the step's records.max_step_files (nothing stored)",
             422: "schema violation: the step's schema for that name refuses the bytes",
         },
         roles=_NODE,

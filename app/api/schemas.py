@@ -8,33 +8,38 @@ from typing import Any
 
 from marshmallow import EXCLUDE, RAISE, Schema, fields, pre_load, validate
 
+from app.contract.fields import FORMAT_CHARACTERS
+
 NAME = [validate.Length(min=1, max=200), validate.Regexp(r"^[A-Za-z0-9._:@-]+$")]
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 INT64_ERROR = "must be a signed 64-bit integer, got {input}"
 CAPABILITY = [validate.Length(min=1, max=200), validate.Regexp(r"^[a-z][a-z0-9._-]*$")]
 
 
-_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+_REPLACED = re.compile(f"[\x00\ud800-\udfff{FORMAT_CHARACTERS}]")
 
 
-def without_nul(value: Any) -> Any:
+def replaced_text(value: Any) -> Any:
     """Every NUL in the strings of a JSON value (keys included) as U+FFFD (SPEC §19.3), and every
-    lone surrogate (JSON's ``"\\ud800"``) too: PostgreSQL can store neither."""
+    lone surrogate (JSON's ``"\\ud800"``) too: PostgreSQL can store neither. Every Unicode format
+    character as well (SPEC §20.6): a bidi override in a label or an error would make the text
+    shown to people read otherwise than it is."""
     if isinstance(value, str):
-        return _UNSTORABLE.sub("\ufffd", value)
+        return _REPLACED.sub("\ufffd", value)
     if isinstance(value, list):
-        return [without_nul(v) for v in value]
+        return [replaced_text(v) for v in value]
     if isinstance(value, dict):
-        return {without_nul(k): without_nul(v) for k, v in value.items()}
+        return {replaced_text(k): replaced_text(v) for k, v in value.items()}
     return value
 
 
 class AgentBody(Schema):
-    """What a node agent sends is never refused for its text: a NUL becomes U+FFFD first."""
+    """What a node agent sends is never refused for its text: a NUL or a format character becomes
+    U+FFFD first."""
 
     @pre_load
-    def _without_nul(self, data: Any, **_: Any) -> Any:
-        return without_nul(data)
+    def _replaced_text(self, data: Any, **_: Any) -> Any:
+        return replaced_text(data)
 
 
 class CapabilitySchema(Schema):

@@ -28,6 +28,17 @@ DURATION_RULE = 'a duration like "30m" or "4h"'
 
 _NAME_RE = re.compile(r"[A-Za-z0-9._:@-]{1,200}")
 _CONTROL_RE = re.compile("[\x00-\x1f\x7f-\x9f]")  # C0, DEL and C1
+# Unicode's format characters (category Cf, as of Unicode 15.1; a test checks them against the
+# running Python's own table): bidi controls such as U+202E, zero-width characters, the BOM, tags.
+# The characters themselves, not escapes, so that one string serves Python's ``re`` and the
+# ECMAScript patterns of the OpenAPI document alike.
+FORMAT_CHARACTERS = (
+    "\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e\u200b-\u200f"
+    "\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000110bd\U000110cd"
+    "\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001"
+    "\U000e0020-\U000e007f"
+)
+_FORMAT_RE = re.compile(f"[{FORMAT_CHARACTERS}]")
 _SURROGATE_RE = re.compile("[\ud800-\udfff]")  # only a lone one survives json.loads
 _CAPABILITY_RE = re.compile(r"[a-z][a-z0-9._-]{0,199}")
 # One term of a duration as Go's time.ParseDuration reads it ("1.5h", "250ms", ".5s"), plus the
@@ -205,6 +216,12 @@ def has_control_character(text: str) -> bool:
     return _CONTROL_RE.search(text) is not None
 
 
+def has_format_character(text: str) -> bool:
+    """Whether ``text`` holds a Unicode format character (category Cf): in a name it would show
+    one file and be another (``report\u202etxt.exe`` reads as ``reportexe.txt``; SPEC §20.6)."""
+    return _FORMAT_RE.search(text) is not None
+
+
 def _is_safe_file_name(name: str) -> bool:
     return (
         1 <= len(name) <= MAX_NAME
@@ -217,8 +234,14 @@ def _is_safe_file_name(name: str) -> bool:
 def is_artifact_name(name: object) -> bool:
     # Artifact names become file names in the Record: they must not escape its directory (SPEC §13),
     # and names starting with "_" are the Mediator's own (SPEC §3). A control character would
-    # split the name's line in the sealed Record's SHA256SUMS (a newline) or hide in a listing.
-    return isinstance(name, str) and _is_safe_file_name(name) and not has_control_character(name)
+    # split the name's line in the sealed Record's SHA256SUMS (a newline) or hide in a listing, and
+    # a format character would disguise it (SPEC §20.6).
+    return (
+        isinstance(name, str)
+        and _is_safe_file_name(name)
+        and not has_control_character(name)
+        and not has_format_character(name)
+    )
 
 
 def check_artifact_names(value: object, path: str) -> list[str]:
@@ -231,6 +254,8 @@ def check_artifact_names(value: object, path: str) -> list[str]:
             )
         if has_control_character(name):
             fail(f"{path}[{i}] must not contain a control character, got {quote(name)}")
+        if has_format_character(name):
+            fail(f"{path}[{i}] must not contain a Unicode format character, got {quote(name)}")
     return names
 
 

@@ -63,6 +63,29 @@ def _note(cap: int) -> bytes:
     return b"\n[mediator: log truncated at %d bytes]\n" % cap
 
 
+def needs_note_check(size: int, cap: int, budget: int | None) -> bool:
+    """Whether a log of ``size`` bytes may end with the truncation note already: past its cap, or
+    cut before by a budget (which leaves it anywhere below the cap)."""
+    return size > cap or budget is not None
+
+
+def log_chunk(size: int, data: bytes, cap: int, budget: int | None) -> tuple[bytes, bool]:
+    """What an append of ``data`` writes to a log of ``size`` bytes that does not end with the
+    note, and whether it cuts the log: all of it while it fits under ``cap`` and within ``budget``
+    more bytes (None: no budget); else what fits, then the note naming where the log was cut."""
+    limit = cap if budget is None else min(cap, size + max(0, budget))
+    room = max(0, limit - size)
+    if len(data) <= room:
+        return data, False
+    return data[:room] + _note(limit), True
+
+
+def progress_limit(size: int, limit: int, budget: int | None) -> int:
+    """Where a progress file of ``size`` bytes is capped: ``limit``, or ``budget`` more bytes
+    when that comes first."""
+    return limit if budget is None else min(limit, size + max(0, budget))
+
+
 def _capped_line(limit: int) -> bytes:
     return b'{"type":"enode.capped","bytes":%d}\n' % limit
 
@@ -273,9 +296,11 @@ class FilesystemRecords:
 
     # -- logs ----------------------------------------------------------------------------------
 
-    def append_log(self, location: str, seq: int, name: str, data: bytes, cap: int) -> int:
-        """Append to ``logs/NN-<name>.log`` up to ``cap`` bytes, then one truncation note; later
-        appends write nothing. Returns the log's total length after this append."""
+    def append_log(
+        self, location: str, seq: int, name: str, data: bytes, cap: int, budget: int | None = None
+    ) -> LogState:
+        """Append to ``logs/NN-<name>.log`` up to ``cap`` bytes and at most ``budget`` more, then
+        one truncation note; later appends write nothing. Returns the log's state after it."""
         path = self._log_path(location, seq, name)
         data = bytes(data)
         with self._writing(location):
@@ -284,24 +309,20 @@ class FilesystemRecords:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
                 size = os.fstat(fd).st_size
-                if size > cap:
+                if size and needs_note_check(size, cap, budget):
                     rfd = os.open(path, os.O_RDONLY)
                     try:
-                        start = max(0, size - _NOTE_TAIL)
-                        tail = os.pread(rfd, size - start, start)
+                        tail, _ = _tail(rfd, size, _NOTE_TAIL)
                     finally:
                         os.close(rfd)
                     if _NOTE_RE.search(tail):
-                        return size  # already truncated
-                if not data:
-                    return size
-                room = max(0, cap - size)
-                out = data if len(data) <= room else data[:room] + _note(cap)
+                        return LogState(size, 0, True)  # already truncated
+                out, capped = log_chunk(size, data, cap, budget)
                 view = memoryview(out)
                 while view:
                     n = os.write(fd, view)
                     view = view[n:]
-                return size + len(out)
+                return LogState(size + len(out), 0, capped)
             finally:
                 os.close(fd)
 
@@ -333,12 +354,20 @@ class FilesystemRecords:
     # -- progress (SPEC §19.4) -------------------------------------------------------------------
 
     def put_progress(
-        self, location: str, seq: int, name: str, attempt: int, data: bytes, limit: int
+        self,
+        location: str,
+        seq: int,
+        name: str,
+        attempt: int,
+        data: bytes,
+        limit: int,
+        budget: int | None = None,
     ) -> LogState:
         """A chunk of ``attempt``'s progress of (seq, name). The first chunk of a higher attempt
         writes a new file atomically and removes the older ones; later chunks of that attempt are
         appended in one write each (readers see a prefix, bounded by the size they looked at); a
-        chunk of a lower attempt writes nothing.
+        chunk of a lower attempt writes nothing. The file is capped at ``limit`` bytes, or at
+        ``budget`` more than it holds when that comes first.
 
         The shared lock on the Record directory keeps the seal (which drops every progress file)
         out; an exclusive ``flock`` on the run's progress directory orders writers on every host
@@ -352,12 +381,19 @@ class FilesystemRecords:
             fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
-                return self._put_progress_locked(location, seq, name, attempt, data, limit)
+                return self._put_progress_locked(location, seq, name, attempt, data, limit, budget)
             finally:
                 os.close(fd)
 
     def _put_progress_locked(
-        self, location: str, seq: int, name: str, attempt: int, data: bytes, limit: int
+        self,
+        location: str,
+        seq: int,
+        name: str,
+        attempt: int,
+        data: bytes,
+        limit: int,
+        budget: int | None,
     ) -> LogState:
         files = self._progress_files(location, seq, name)
         current = max(files, default=None)
@@ -365,7 +401,7 @@ class FilesystemRecords:
             state = self._progress_state(files[current], current)
             return state if state is not None else LogState(0, current, False)
         if current is None or attempt > current:
-            body = _progress_chunk(0, True, data, limit)
+            body = _progress_chunk(0, True, data, progress_limit(0, limit, budget))
             path = self.progress_path(location) / f"{seq:02d}-{name}.{attempt}.log"
             write_atomic(path, body)  # 0600, as mkstemp makes it: a raw transcript
             for older, p in files.items():
@@ -383,7 +419,8 @@ class FilesystemRecords:
                 os.close(rfd)
             if _ends_capped(tail, at_start):
                 return LogState(size, attempt, True)  # capped: it never grows again
-            out = _progress_chunk(size, tail.endswith(b"\n"), data, limit)
+            cap = progress_limit(size, limit, budget)
+            out = _progress_chunk(size, tail.endswith(b"\n"), data, cap)
             view = memoryview(out)
             while view:
                 n = os.write(fd, view)
@@ -445,10 +482,13 @@ class FilesystemRecords:
             write_atomic(path, data)
         return hashlib.sha256(data).hexdigest()
 
-    def read_blob(self, location: str, seq: int, attempt: int, name: str) -> bytes | None:
+    def read_blob(
+        self, location: str, seq: int, attempt: int, name: str, limit: int | None = None
+    ) -> bytes | None:
         path = self._blob_path(location, seq, attempt, name)
         try:
-            return path.read_bytes()
+            with open(path, "rb") as f:
+                return f.read() if limit is None else f.read(limit)
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             return None
 

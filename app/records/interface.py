@@ -66,9 +66,13 @@ class RecordStore(Protocol):
         """Whether the run has a Record (a rejected submit has none)."""
         ...
 
-    def append_log(self, location: str, seq: int, name: str, data: bytes, cap: int) -> int:
-        """Append to the step's log up to ``cap`` bytes, then one truncation note; returns the
-        log's total length after this append."""
+    def append_log(
+        self, location: str, seq: int, name: str, data: bytes, cap: int, budget: int | None = None
+    ) -> LogState:
+        """Append to the step's log up to ``cap`` bytes and at most ``budget`` more than it holds
+        (None: no budget), then one truncation note naming where it was cut; a log that ends with
+        the note takes nothing more. Returns the log's state after this append: its total length,
+        attempt 0, and whether the note ends it."""
         ...
 
     def read_log(
@@ -86,12 +90,20 @@ class RecordStore(Protocol):
         ...
 
     def put_progress(
-        self, location: str, seq: int, name: str, attempt: int, data: bytes, limit: int
+        self,
+        location: str,
+        seq: int,
+        name: str,
+        attempt: int,
+        data: bytes,
+        limit: int,
+        budget: int | None = None,
     ) -> LogState:
         """Store a progress chunk of the step's log, kept apart from the appended log and never
-        sealed. Chunks of one attempt are appended, up to ``limit`` bytes of whole lines, then one
-        cap line; a chunk of a higher attempt than the stored progress starts it afresh; a chunk
-        of a lower attempt is dropped. Returns the state of the progress that is kept."""
+        sealed. Chunks of one attempt are appended, up to ``limit`` bytes of whole lines (or
+        ``budget`` bytes more than the file holds, when that comes first), then one cap line; a
+        chunk of a higher attempt than the stored progress starts it afresh; a chunk of a lower
+        attempt is dropped. Returns the state of the progress that is kept."""
         ...
 
     def read_progress(
@@ -105,8 +117,11 @@ class RecordStore(Protocol):
         """Store a blob whole (readers see the old bytes or the new); returns its sha256 hex."""
         ...
 
-    def read_blob(self, location: str, seq: int, attempt: int, name: str) -> bytes | None:
-        """The blob's bytes, or None when there is none."""
+    def read_blob(
+        self, location: str, seq: int, attempt: int, name: str, limit: int | None = None
+    ) -> bytes | None:
+        """The blob's bytes, or None when there is none; with ``limit``, at most that many from its
+        start, and nothing past them is read."""
         ...
 
     def seal(

@@ -51,9 +51,11 @@ from app.records.filesystem import (
     SUMS,
     _ends_capped,
     _json_bytes,
-    _note,
     _num,
     _progress_chunk,
+    log_chunk,
+    needs_note_check,
+    progress_limit,
     sums_line,
 )
 from app.records.interface import (
@@ -393,8 +395,11 @@ class S3Records:
     # -- logs ----------------------------------------------------------------------------------
 
     @_guarded
-    def append_log(self, location: str, seq: int, name: str, data: bytes, cap: int) -> int:
-        """A new chunk object holding what fits under ``cap`` (then one truncation note)."""
+    def append_log(
+        self, location: str, seq: int, name: str, data: bytes, cap: int, budget: int | None = None
+    ) -> LogState:
+        """A new chunk object holding what fits under ``cap`` and ``budget`` (then one truncation
+        note)."""
         prefix = self._chunk_prefix(location, seq, name)
         data = bytes(data)
         with self._lock(prefix):
@@ -402,20 +407,20 @@ class S3Records:
             for _ in range(_COLLISIONS):
                 chunks = self._numbered(prefix, writing=True)
                 size = sum(c[2] for c in chunks)
-                tail = self._tail(chunks, size) if size > cap else b""
-                if size > cap and _NOTE_RE.search(tail[-_NOTE_TAIL:]):
-                    return size  # already truncated
+                check = needs_note_check(size, cap, budget)
+                tail = self._tail(chunks, size) if check else b""
+                if check and _NOTE_RE.search(tail[-_NOTE_TAIL:]):
+                    return LogState(size, 0, True)  # already truncated
                 if not data:
-                    return size
-                room = max(0, cap - size)
-                out = data if len(data) <= room else data[:room] + _note(cap)
+                    return LogState(size, 0, False)
+                out, capped = log_chunk(size, data, cap, budget)
                 number = chunks[-1][0] + 1 if chunks else 1
                 key = f"{prefix}{number:0{_DIGITS}d}"
                 if self._create(key, out):
                     self._written(prefix, key, len(out))
-                    if size > cap:
-                        self._keep_tail(key, tail + out)
-                    return size + len(out)
+                    if check:
+                        self._keep_tail(key, tail + out)  # ``tail`` ended where ``out`` begins
+                    return LogState(size + len(out), 0, capped)
         raise RecordStoreUnavailable("record store unavailable: log appends kept colliding")
 
     def _log_pieces(self, location: str, seq: int, name: str) -> list[tuple[int, str, int]]:
@@ -464,7 +469,14 @@ class S3Records:
 
     @_guarded
     def put_progress(
-        self, location: str, seq: int, name: str, attempt: int, data: bytes, limit: int
+        self,
+        location: str,
+        seq: int,
+        name: str,
+        attempt: int,
+        data: bytes,
+        limit: int,
+        budget: int | None = None,
     ) -> LogState:
         _num(attempt, "attempt")
         prefix = self._progress_prefix(location, seq, name)
@@ -477,7 +489,7 @@ class S3Records:
                 if current is not None and attempt < current:
                     return self._progress_state(by_attempt[current], current)
                 if current is None or attempt > current:
-                    body = _progress_chunk(0, True, data, limit)
+                    body = _progress_chunk(0, True, data, progress_limit(0, limit, budget))
                     first = f"{prefix}{attempt:0{_DIGITS}d}/{1:0{_DIGITS}d}"
                     if not self._create(first, body):
                         continue
@@ -492,7 +504,8 @@ class S3Records:
                 tail = self._tail(chunks, size)
                 if _ends_capped(tail, start == 0):
                     return LogState(size, attempt, True)  # capped: it never grows again
-                out = _progress_chunk(size, tail.endswith(b"\n"), data, limit)
+                cap = progress_limit(size, limit, budget)
+                out = _progress_chunk(size, tail.endswith(b"\n"), data, cap)
                 if not out:
                     return LogState(size, attempt, False)
                 key = f"{prefix}{attempt:0{_DIGITS}d}/{chunks[-1][0] + 1:0{_DIGITS}d}"
@@ -538,8 +551,24 @@ class S3Records:
         return digest
 
     @_guarded
-    def read_blob(self, location: str, seq: int, attempt: int, name: str) -> bytes | None:
-        return self._read(self._blob_key(location, seq, attempt, name))
+    def read_blob(
+        self, location: str, seq: int, attempt: int, name: str, limit: int | None = None
+    ) -> bytes | None:
+        key = self._blob_key(location, seq, attempt, name)
+        if limit is None:
+            return self._read(key)
+        if limit <= 0:
+            return b"" if self._head(key) is not None else None
+        try:
+            body = self._get(key, Range=f"bytes=0-{limit - 1}")["Body"]
+        except ClientError as exc:
+            if _missing(exc):
+                return None
+            if _status(exc) == 416:  # no byte in the range: the object is empty
+                return b""
+            raise
+        with contextlib.closing(body):
+            return cast(bytes, body.read(limit))
 
     # -- seal ----------------------------------------------------------------------------------
 

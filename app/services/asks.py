@@ -6,21 +6,23 @@ from typing import Any
 
 from app.context import Caller, Context
 from app.contract import parse_json
+from app.contract.violations import schema_violation
 from app.errors import BadRequest, Conflict, Forbidden, Unprocessable
-from app.models import Run
+from app.models import Run, Step
 from app.services.execution import Picture
 from app.services.finish import finish_reply
 from app.services.notify import AfterCommit
-from app.services.records import record_of, schema_violation, store_blob
+from app.services.records import record_of, store_blob
 from app.services.results import complete_step
 from app.services.tx import retrying
 from app.states import ASKED, RUNNING
 from app.store.blobs import newest_blob
-from app.store.runs import lock_run
-from app.store.steps import lock_steps, open_asks
+from app.store.runs import get_run, lock_run
+from app.store.steps import get_step, lock_steps, open_asks
 from app.wire import ts
 
 SHOWN_LIMIT = 32 * 1024
+NOT_AWAITING = "step is not awaiting an answer"
 
 
 NOT_AN_ANSWERER = "principal is not an allowed answerer"
@@ -73,7 +75,12 @@ def _shown(ctx: Context, s: Any, run: Run, name: str) -> dict[str, Any]:
     """An artifact inlined for the answerer: a JSON value as itself, anything else (or anything
     over 32 KiB, then cut and marked ``truncated``) as a string (SPEC §10, §19.7)."""
     blob = newest_blob(s, run.run_id, name)
-    data = ctx.records.read_blob(record_of(run), blob.seq, blob.attempt, name) if blob else None
+    # One byte past the limit tells a cut artifact from one of exactly 32 KiB; nothing past it is
+    # read, however large the artifact (SPEC §20.6).
+    limit = SHOWN_LIMIT + 1
+    data = (
+        ctx.records.read_blob(record_of(run), blob.seq, blob.attempt, name, limit) if blob else None
+    )
     if data is None:
         return {"name": name, "missing": True}
     if len(data) > SHOWN_LIMIT:
@@ -86,28 +93,46 @@ def _shown(ctx: Context, s: Any, run: Run, name: str) -> dict[str, Any]:
         return {"name": name, "content": data.decode("utf-8", "replace")}
 
 
+def _awaiting(run: Run | None, st: Step | None, caller: Caller) -> Step:
+    """The step, when it awaits an answer that ``caller`` may give: 409, then 403 (SPEC §10)."""
+    if run is None or run.state != RUNNING or st is None or st.kind != "ask" or st.state != ASKED:
+        raise Conflict(NOT_AWAITING)
+    refused = answer_refused(st.spec["ask"].get("answerers"), caller)
+    if refused:
+        raise Forbidden(refused)
+    return st
+
+
+def _answer_schema(st: Step) -> dict[str, Any] | None:
+    return (st.spec.get("schema") or {}).get(st.spec["out"][0])
+
+
+def _validated(ctx: Context, run_id: str, seq: int, doc: Any, caller: Caller) -> None:
+    """The answer against the ask's schema, before any transaction opens (SPEC §20.4): however
+    long validating a large answer takes, no row is locked meanwhile. The step is read without a
+    lock, so the checks of the transaction come again under it; the schema is part of the step's
+    spec, which never changes."""
+    with ctx.db.read() as s:
+        run = get_run(s, run_id)
+        st = get_step(s, run_id, seq) if run is not None else None
+        schema = _answer_schema(_awaiting(run, st, caller))
+    if schema is not None:
+        problem = schema_violation(schema, doc)
+        if problem:
+            raise Unprocessable(problem)  # nothing stored; the ask stays open
+
+
 @retrying
 def _answer(
-    ctx: Context, run_id: str, seq: int, doc: Any, raw: bytes, caller: Caller, after: AfterCommit
+    ctx: Context, run_id: str, seq: int, raw: bytes, caller: Caller, after: AfterCommit
 ) -> dict[str, Any]:
-    not_waiting = Conflict("step is not awaiting an answer")
     with ctx.db.begin() as s:
         run = lock_run(s, run_id)
         if run is None or run.state != RUNNING:
-            raise not_waiting
+            raise Conflict(NOT_AWAITING)
         pic = Picture(run, lock_steps(s, run_id))
-        st = pic.steps.get(seq)
-        if st is None or st.kind != "ask" or st.state != ASKED:
-            raise not_waiting
-        refused = answer_refused(st.spec["ask"].get("answerers"), caller)
-        if refused:
-            raise Forbidden(refused)
+        st = _awaiting(run, pic.steps.get(seq), caller)
         name = st.spec["out"][0]
-        schema = (st.spec.get("schema") or {}).get(name)
-        if schema is not None:
-            problem = schema_violation(schema, doc)
-            if problem:
-                raise Unprocessable(problem)  # nothing stored; the ask stays open
         store_blob(
             s,
             ctx,
@@ -117,7 +142,7 @@ def _answer(
             name,
             raw,
             by=caller.by,
-            schema_ok=True if schema is not None else None,
+            schema_ok=True if _answer_schema(st) is not None else None,
             by_declared_token=caller.declared_token,
         )
         return complete_step(
@@ -138,6 +163,7 @@ def _answer(
 
 def answer(ctx: Context, run_id: str, seq: int, raw: bytes, caller: Caller) -> dict[str, Any]:
     doc = parse_json(raw)  # raw is bounded by max_blob_bytes already (413, SPEC §10)
+    _validated(ctx, run_id, seq, doc, caller)
     after = AfterCommit()
-    reply = _answer(ctx, run_id, seq, doc, raw, caller, after)
+    reply = _answer(ctx, run_id, seq, raw, caller, after)
     return finish_reply(ctx, after, reply)

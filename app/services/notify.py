@@ -11,11 +11,14 @@ import copy
 import json
 import os
 import queue
+import re
+import socket
+import ssl
 import threading
 import time
-import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from app.context import Context
 from app.listener import CLAIM_CHANNEL, claim_payload
@@ -36,23 +39,97 @@ def notify_claimable(ctx: Context, nodes: set[str]) -> None:
         log.warning("claim notification failed", nodes=len(nodes))
 
 
-def _post(url: str, body: dict[str, Any], timeout: float) -> None:
-    req = urllib.request.Request(
-        url,
-        data=json.dumps(body).encode(),
-        method="POST",
-        headers={"Content-Type": "application/json"},
-    )
+def webhook_origin(url: str) -> str:
+    """The scheme and host (and port) of a webhook URL: all a log line may name of it (SPEC
+    §20.7). Its path and query often carry the receiver's secret, and so may its user info."""
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            resp.read(1024)
+        parts = urlsplit(url)
+        host, port = parts.hostname or "", parts.port
+    except ValueError:
+        return "(not a URL)"
+    if ":" in host:
+        host = f"[{host}]"
+    return f"{parts.scheme}://{host}" + (f":{port}" if port is not None else "")
+
+
+class _Deadline:
+    """The time left of one delivery: every blocking step of it (connect, TLS handshake, send, each
+    read) waits at most that long, so an endpoint that answers a byte at a time cannot stretch a
+    delivery past it, as it could a timeout that each byte starts afresh."""
+
+    def __init__(self, seconds: float) -> None:
+        self._end = time.monotonic() + seconds
+
+    def left(self) -> float:
+        remaining = self._end - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError("webhook deadline passed")
+        return remaining
+
+
+_STATUS_LINE = re.compile(rb"HTTP/1\.[01] ([0-9]{3})[ \r]")
+_MAX_STATUS_LINE = 1024
+
+
+def _deliver(url: str, data: bytes, seconds: float) -> int:
+    """POST ``data`` to ``url`` and return the status of the answer, all within ``seconds``.
+
+    Nothing but the status line is read, and nothing is followed: a redirect is just a status
+    here, and no proxy variable of the environment is consulted (SPEC §20.7) — a webhook goes to
+    the host its URL names, or nowhere."""
+    deadline = _Deadline(seconds)
+    parts = urlsplit(url)
+    host = parts.hostname
+    if parts.scheme not in {"http", "https"} or not host:
+        raise ValueError("not an http:// or https:// URL")
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    authority = f"[{host}]" if ":" in host else host
+    if parts.port is not None:
+        authority += f":{parts.port}"
+    head = (
+        f"POST {target} HTTP/1.1\r\nHost: {authority}\r\nUser-Agent: mediator\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n"
+        "Connection: close\r\n\r\n"
+    )
+    sock = socket.create_connection((host, port), timeout=deadline.left())
+    try:
+        if parts.scheme == "https":
+            sock.settimeout(deadline.left())
+            sock = ssl.create_default_context().wrap_socket(sock, server_hostname=host)
+        sock.settimeout(deadline.left())
+        sock.sendall(head.encode("latin-1") + data)
+        answer = b""
+        while b"\n" not in answer and len(answer) < _MAX_STATUS_LINE:
+            sock.settimeout(deadline.left())
+            chunk = sock.recv(_MAX_STATUS_LINE)
+            if not chunk:
+                raise ConnectionError("the endpoint closed the connection without an answer")
+            answer += chunk
+    finally:
+        sock.close()
+    status = _STATUS_LINE.match(answer)
+    if status is None:
+        raise ConnectionError("the endpoint's answer is not HTTP")
+    return int(status.group(1))
+
+
+def _post(url: str, body: dict[str, Any], timeout: float) -> None:
+    """One delivery, best effort, within ``timeout`` seconds in all; a failure is a log line."""
+    # ``event`` is the log line's own message in structlog: the webhook's is ``webhook``.
+    about = {"url": webhook_origin(url), "webhook": body.get("event")}
+    try:
+        status = _deliver(url, json.dumps(body).encode(), timeout)
     except Exception as exc:
-        # ``event`` is the log line's own message in structlog: the webhook's is ``webhook``.
-        log.warning("webhook failed", url=url, webhook=body.get("event"), error=type(exc).__name__)
+        log.warning("webhook failed", **about, error=type(exc).__name__)
+        return
+    if not 200 <= status < 300:
+        log.warning("webhook failed", **about, status=status)  # a redirect included: not followed
 
 
 DEFAULT_QUEUE_SIZE = 1000  # the default of ``notify.queue_size``
 SENDERS = 4
+# The most one delivery may take, from connecting to the status line of the answer (SPEC §20.7).
 POST_TIMEOUT_SECONDS = 3.0
 DROP_LOG_EVERY_SECONDS = 10.0
 
@@ -124,7 +201,7 @@ class WebhookQueue:
             self._unlogged = 0
         log.warning(
             "webhook dropped: the queue is full",
-            url=url,
+            url=webhook_origin(url),
             webhook=body.get("event"),
             queue_size=self.size,
             dropped_since_last_line=unlogged,
@@ -137,7 +214,7 @@ class WebhookQueue:
             try:
                 _post(url, body, self._timeout)
             except Exception:  # a sender that died would leave the queue to fill up for good
-                log.exception("webhook sender failed", url=url)
+                log.exception("webhook sender failed", url=webhook_origin(url))
             finally:
                 self._queue.task_done()
 

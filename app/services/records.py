@@ -2,33 +2,42 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import jsonschema
 from sqlalchemy.orm import Session
 
 from app.context import Caller, Context
 from app.contract import parse_json
-from app.contract.fields import has_control_character
+from app.contract.fields import has_control_character, has_format_character
+from app.contract.violations import schema_violation
 from app.errors import (
     BadRequest,
     Forbidden,
     Gone,
     NotFound,
     NotSealed,
+    PayloadTooLarge,
     StepNotClaimed,
     Unprocessable,
 )
 from app.logs import log
-from app.models import Run, RunEvent, Step
+from app.models import LogFile, Run, RunEvent, Step
 from app.records import LogState, RecordSealed, RecordStoreUnavailable, check_name, location_of
 from app.services.tx import retrying
 from app.states import CLAIMED, NODE_KINDS, RUN_FINISHED
 from app.store.blobs import blobs_of_runs, earlier_runs_of_work, newest_blob, record_blob
+from app.store.files import (
+    add_run_bytes,
+    add_step_file,
+    blob_bytes,
+    get_log_file,
+    lock_run_for_files,
+    record_log_file,
+)
 from app.store.logs import lock_log
-from app.store.runs import get_run, mark_sealed, run_events, share_run, try_lock_seal
+from app.store.runs import get_run, mark_sealed, run_events, try_lock_seal
 from app.store.steps import get_step, share_claimed_step, steps_with_labels
 from app.wire import mark_declared, ts
 
@@ -69,15 +78,59 @@ class LogView:
     source: str
 
 
-def _begin_log_write(s: Session, run_id: str, seq: int, caller: Caller) -> tuple[Run, Step]:
-    """The run row shared first (the end of the run waits for this write, SPEC §11), then the
-    refusals in their order: 404, 403, 410."""
-    share_run(s, run_id)
-    run, step = _run_and_step(s, run_id, seq)
-    authorise_node(caller, step)
-    if run.state in RUN_FINISHED:
-        raise Gone()
-    return run, step
+def _write_log(
+    ctx: Context,
+    run_id: str,
+    seq: int,
+    name: str,
+    caller: Caller,
+    kind: str,
+    write: Callable[[Run, LogFile | None, int], LogState],
+    attempt: int | None = None,
+) -> LogState:
+    """``write`` into the step's log (``kind`` ``log``) or its progress (``progress``) in a short
+    transaction that holds the run's row and the log's advisory lock: appends to one (run, seq,
+    name) from every process and host take their turn there, never by a lock of this process
+    alone (SPEC §19.4). ``write`` is given the file as it was last written (None: the step has
+    no such file yet) and the bytes the run may still store; the file's new length is counted in
+    the same transaction (SPEC §20.6). A file the step may not have (past
+    ``records.max_step_files``) is not made: the reply is an empty log of ``attempt``, capped.
+    Only the step that makes the log writes it (SPEC §20.3): a step a node runs, CLAIMED in
+    ``attempt`` (its current one for a plain log), 409 otherwise; a progress chunk of an attempt
+    older than the step's changes nothing and keeps its 200."""
+    with ctx.db.begin() as s:
+        run = lock_run_for_files(s, run_id)  # the end of the run waits for this write (SPEC §11)
+        if run is None:
+            raise NotFound(f"no such run: {run_id}")
+        step = get_step(s, run_id, seq)
+        if step is None:
+            raise NotFound(f"no such step: {run_id}#{seq:02d}")
+        authorise_node(caller, step)
+        if run.state in RUN_FINISHED:
+            raise Gone()
+        if attempt is not None and attempt < step.attempt:
+            # A late chunk of an uploader whose attempt was rolled back: the answer names the
+            # step's attempt, so that uploader knows it is stale and stops.
+            kept = ctx.records.read_progress(record_of(run), seq, name, 0, limit=0)
+            if kept is None or kept[1].attempt < step.attempt:
+                return LogState(0, step.attempt, False)
+            return kept[1]
+        _share_claimed_step(s, run_id, seq, step.attempt if attempt is None else attempt)
+        lock_log(s, run_id, seq, name)
+        known = get_log_file(s, run_id, seq, kind, name)
+        if known is None and not add_step_file(
+            s, run_id, seq, ctx.config["records.max_step_files"]
+        ):
+            return LogState(0, attempt or 0, True)
+        room = max(0, ctx.config["records.max_run_bytes"] - run.stored_bytes)
+        try:
+            state = write(run, known, room)
+        except RecordSealed:
+            raise Gone() from None  # the run ended and was sealed since we looked
+        before = known.bytes if known is not None else 0
+        record_log_file(s, run_id, seq, kind, name, attempt=state.attempt, size=state.total)
+        add_run_bytes(s, run_id, state.total - before)
+        return state
 
 
 def _share_claimed_step(s: Session, run_id: str, seq: int, attempt: int) -> None:
@@ -87,45 +140,41 @@ def _share_claimed_step(s: Session, run_id: str, seq: int, attempt: int) -> None
         raise StepNotClaimed()
 
 
-def append_log(ctx: Context, run_id: str, seq: int, name: str, data: bytes, caller: Caller) -> int:
-    """Append to the step's log (cap ``max_blob_bytes``, then a note); the log's total length.
-    The append runs in a short transaction that holds the log's advisory lock: appends to one
-    (run, seq, name) from every process and host take their turn there, never by a lock of this
-    process alone (SPEC §19.4)."""
+def append_log(
+    ctx: Context, run_id: str, seq: int, name: str, data: bytes, caller: Caller
+) -> LogState:
+    """Append to the step's log, cut with a note at ``max_blob_bytes`` or where the run's files
+    reach ``records.max_run_bytes`` (SPEC §11, §20.6); the log's state after the append."""
     cap = ctx.config["max_blob_bytes"]
-    with ctx.db.begin() as s:
-        run, step = _begin_log_write(s, run_id, seq, caller)
-        _share_claimed_step(s, run_id, seq, step.attempt)
-        lock_log(s, run_id, seq, name)
-        try:
-            return ctx.records.append_log(record_of(run), seq, name, data, cap)
-        except RecordSealed:
-            raise Gone() from None  # the run ended and was sealed since we looked
+    return _write_log(
+        ctx,
+        run_id,
+        seq,
+        name,
+        caller,
+        "log",
+        lambda run, _known, room: ctx.records.append_log(
+            record_of(run), seq, name, data, cap, room
+        ),
+    )
 
 
 def put_progress(
     ctx: Context, run_id: str, seq: int, name: str, attempt: int, data: bytes, caller: Caller
 ) -> LogState:
     """A progress chunk of ``attempt`` (SPEC §19.4): kept apart from the log for live viewing and
-    dropped at the seal, taken only while the step is CLAIMED in that attempt (SPEC §20.3). A
-    chunk of an attempt older than the step's changes nothing and keeps its 200. The state of the
-    progress that is kept (which attempt it is, its length, its cap)."""
+    dropped at the seal; a chunk of an attempt older than the stored progress changes nothing.
+    The progress is capped at ``max_blob_bytes`` or where the run's files reach
+    ``records.max_run_bytes``: a chunk of a newer attempt may use the room of the progress it
+    replaces. The state of the progress that is kept (which attempt it is, its length, its cap)."""
     limit = ctx.config["max_blob_bytes"]
-    with ctx.db.begin() as s:
-        run, step = _begin_log_write(s, run_id, seq, caller)
-        if attempt < step.attempt:
-            # A late chunk of an uploader whose attempt was rolled back: the answer names the
-            # step's attempt, so that uploader knows it is stale and stops.
-            kept = ctx.records.read_progress(record_of(run), seq, name, 0, limit=0)
-            if kept is None or kept[1].attempt < step.attempt:
-                return LogState(0, step.attempt, False)
-            return kept[1]
-        _share_claimed_step(s, run_id, seq, attempt)
-        lock_log(s, run_id, seq, name)
-        try:
-            return ctx.records.put_progress(record_of(run), seq, name, attempt, data, limit)
-        except RecordSealed:
-            raise Gone() from None
+
+    def write(run: Run, known: LogFile | None, room: int) -> LogState:
+        if known is not None and attempt > known.attempt:
+            room += known.bytes  # the older attempt's file goes
+        return ctx.records.put_progress(record_of(run), seq, name, attempt, data, limit, room)
+
+    return _write_log(ctx, run_id, seq, name, caller, "progress", write, attempt)
 
 
 def read_log(ctx: Context, run_id: str, seq: int, name: str, offset: int) -> LogView:
@@ -145,17 +194,6 @@ def read_log(ctx: Context, run_id: str, seq: int, name: str, offset: int) -> Log
         return LogView(progress[0], progress[1], PROGRESS)
     data, state = ctx.records.log_slice(where, seq, name, offset)
     return LogView(data, state, PROGRESS)
-
-
-def schema_violation(schema: dict[str, Any], doc: Any) -> str | None:
-    """``schema violation: <path>: <message>`` for the first error by path, else None."""
-    validator = jsonschema.Draft202012Validator(schema)
-    errors = sorted(validator.iter_errors(doc), key=lambda e: list(map(str, e.absolute_path)))
-    if not errors:
-        return None
-    err = errors[0]
-    path = "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.absolute_path)
-    return f"schema violation: {path}: {err.message}"
 
 
 def store_blob(
@@ -192,20 +230,24 @@ def store_blob(
 def is_upload_name(name: str) -> bool:
     """A name a step may upload under (SPEC §19.5): one file name of at most 200 bytes, ``_cannot``
     and other names no contract may declare included, but no separator, control character (C0,
-    DEL, C1: a newline would split the name's line in the sealed Record's SHA256SUMS) or name of
-    only dots."""
+    DEL, C1: a newline would split the name's line in the sealed Record's SHA256SUMS), Unicode
+    format character (a bidi override would disguise it, SPEC §20.6) or name of only dots."""
     try:
         check_name(name)
     except ValueError:
         return False
-    return name.strip(".") != "" and not has_control_character(name)
+    return (
+        name.strip(".") != "" and not has_control_character(name) and not has_format_character(name)
+    )
 
 
 def check_upload_name(name: str) -> None:
-    """A control character is a 400 naming ``name``, like a bad log ``?name=`` (SPEC §18); any
-    other name no upload may have names nothing: 404 (SPEC §13)."""
+    """A control or format character is a 400 naming ``name``, like a bad log ``?name=`` (SPEC
+    §18, §20.6); any other name no upload may have names nothing: 404 (SPEC §13)."""
     if has_control_character(name):
         raise BadRequest(f"name must not contain a control character, got {name!r}")
+    if has_format_character(name):
+        raise BadRequest(f"name must not contain a Unicode format character, got {name!r}")
     if not is_upload_name(name):
         raise NotFound("not a valid artifact name")
 
@@ -236,17 +278,37 @@ def put_blob(ctx: Context, run_id: str, seq: int, name: str, data: bytes, caller
         if problem:
             raise Unprocessable(problem)
         schema_ok = True
-    try:
-        with ctx.db.begin() as s:
-            locked = share_run(s, run_id)  # the end of the run waits for this write (SPEC §11)
-            if locked is None or locked.state in RUN_FINISHED:
-                raise Gone()
-            _share_claimed_step(s, run_id, seq, step.attempt)
+    with ctx.db.begin() as s:
+        locked = lock_run_for_files(s, run_id)  # the end of the run waits for this write (SPEC §11)
+        if locked is None or locked.state in RUN_FINISHED:
+            raise Gone()
+        _share_claimed_step(s, run_id, seq, step.attempt)
+        _count_blob(s, ctx, locked, seq, step.attempt, name, len(data))
+        try:
             store_blob(
                 s, ctx, run, seq, step.attempt, name, data, by=step.node_id, schema_ok=schema_ok
             )
-    except RecordSealed:
-        raise Gone() from None  # the run ended and was sealed since we looked
+        except RecordSealed:
+            raise Gone() from None  # the run ended and was sealed since we looked
+
+
+def _count_blob(
+    s: Session, ctx: Context, run: Run, seq: int, attempt: int, name: str, size: int
+) -> None:
+    """Count an upload against the caps (SPEC §20.6) in the transaction that stores it, under the
+    run's row: a new (attempt, name) is one more file of the step; the run's bytes grow by what
+    the upload adds to the blob it replaces. Over either cap: 413, and nothing is stored."""
+    before = blob_bytes(s, run.run_id, seq, attempt, name)
+    limit = ctx.config["records.max_step_files"]
+    if before is None and not add_step_file(s, run.run_id, seq, limit):
+        raise PayloadTooLarge(
+            f"step {seq} of run {run.run_id} would have more than records.max_step_files ({limit})"
+        )
+    cap = ctx.config["records.max_run_bytes"]
+    if not add_run_bytes(s, run.run_id, size - (before or 0), cap):
+        raise PayloadTooLarge(
+            f"run {run.run_id} would store more than records.max_run_bytes ({cap} bytes)"
+        )
 
 
 def get_blob(ctx: Context, run_id: str, name: str) -> bytes:

@@ -56,7 +56,8 @@ def prunable_query(before: datetime | ColumnElement[Any], limit: int) -> Select[
     return (
         select(Run.run_id)
         .where(_PRUNABLE, _FINISHED, Run.ended_at < before)
-        .order_by(Run.ended_at)
+        # run_id after the time, as the dry run's pages: runs that ended together go in one order
+        .order_by(Run.ended_at, Run.run_id)
         .limit(limit)
         .with_for_update(skip_locked=True)
     )

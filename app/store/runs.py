@@ -55,22 +55,6 @@ def lock_run(s: Session, run_id: str) -> Run | None:
     ).scalar_one_or_none()
 
 
-def share_run(s: Session, run_id: str) -> Run | None:
-    """``SELECT … FOR SHARE`` of the run row, the first lock of a write into the run's Record (a
-    log append, a blob): held until that write commits, it makes the transaction that ends the
-    run (``lock_run`` first) wait for the writes begun before it, and every later write sees the
-    run finished. The seal follows that commit, so no write lands in a Record being sealed, on
-    any host, whatever store holds it (SPEC §11)."""
-    if not is_valid_id(run_id):
-        return None
-    return s.execute(
-        select(Run)
-        .where(Run.run_id == run_id)
-        .with_for_update(read=True)
-        .execution_options(populate_existing=True)
-    ).scalar_one_or_none()
-
-
 def create_run(
     s: Session,
     contract: Contract,

@@ -290,13 +290,13 @@ def test_open_is_idempotent_and_the_record_then_exists(store: RecordStore) -> No
 
 
 def test_append_and_read_log(rec: RecordStore) -> None:
-    assert rec.append_log(RUN, 1, "step", b"hello\n", 1000) == 6
-    assert rec.append_log(RUN, 1, "step", b"world\n", 1000) == 12
+    assert rec.append_log(RUN, 1, "step", b"hello\n", 1000) == (6, 0, False)
+    assert rec.append_log(RUN, 1, "step", b"world\n", 1000) == (12, 0, False)
     assert rec.read_log(RUN, 1, "step", 0) == b"hello\nworld\n"
     assert rec.read_log(RUN, 1, "step", 6) == b"world\n"
     assert rec.read_log(RUN, 1, "step", 12) == b""
     assert rec.read_log(RUN, 1, "step", 999) == b""
-    assert rec.append_log(RUN, 1, "step", b"", 1000) == 12
+    assert rec.append_log(RUN, 1, "step", b"", 1000) == (12, 0, False)
 
 
 def test_logs_of_different_steps_and_names_are_apart(rec: RecordStore) -> None:
@@ -313,29 +313,69 @@ def test_read_missing_log(rec: RecordStore) -> None:
 
 def test_log_cap_and_note_exact_bytes(rec: RecordStore) -> None:
     cap = 10
-    assert rec.append_log(RUN, 1, "s", b"01234", cap) == 5
-    total = rec.append_log(RUN, 1, "s", b"56789abcdef", cap)
+    assert rec.append_log(RUN, 1, "s", b"01234", cap) == (5, 0, False)
+    state = rec.append_log(RUN, 1, "s", b"56789abcdef", cap)
     expected = b"0123456789" + NOTE % cap
-    assert total == len(expected)
+    assert state == (len(expected), 0, True)
     assert _log(rec, 1, "s") == expected
-    assert rec.append_log(RUN, 1, "s", b"more\n", cap) == len(expected)
-    assert rec.append_log(RUN, 1, "s", b"x" * 100, cap) == len(expected)
+    assert rec.append_log(RUN, 1, "s", b"more\n", cap) == (len(expected), 0, True)
+    assert rec.append_log(RUN, 1, "s", b"x" * 100, cap) == (len(expected), 0, True)
     assert _log(rec, 1, "s") == expected
     assert expected == b"0123456789\n[mediator: log truncated at 10 bytes]\n"
 
 
 def test_log_exactly_at_cap_then_note(rec: RecordStore) -> None:
-    assert rec.append_log(RUN, 1, "s", b"0123456789", 10) == 10  # fits exactly, no note
-    assert rec.append_log(RUN, 1, "s", b"", 10) == 10
-    total = rec.append_log(RUN, 1, "s", b"x", 10)
+    assert rec.append_log(RUN, 1, "s", b"0123456789", 10) == (10, 0, False)  # fits, no note
+    assert rec.append_log(RUN, 1, "s", b"", 10) == (10, 0, False)
+    state = rec.append_log(RUN, 1, "s", b"x", 10)
     assert _log(rec, 1, "s") == b"0123456789" + NOTE % 10
-    assert total == 10 + len(NOTE % 10)
+    assert state == (10 + len(NOTE % 10), 0, True)
 
 
 def test_log_first_append_over_cap(rec: RecordStore) -> None:
-    total = rec.append_log(RUN, 2, "s", b"a" * 50, 20)
+    state = rec.append_log(RUN, 2, "s", b"a" * 50, 20)
     assert _log(rec, 2, "s") == b"a" * 20 + NOTE % 20
-    assert total == 20 + len(NOTE % 20)
+    assert state == (20 + len(NOTE % 20), 0, True)
+
+
+def test_a_log_with_a_budget_is_cut_where_the_budget_ends_and_never_grows_again(
+    rec: RecordStore,
+) -> None:
+    # The run's records.max_run_bytes leaves a log this much room (SPEC §20.6): the note names
+    # where the log was cut, and a later append, with room or without, adds nothing.
+    assert rec.append_log(RUN, 1, "s", b"0123456789", 1000, budget=100) == (10, 0, False)
+    state = rec.append_log(RUN, 1, "s", b"abcdefghij", 1000, budget=4)
+    expected = b"0123456789abcd" + NOTE % 14
+    assert state == (len(expected), 0, True)
+    assert rec.append_log(RUN, 1, "s", b"more", 1000, budget=500) == (len(expected), 0, True)
+    assert rec.append_log(RUN, 1, "s", b"more", 1000, budget=0) == (len(expected), 0, True)
+    assert _log(rec, 1, "s") == expected
+
+
+def test_a_log_with_no_budget_left_takes_only_the_note(rec: RecordStore) -> None:
+    state = rec.append_log(RUN, 1, "s", b"hello\n", 1000, budget=0)
+
+    assert state == (len(NOTE % 0), 0, True)
+    assert _log(rec, 1, "s") == NOTE % 0
+
+
+def test_a_log_within_its_budget_is_not_cut(rec: RecordStore) -> None:
+    assert rec.append_log(RUN, 1, "s", b"0123456789", 1000, budget=10) == (10, 0, False)
+    assert rec.append_log(RUN, 1, "s", b"", 1000, budget=0) == (10, 0, False)
+    assert _log(rec, 1, "s") == b"0123456789"
+
+
+def test_a_progress_chunk_with_a_budget_keeps_the_whole_lines_within_it(rec: RecordStore) -> None:
+    first = rec.put_progress(RUN, 1, "p", 0, b"aaaa\n", 1000, budget=100)
+    cut = rec.put_progress(RUN, 1, "p", 0, b"bbbb\ncccc\ndddd\n", 1000, budget=12)
+
+    expected = b"aaaa\nbbbb\ncccc\n" + CAPPED % 17
+    assert first == (5, 0, False)
+    assert cut == (len(expected), 0, True)
+    assert rec.read_progress(RUN, 1, "p", 0) == (expected, (len(expected), 0, True))
+    newer = rec.put_progress(RUN, 1, "p", 1, b"eeee\nffff\n", 1000, budget=7)
+    assert newer == (5 + len(CAPPED % 7), 1, True)
+    assert rec.read_progress(RUN, 1, "p", 0)[0] == b"eeee\n" + CAPPED % 7
 
 
 def test_concurrent_appends_threads(rec: RecordStore) -> None:
@@ -586,6 +626,21 @@ def test_put_and_read_blob(rec: RecordStore) -> None:
     assert rec.read_blob(RUN, 1, 2, "report.json") == b"second"
     assert rec.put_blob(RUN, 1, 2, "empty", b"") == hashlib.sha256(b"").hexdigest()
     assert rec.read_blob(RUN, 1, 2, "empty") == b""
+
+
+def test_a_blob_read_with_a_limit_gives_at_most_that_many_bytes_from_its_start(
+    rec: RecordStore,
+) -> None:
+    # What the asks inbox shows of an artifact: never more than its first 32 KiB are read.
+    body = bytes(range(256)) * 200  # 51,200 bytes
+    rec.put_blob(RUN, 1, 0, "boot.log", body)
+    rec.put_blob(RUN, 1, 0, "empty", b"")
+
+    assert rec.read_blob(RUN, 1, 0, "boot.log", limit=32 * 1024 + 1) == body[: 32 * 1024 + 1]
+    assert rec.read_blob(RUN, 1, 0, "boot.log", limit=len(body) + 10) == body
+    assert rec.read_blob(RUN, 1, 0, "boot.log", limit=1) == body[:1]
+    assert rec.read_blob(RUN, 1, 0, "empty", limit=100) == b""
+    assert rec.read_blob(RUN, 1, 0, "missing", limit=100) is None
 
 
 # -- seal ----------------------------------------------------------------------------------------

@@ -82,14 +82,14 @@ def test_two_hosts_append_to_one_log_and_either_reads_it_whole(bucket: str) -> N
     url = shared_server().url
     a, b = store_on(url, bucket), store_on(url, bucket)
     a.open(RUN, {"run_id": RUN})
-    assert a.append_log(RUN, 1, "s", b"a1\n", 1000) == 3
-    assert b.append_log(RUN, 1, "s", b"b1\n", 1000) == 6
-    assert a.append_log(RUN, 1, "s", b"a2\n", 1000) == 9
-    assert b.append_log(RUN, 1, "s", b"b2\n", 12) == 12
-    total = a.append_log(RUN, 1, "s", b"a3\n", 12)
+    assert a.append_log(RUN, 1, "s", b"a1\n", 1000).total == 3
+    assert b.append_log(RUN, 1, "s", b"b1\n", 1000).total == 6
+    assert a.append_log(RUN, 1, "s", b"a2\n", 1000).total == 9
+    assert b.append_log(RUN, 1, "s", b"b2\n", 12).total == 12
+    total = a.append_log(RUN, 1, "s", b"a3\n", 12).total
     note = b"\n[mediator: log truncated at 12 bytes]\n"
     assert total == 12 + len(note)
-    assert b.append_log(RUN, 1, "s", b"b3\n", 12) == total
+    assert b.append_log(RUN, 1, "s", b"b3\n", 12) == (total, 0, True)
     whole = b"a1\nb1\na2\nb2\n" + note
     assert a.read_log(RUN, 1, "s", 0) == b.read_log(RUN, 1, "s", 0) == whole
     assert a.put_progress(RUN, 1, "p", 0, b"x\n", 100).total == 2

@@ -82,8 +82,8 @@ def test_open_and_exists(tmp_path: Path) -> None:
 
 
 def test_append_and_read_log(rec: FilesystemRecords) -> None:
-    assert rec.append_log(RUN, 1, "step", b"hello\n", 1000) == 6
-    assert rec.append_log(RUN, 1, "step", b"world\n", 1000) == 12
+    assert rec.append_log(RUN, 1, "step", b"hello\n", 1000).total == 6
+    assert rec.append_log(RUN, 1, "step", b"world\n", 1000).total == 12
     assert (rec.path(RUN) / "logs" / "01-step.log").read_bytes() == b"hello\nworld\n"
     assert rec.read_log(RUN, 1, "step", 0) == b"hello\nworld\n"
 
