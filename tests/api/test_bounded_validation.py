@@ -17,6 +17,7 @@ import psycopg
 import pytest
 
 from app.config import to_libpq_url
+from tests.agent import claimed
 from tests.apps import client_of
 from tests.helpers import advertise, cap, contract, role, submit
 from tests.rows import one, scalar
@@ -65,10 +66,11 @@ def error_of(resp: Any) -> str:
 
 
 def with_schema(client: Any, schema: dict[str, Any], name: str = "out.json") -> None:
-    """r1 RUNNING on n1: one run step whose ``name`` has ``schema``."""
+    """r1 RUNNING on n1: one run step whose ``name`` has ``schema``, claimed."""
     advertise(client, "n1", cap("board"))
     step = {"id": "s", "uses": "dut", "run": ["x"], "out": [name], "schema": {name: schema}}
     submit(client, contract("r1", role("dut"), steps=[step]), 201)
+    claimed(client, "n1")  # only the claimed step uploads (SPEC §20.3)
 
 
 def asking(client: Any, schema: dict[str, Any]) -> None:

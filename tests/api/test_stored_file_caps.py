@@ -232,9 +232,17 @@ def test_a_progress_chunk_past_the_runs_byte_cap_is_cut_with_the_cap_line(client
 
 
 def test_a_progress_of_a_new_attempt_counts_what_it_adds_to_the_one_it_replaces(client, sql):
-    placed(client)
+    test = {"id": "test", "uses": "dut", "run": ["check"]}
+    test["loop"] = {"back_to": "build", "max": 2, "until": {"exit_code": 0}}
+    placed(client, {"id": "build", "uses": "dut", "run": ["make"]}, test)
     assert put_log(client, b"x" * 500 + b"\n", progress=1, attempt=0).status_code == 200
     assert stored_bytes(sql) == 501
+    # The build's second attempt, claimed after the test sent it back (SPEC §20.3: only the
+    # attempt the step is in uploads).
+    done(client, "r1", 1, "n1")
+    assert claimed(client, "n1")["name"] == "test"
+    assert done(client, "r1", 2, "n1", exit_code=1)["rolled_back"] is True
+    assert claimed(client, "n1")["name"] == "build"
 
     resp = put_log(client, b"y" * 899 + b"\n", progress=1, attempt=1)
 
