@@ -113,6 +113,30 @@ def test_every_stored_text_is_escaped(app) -> None:
     assert HOSTILE in rows(html, "node")["board-1"]
 
 
+def test_user_text_is_isolated_in_bdi_so_a_bidi_override_cannot_turn_the_page(app) -> None:
+    """SPEC §20.6: a principal, a prompt or a label holding U+202E (right-to-left override) is
+    shown inside <bdi>, so it cannot reorder the text around it."""
+    client = client_of(app)
+    flipped = "qa\u202eexe.txt"
+    advertise(client, "board-1", cap("board"), label=flipped)
+    asking = contract(
+        "asks",
+        role("dut"),
+        steps=[
+            {"id": "q", "ask": {"prompt": flipped}, "out": ["decision"]},
+            {"id": "go", "uses": "dut", "run": ["x"], "needs": ["q"]},
+        ],
+    )
+    submit(client, asking, 201, flipped)
+    submit(client, contract("waits", role("dut")), 202, flipped)
+
+    html = page(client)
+
+    shown = html.count(flipped)
+    assert shown >= 3  # the label, the prompt, the principals
+    assert html.count(f"<bdi>{flipped}</bdi>") == shown
+
+
 @pytest.fixture
 def guarded(db_url: str, tmp_path: Any) -> Any:
     with app_on(db_url, tmp_path / "records", **{"ui.require_token": True}) as application:
