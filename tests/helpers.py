@@ -152,3 +152,54 @@ class RunsHook:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def contract_naming(where: str, name: str) -> tuple[dict[str, Any], str]:
+    """A contract that uses ``name`` as an artifact name at ``where``; the field's path."""
+    run = {"id": "s", "uses": "dut", "run": ["x"], "out": ["ok.json"]}
+    steps: list[dict[str, Any]] = [run]
+    top: dict[str, Any] = {}
+    if where == "out":
+        run["out"] = ["ok.json", name]
+        path = "steps[0].out[1]"
+    elif where == "in.from":
+        steps.append({"id": "t", "uses": "dut", "run": ["y"], "in": {"from": [name]}})
+        path = "steps[1].in.from[0]"
+    elif where == "ask.out":
+        steps.append({"id": "q", "ask": {"prompt": "ok?"}, "out": [name]})
+        path = "steps[1].out[0]"
+    elif where == "ask.show":
+        steps.append({"id": "q", "ask": {"prompt": "ok?", "show": [name]}, "out": ["d"]})
+        path = "steps[1].ask.show[0]"
+    elif where == "loop.until.produced":
+        loop = {"back_to": "s", "max": 2, "until": {"produced": [name]}}
+        steps.append({"id": "t", "uses": "dut", "run": ["y"], "out": [name], "loop": loop})
+        path = "steps[1].out[0]"
+    elif where == "success_when.produced":
+        top["success_when"] = [{"step": "s", "produced": [name]}]
+        path = "success_when[0].produced[0]"
+    else:  # pragma: no cover - a mistake in the table below
+        raise AssertionError(where)
+    return contract("r1", role("dut"), steps=steps, **top), path
+
+
+def acquire_run(run_id: str = "r1", **top: Any) -> dict[str, Any]:
+    """prep on the board, then grab one scope: measure on it, or fallback on the board."""
+    return contract(
+        run_id,
+        role("dut"),
+        steps=[
+            {"id": "prep", "uses": "dut", "run": ["prep"]},
+            {
+                "id": "grab",
+                "acquire": {
+                    "want": {"as": "scope", "capability": "scope"},
+                    "acquired": "measure",
+                    "unavailable": "fallback",
+                },
+            },
+            {"id": "measure", "uses": "scope", "run": ["measure"]},
+            {"id": "fallback", "uses": "dut", "run": ["fallback"]},
+        ],
+        **top,
+    )

@@ -15,7 +15,7 @@ import pytest
 
 import app.contract.fields
 from tests.agent import claimed
-from tests.helpers import advertise, cap, contract, role, submit
+from tests.helpers import advertise, cap, contract, contract_naming, role, submit
 from tests.rows import find_run, one, scalar, step_row
 
 one_app_per_module = True
@@ -29,33 +29,6 @@ def error_of(resp: Any) -> str:
     body = resp.get_json()
     assert set(body) == {"error"} and body["error"]["code"] == resp.status_code, body
     return body["error"]["reason"]
-
-
-def named(where: str, name: str) -> tuple[dict[str, Any], str]:
-    """A contract that uses ``name`` as an artifact name at ``where``; the field's path."""
-    run = {"id": "s", "uses": "dut", "run": ["x"], "out": ["ok.json"]}
-    steps: list[dict[str, Any]] = [run]
-    top: dict[str, Any] = {}
-    if where == "out":
-        run["out"] = ["ok.json", name]
-        path = "steps[0].out[1]"
-    elif where == "in.from":
-        steps.append({"id": "t", "uses": "dut", "run": ["y"], "in": {"from": [name]}})
-        path = "steps[1].in.from[0]"
-    elif where == "ask.out":
-        steps.append({"id": "q", "ask": {"prompt": "ok?"}, "out": [name]})
-        path = "steps[1].out[0]"
-    elif where == "ask.show":
-        steps.append({"id": "q", "ask": {"prompt": "ok?", "show": [name]}, "out": ["d"]})
-        path = "steps[1].ask.show[0]"
-    elif where == "loop.until.produced":
-        loop = {"back_to": "s", "max": 2, "until": {"produced": [name]}}
-        steps.append({"id": "t", "uses": "dut", "run": ["y"], "out": [name], "loop": loop})
-        path = "steps[1].out[0]"
-    else:
-        top["success_when"] = [{"step": "s", "produced": [name]}]
-        path = "success_when[0].produced[0]"
-    return contract("r1", role("dut"), steps=steps, **top), path
 
 
 def placed(client: Any) -> None:
@@ -79,7 +52,7 @@ def test_an_artifact_name_with_a_format_character_is_a_400_naming_the_field(
     client, sql, where, char
 ):
     advertise(client, "n1", cap("board"))
-    doc, path = named(where, f"report{char}txt.exe")
+    doc, path = contract_naming(where, f"report{char}txt.exe")
 
     resp = submit(client, doc)
 

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from app.config import to_libpq_url
 from app.migrate import alembic_config
 from tests.agent import claimed, done, report
-from tests.helpers import advertise, cap, contract, role, submit
+from tests.helpers import advertise, cap, contract, contract_naming, role, submit
 from tests.rows import find_run, one, scalar, step_row
 
 one_app_per_module = True
@@ -436,35 +436,6 @@ CONTROL = ["\n", "\r", "\t", "\x1b", "\x7f", "\x85", "\x9f"]
 CONTROL_IDS = ["LF", "CR", "TAB", "ESC", "DEL", "NEL", "APC"]
 
 
-def _named(where: str, name: str) -> tuple[dict[str, Any], str]:
-    """A contract that uses ``name`` as an artifact name at ``where``; the field's path."""
-    run = {"id": "s", "uses": "dut", "run": ["x"], "out": ["ok.json"]}
-    steps: list[dict[str, Any]] = [run]
-    top: dict[str, Any] = {}
-    if where == "out":
-        run["out"] = ["ok.json", name]
-        path = "steps[0].out[1]"
-    elif where == "in.from":
-        steps.append({"id": "t", "uses": "dut", "run": ["y"], "in": {"from": [name]}})
-        path = "steps[1].in.from[0]"
-    elif where == "ask.out":
-        steps.append({"id": "q", "ask": {"prompt": "ok?"}, "out": [name]})
-        path = "steps[1].out[0]"
-    elif where == "ask.show":
-        steps.append({"id": "q", "ask": {"prompt": "ok?", "show": [name]}, "out": ["d"]})
-        path = "steps[1].ask.show[0]"
-    elif where == "loop.until.produced":
-        loop = {"back_to": "s", "max": 2, "until": {"produced": [name]}}
-        steps.append({"id": "t", "uses": "dut", "run": ["y"], "out": [name], "loop": loop})
-        path = "steps[1].out[0]"
-    elif where == "success_when.produced":
-        top["success_when"] = [{"step": "s", "produced": [name]}]
-        path = "success_when[0].produced[0]"
-    else:  # pragma: no cover - a mistake in the table below
-        raise AssertionError(where)
-    return contract("r1", role("dut"), steps=steps, **top), path
-
-
 @pytest.mark.parametrize("char", CONTROL, ids=CONTROL_IDS)
 @pytest.mark.parametrize(
     "where",
@@ -474,7 +445,7 @@ def test_an_artifact_name_with_a_control_character_is_a_400_naming_the_field(
     client, sql, where, char
 ):
     advertise(client, "n1", cap("board"))
-    doc, path = _named(where, f"de{char}cision")
+    doc, path = contract_naming(where, f"de{char}cision")
 
     resp = submit(client, doc)
 

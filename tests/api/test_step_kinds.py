@@ -16,7 +16,15 @@ from app.config import to_libpq_url
 from tests.agent import claimed, done, nothing_to_claim, put_blob, report
 from tests.apps import client_of
 from tests.concurrency.common import Background, await_condition
-from tests.helpers import advertise, cap, contract, queued_behind_a_freed_scope, role, submit
+from tests.helpers import (
+    acquire_run,
+    advertise,
+    cap,
+    contract,
+    queued_behind_a_freed_scope,
+    role,
+    submit,
+)
 from tests.rows import attempts, leases, rows, run_row, scalar, states, step_rows
 
 # One app for the module (see the ``app`` fixture): nearly every test here claims.
@@ -705,28 +713,6 @@ def test_a_release_keeps_a_node_that_also_fills_a_kept_role(client, sql):
 
 
 # ---------------------------------------------------------------- acquire
-
-
-def acquire_run(run_id: str, **top: Any) -> dict[str, Any]:
-    """prep on the board, then grab one scope: measure on it, or fallback on the board."""
-    return contract(
-        run_id,
-        role("dut"),
-        steps=[
-            {"id": "prep", "uses": "dut", "run": ["prep"]},
-            {
-                "id": "grab",
-                "acquire": {
-                    "want": {"as": "scope", "capability": "scope"},
-                    "acquired": "measure",
-                    "unavailable": "fallback",
-                },
-            },
-            {"id": "measure", "uses": "scope", "run": ["measure"]},
-            {"id": "fallback", "uses": "dut", "run": ["fallback"]},
-        ],
-        **top,
-    )
 
 
 def through_prep(client: Any, run_id: str = "r1") -> dict[str, Any]:

@@ -18,7 +18,7 @@ from app.config import to_libpq_url
 from tests.agent import claimed, done
 from tests.apps import client_of
 from tests.auth.common import ENTRIES, as_role, forbidden
-from tests.helpers import advertise, cap, contract, role, submit
+from tests.helpers import acquire_run, advertise, cap, contract, role, submit
 from tests.rows import rows, step_row
 
 NOT_CLAIMED = {"error": {"code": 409, "reason": "step is not claimed"}}
@@ -63,24 +63,6 @@ def ask_after_build(run_id: str = "r1") -> dict[str, Any]:
             "schema": {"decision": DECISION},
         },
         {"id": "flash", "uses": "dut", "run": ["flash"]},
-    ]
-    return contract(run_id, role("dut"), steps=steps)
-
-
-def acquire_run(run_id: str = "r1") -> dict[str, Any]:
-    """prep on the board, then grab a scope: measure on it, or fallback on the board."""
-    steps = [
-        {"id": "prep", "uses": "dut", "run": ["prep"]},
-        {
-            "id": "grab",
-            "acquire": {
-                "want": {"as": "scope", "capability": "scope"},
-                "acquired": "measure",
-                "unavailable": "fallback",
-            },
-        },
-        {"id": "measure", "uses": "scope", "run": ["measure"]},
-        {"id": "fallback", "uses": "dut", "run": ["fallback"]},
     ]
     return contract(run_id, role("dut"), steps=steps)
 
