@@ -28,7 +28,9 @@ MAX_STATEMENTS: dict[str, int] = {
     "advert heartbeat": 2,
     "advert new node": 5,
     "claim with work": 5,
-    "claim empty": 2,
+    # Its one look: the step its instance holds, the next claimable one, and whether the node has
+    # a live advert (a claim for a node without one waits at most 1 s, SPEC §20.6).
+    "claim empty": 3,
     "result, run goes on": 9,
     "result, run ends": 21,
     "cancel": 12,
