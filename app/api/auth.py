@@ -101,18 +101,24 @@ def bearer_token() -> Token:
         raise TooManyFailures(headers={"Retry-After": "60"})
     token = None
     if scheme.lower() == "bearer" and secret:
-        try:
-            token = context.tokens.verify(secret)
-        except SlowVerificationBusy:
-            raise Unavailable(
-                "too many token verifications at once; try again", headers={"Retry-After": "1"}
-            ) from None
+        token = verified_token(secret)
     if token is None:
         if note_failed_authentication(context, address):
             context.tokens.count("rate_limited")
             raise TooManyFailures(headers={"Retry-After": "60"})
         raise Unauthorized()
     return token
+
+
+def verified_token(secret: str) -> Token | None:
+    """The configured token whose secret ``secret`` is, or None; 503 when no slot for a slow
+    verification came free in time (SPEC §20.1). For every route that checks a token."""
+    try:
+        return ctx().tokens.verify(secret)
+    except SlowVerificationBusy:
+        raise Unavailable(
+            "too many token verifications at once; try again", headers={"Retry-After": "1"}
+        ) from None
 
 
 def is_protected() -> bool:

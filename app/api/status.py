@@ -7,10 +7,10 @@ from pathlib import Path
 
 from flask import Blueprint, current_app, render_template, request
 
+from app.api.auth import verified_token
 from app.api.common import ctx
-from app.errors import Unauthorized, Unavailable
+from app.errors import Unauthorized
 from app.services.status import status
-from app.tokens import SlowVerificationBusy
 
 blp = Blueprint(
     "status", __name__, template_folder=str(Path(__file__).resolve().parent.parent / "templates")
@@ -25,10 +25,7 @@ def token_is_valid(secret: str) -> bool:
     """Whether ``secret`` is a token this Mediator accepts, of any role (``ui.require_token``
     asks for any valid token, SPEC §13): the configured tokens and the legacy one, through the
     process's cache of checked secrets."""
-    try:
-        return ctx().tokens.verify(secret) is not None
-    except SlowVerificationBusy:
-        raise Unavailable("too many token verifications at once; try again") from None
+    return verified_token(secret) is not None
 
 
 def presented_secret() -> str | None:
