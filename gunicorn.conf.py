@@ -27,7 +27,7 @@ def _count(*names: str, default: int) -> int:
 bind = os.environ.get("MEDIATOR_BIND", "127.0.0.1:8080")
 # WEB_CONCURRENCY is the variable platforms and gunicorn itself use for the worker count.
 workers = _count("MEDIATOR_WORKERS", "WEB_CONCURRENCY", default=4)
-worker_class = "gthread"
+worker_class = "app.gunicorn_worker.ThreadWorker"  # gthread, with a quick shutdown that cannot hang
 # A claim in long poll holds a thread (no database connection) for up to 30 s, and connections
 # do not spread evenly over the workers (one of 4 took 234 of 500 claims in a measurement): a
 # worker whose threads are all held queues every other request of its connections behind them.
