@@ -148,6 +148,7 @@ KEYS: tuple[Key, ...] = (
     Key("notify.runs_url", None, _str),
     # Webhooks waiting for a sender, at most: past it they are dropped and counted.
     Key("notify.queue_size", 1000, _int, _at_least_one),
+    Key("notify.timeout_seconds", 3.0, _float, _positive),
     Key("contract.capabilities", (), _str_list),
     Key("tokens", (), _tokens, secret=True),
     Key("token", None, _str, secret=True),

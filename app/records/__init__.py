@@ -2,7 +2,8 @@
 (``filesystem``), the tar stream of a Record (``tarstream``) and the object-store backend (``s3``,
 imported only when configured: it needs boto3, the ``s3`` extra)."""
 
-from app.records.filesystem import SUMS, FilesystemRecords, write_atomic
+from app.records.common import SUMS
+from app.records.filesystem import FilesystemRecords, write_atomic
 from app.records.interface import (
     LogState,
     RecordSealed,

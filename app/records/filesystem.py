@@ -11,7 +11,6 @@ import fcntl
 import hashlib
 import json
 import os
-import re
 import secrets
 import shutil
 import stat
@@ -21,21 +20,28 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from app.errors import ConfigError
+from app.records.common import (
+    CAPPED_TAIL,
+    NOTE_RE,
+    NOTE_TAIL,
+    SUMS,
+    ends_capped,
+    json_bytes,
+    log_chunk,
+    needs_note_check,
+    num,
+    progress_chunk,
+    progress_limit,
+    sums_line,
+)
 from app.records.interface import LogState, RecordSealed, check_location, check_name, location_name
 from app.records.tarstream import Member, stat_tarinfo, tar_chunks
 
-SUMS = "SHA256SUMS"
 PROGRESS = ".progress"
 _TMP_PREFIX = ".tmp-"
 _TRASH_PREFIX = (
     ".deleting-"  # a Record being deleted (never a Record: those never start with a dot)
 )
-_NOTE_RE = re.compile(rb"\n\[mediator: log truncated at \d+ bytes\]\n\Z")
-_NOTE_TAIL = 80  # bytes; longer than any note
-# The line that ends a progress file the cap cut: a JSON line in the transcript, as the original
-# fleet's viewers know it (``bytes`` is the cap, not where the file stopped).
-_CAPPED_LINE = re.compile(rb'\{"type":"enode\.capped","bytes":\d+\}')
-_CAPPED_TAIL = 256  # bytes; longer than any cap line and its newline
 _CHUNK = 64 * 1024
 
 
@@ -59,62 +65,6 @@ def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
         raise
 
 
-def _note(cap: int) -> bytes:
-    return b"\n[mediator: log truncated at %d bytes]\n" % cap
-
-
-def needs_note_check(size: int, cap: int, budget: int | None) -> bool:
-    """Whether a log of ``size`` bytes may end with the truncation note already: past its cap, or
-    cut before by a budget (which leaves it anywhere below the cap)."""
-    return size > cap or budget is not None
-
-
-def log_chunk(size: int, data: bytes, cap: int, budget: int | None) -> tuple[bytes, bool]:
-    """What an append of ``data`` writes to a log of ``size`` bytes that does not end with the
-    note, and whether it cuts the log: all of it while it fits under ``cap`` and within ``budget``
-    more bytes (None: no budget); else what fits, then the note naming where the log was cut."""
-    limit = cap if budget is None else min(cap, size + max(0, budget))
-    room = max(0, limit - size)
-    if len(data) <= room:
-        return data, False
-    return data[:room] + _note(limit), True
-
-
-def progress_limit(size: int, limit: int, budget: int | None) -> int:
-    """Where a progress file of ``size`` bytes is capped: ``limit``, or ``budget`` more bytes
-    when that comes first."""
-    return limit if budget is None else min(limit, size + max(0, budget))
-
-
-def _capped_line(limit: int) -> bytes:
-    return b'{"type":"enode.capped","bytes":%d}\n' % limit
-
-
-def _ends_capped(tail: bytes, at_start: bool) -> bool:
-    """Whether the last line of a progress file is the cap line. ``tail`` is the file's last bytes;
-    ``at_start``: they begin at the start of the file. Judged by the line, not by the size: a chunk
-    with no newline within the budget leaves the file below the cap, and already capped."""
-    if not tail.endswith(b"\n"):
-        return False
-    _, nl, last = tail[:-1].rpartition(b"\n")
-    if not nl and not at_start:
-        return False  # the last line is longer than the tail, so it is not the cap line
-    return _CAPPED_LINE.fullmatch(last) is not None
-
-
-def _progress_chunk(size: int, ends_with_newline: bool, data: bytes, limit: int) -> bytes:
-    """What to append to a progress file of ``size`` bytes for ``data``: all of it while it fits
-    in ``limit``; past that only the whole lines that fit, then the cap line on a line of its own.
-    One buffer, written at once, so a reader never sees a half cap line."""
-    room = limit - size
-    if len(data) <= room:
-        return data
-    window = data[: max(0, room)]
-    keep = window[: window.rfind(b"\n") + 1]  # no half lines; nothing when no newline fits
-    closed = keep.endswith(b"\n") if keep else (size == 0 or ends_with_newline)
-    return keep + (b"" if closed else b"\n") + _capped_line(limit)
-
-
 def _slice(fd: int, size: int, offset: int, limit: int) -> bytes:
     """At most ``limit`` bytes from ``offset`` of the first ``size`` bytes of ``fd``, cut after
     the last newline within the limit when more remain (if there is one)."""
@@ -132,26 +82,6 @@ def _slice(fd: int, size: int, offset: int, limit: int) -> bytes:
 def _tail(fd: int, size: int, n: int) -> tuple[bytes, bool]:
     start = max(0, size - n)
     return os.pread(fd, size - start, start), start == 0
-
-
-def _num(value: int, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"bad {what} {value!r}")
-    return value
-
-
-def _json_bytes(doc: Any) -> bytes:
-    return json.dumps(doc, indent=2, sort_keys=True, default=str).encode() + b"\n"
-
-
-def sums_line(digest: str, name: str) -> str:
-    """One line of ``SHA256SUMS`` as ``sha256sum -c`` reads it: a name holding a backslash, a
-    newline or a carriage return (a Record from before such names were refused) is escaped and
-    the line starts with a backslash, as GNU coreutils writes it."""
-    if any(c in name for c in "\\\n\r"):
-        escaped = name.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
-        return f"\\{digest}  {escaped}\n"
-    return f"{digest}  {name}\n"
 
 
 def _sha256_file(path: Path) -> str:
@@ -232,14 +162,14 @@ class FilesystemRecords:
     # -- paths ---------------------------------------------------------------------------------
 
     def _log_path(self, location: str, seq: int, name: str) -> Path:
-        return self.path(location) / "logs" / f"{_num(seq, 'seq'):02d}-{check_name(name)}.log"
+        return self.path(location) / "logs" / f"{num(seq, 'seq'):02d}-{check_name(name)}.log"
 
     def _blob_path(self, location: str, seq: int, attempt: int, name: str) -> Path:
-        s, a = _num(seq, "seq"), _num(attempt, "attempt")
+        s, a = num(seq, "seq"), num(attempt, "attempt")
         return self.path(location) / "blobs" / f"{s:02d}.{a}-{check_name(name)}"
 
     def _step_path(self, location: str, seq: int, step_id: str) -> Path:
-        return self.path(location) / "steps" / f"{_num(seq, 'seq'):02d}-{check_name(step_id)}.json"
+        return self.path(location) / "steps" / f"{num(seq, 'seq'):02d}-{check_name(step_id)}.json"
 
     def progress_path(self, location: str) -> Path:
         """Where the run's progress files live: beside the Records, never inside one."""
@@ -248,7 +178,7 @@ class FilesystemRecords:
     def _progress_files(self, location: str, seq: int, name: str) -> dict[int, Path]:
         """The progress files of (seq, name) by attempt: ``NN-<name>.<attempt>.log``."""
         d = self.progress_path(location)
-        prefix = f"{_num(seq, 'seq'):02d}-{check_name(name)}."
+        prefix = f"{num(seq, 'seq'):02d}-{check_name(name)}."
         try:
             entries = os.listdir(d)
         except (FileNotFoundError, NotADirectoryError):
@@ -312,10 +242,10 @@ class FilesystemRecords:
                 if size and needs_note_check(size, cap, budget):
                     rfd = os.open(path, os.O_RDONLY)
                     try:
-                        tail, _ = _tail(rfd, size, _NOTE_TAIL)
+                        tail, _ = _tail(rfd, size, NOTE_TAIL)
                     finally:
                         os.close(rfd)
-                    if _NOTE_RE.search(tail):
+                    if NOTE_RE.search(tail):
                         return LogState(size, 0, True)  # already truncated
                 out, capped = log_chunk(size, data, cap, budget)
                 view = memoryview(out)
@@ -339,15 +269,15 @@ class FilesystemRecords:
         """``read_log`` and the log's length and truncation as they were when it was read; the
         bytes never reach past that length, whatever is appended meanwhile."""
         path = self._log_path(location, seq, name)
-        _num(offset, "offset")
+        num(offset, "offset")
         try:
             fd = os.open(path, os.O_RDONLY)
         except (FileNotFoundError, NotADirectoryError):
             return b"", LogState(0, 0, False)
         try:
             size = os.fstat(fd).st_size
-            tail, _ = _tail(fd, size, _NOTE_TAIL)
-            return _slice(fd, size, offset, limit), LogState(size, 0, bool(_NOTE_RE.search(tail)))
+            tail, _ = _tail(fd, size, NOTE_TAIL)
+            return _slice(fd, size, offset, limit), LogState(size, 0, bool(NOTE_RE.search(tail)))
         finally:
             os.close(fd)
 
@@ -372,7 +302,7 @@ class FilesystemRecords:
         The shared lock on the Record directory keeps the seal (which drops every progress file)
         out; an exclusive ``flock`` on the run's progress directory orders writers on every host
         that shares the filesystem."""
-        _num(attempt, "attempt")
+        num(attempt, "attempt")
         self._progress_files(location, seq, name)  # checks seq and name before anything is made
         data = bytes(data)
         with self._writing(location):
@@ -401,26 +331,26 @@ class FilesystemRecords:
             state = self._progress_state(files[current], current)
             return state if state is not None else LogState(0, current, False)
         if current is None or attempt > current:
-            body = _progress_chunk(0, True, data, progress_limit(0, limit, budget))
+            body = progress_chunk(0, True, data, progress_limit(0, limit, budget))
             path = self.progress_path(location) / f"{seq:02d}-{name}.{attempt}.log"
             write_atomic(path, body)  # 0600, as mkstemp makes it: a raw transcript
             for older, p in files.items():
                 if older < attempt:
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(p)
-            return LogState(len(body), attempt, _ends_capped(body, True))
+            return LogState(len(body), attempt, ends_capped(body, True))
         fd = os.open(files[current], os.O_WRONLY | os.O_APPEND)
         try:
             size = os.fstat(fd).st_size
             rfd = os.open(files[current], os.O_RDONLY)
             try:
-                tail, at_start = _tail(rfd, size, _CAPPED_TAIL)
+                tail, at_start = _tail(rfd, size, CAPPED_TAIL)
             finally:
                 os.close(rfd)
-            if _ends_capped(tail, at_start):
+            if ends_capped(tail, at_start):
                 return LogState(size, attempt, True)  # capped: it never grows again
             cap = progress_limit(size, limit, budget)
-            out = _progress_chunk(size, tail.endswith(b"\n"), data, cap)
+            out = progress_chunk(size, tail.endswith(b"\n"), data, cap)
             view = memoryview(out)
             while view:
                 n = os.write(fd, view)
@@ -428,7 +358,7 @@ class FilesystemRecords:
             total = size + len(out)
             # ``tail`` ended where ``out`` begins: together they are the file's last bytes.
             return LogState(
-                total, attempt, _ends_capped((tail + out)[-_CAPPED_TAIL:], total <= _CAPPED_TAIL)
+                total, attempt, ends_capped((tail + out)[-CAPPED_TAIL:], total <= CAPPED_TAIL)
             )
         finally:
             os.close(fd)
@@ -441,7 +371,7 @@ class FilesystemRecords:
             return None
         try:
             size = os.fstat(fd).st_size
-            return LogState(size, attempt, _ends_capped(*_tail(fd, size, _CAPPED_TAIL)))
+            return LogState(size, attempt, ends_capped(*_tail(fd, size, CAPPED_TAIL)))
         finally:
             os.close(fd)
 
@@ -450,7 +380,7 @@ class FilesystemRecords:
     ) -> tuple[bytes, LogState] | None:
         """The highest attempt's progress from ``offset`` (cut as ``read_log`` cuts), with its
         length, attempt and cap as they were when it was read; None when there is none."""
-        _num(offset, "offset")
+        num(offset, "offset")
         for _ in range(3):  # a newer attempt may remove the file between the listing and the open
             files = self._progress_files(location, seq, name)
             if not files:
@@ -462,7 +392,7 @@ class FilesystemRecords:
                 continue
             try:
                 size = os.fstat(fd).st_size
-                capped = _ends_capped(*_tail(fd, size, _CAPPED_TAIL))
+                capped = ends_capped(*_tail(fd, size, CAPPED_TAIL))
                 return _slice(fd, size, offset, limit), LogState(size, attempt, capped)
             finally:
                 os.close(fd)
@@ -495,7 +425,7 @@ class FilesystemRecords:
     def write_step(self, location: str, seq: int, step_id: str, doc: dict[str, Any]) -> None:
         path = self._step_path(location, seq, step_id)
         with self._writing(location):
-            write_atomic(path, _json_bytes(doc))
+            write_atomic(path, json_bytes(doc))
 
     # -- seal ----------------------------------------------------------------------------------
 
@@ -522,10 +452,10 @@ class FilesystemRecords:
             self._unseal(d)
             for sub in ("steps", "logs", "blobs"):
                 (d / sub).mkdir(exist_ok=True)
-            write_atomic(d / "verdict.json", _json_bytes(verdict))
+            write_atomic(d / "verdict.json", json_bytes(verdict))
             for path, doc in step_paths:
-                write_atomic(path, _json_bytes(doc))
-            write_atomic(d / "events.json", _json_bytes(events))
+                write_atomic(path, json_bytes(doc))
+            write_atomic(d / "events.json", json_bytes(events))
             try:
                 manifest = json.loads((d / "manifest.json").read_bytes())
                 if not isinstance(manifest, dict):
@@ -533,7 +463,7 @@ class FilesystemRecords:
             except (FileNotFoundError, ValueError):
                 manifest = {}
             manifest.update(manifest_update)
-            write_atomic(d / "manifest.json", _json_bytes(manifest))
+            write_atomic(d / "manifest.json", json_bytes(manifest))
             sums = []
             for p, st in _walk(d):
                 rel = p.relative_to(d).as_posix()

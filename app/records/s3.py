@@ -44,17 +44,17 @@ from boto3.s3.transfer import TransferConfig
 from botocore.config import Config as BotoConfig
 from botocore.exceptions import BotoCoreError, ClientError
 
-from app.records.filesystem import (
-    _CAPPED_TAIL,
-    _NOTE_RE,
-    _NOTE_TAIL,
+from app.records.common import (
+    CAPPED_TAIL,
+    NOTE_RE,
+    NOTE_TAIL,
     SUMS,
-    _ends_capped,
-    _json_bytes,
-    _num,
-    _progress_chunk,
+    ends_capped,
+    json_bytes,
     log_chunk,
     needs_note_check,
+    num,
+    progress_chunk,
     progress_limit,
     sums_line,
 )
@@ -205,7 +205,7 @@ class S3Records:
         return f"{self.prefix}{check_location(location)}/"
 
     def _log_file(self, seq: int, name: str) -> str:
-        return f"{_num(seq, 'seq'):02d}-{check_name(name)}.log"
+        return f"{num(seq, 'seq'):02d}-{check_name(name)}.log"
 
     def _chunk_prefix(self, location: str, seq: int, name: str) -> str:
         return f"{self._dir(location)}{CHUNKS}/{self._log_file(seq, name)}/"
@@ -214,14 +214,14 @@ class S3Records:
         return f"{self.prefix}{PROGRESS}/{check_location(location)}/"
 
     def _progress_prefix(self, location: str, seq: int, name: str) -> str:
-        return f"{self._progress_dir(location)}{_num(seq, 'seq'):02d}-{check_name(name)}/"
+        return f"{self._progress_dir(location)}{num(seq, 'seq'):02d}-{check_name(name)}/"
 
     def _blob_key(self, location: str, seq: int, attempt: int, name: str) -> str:
-        s, a = _num(seq, "seq"), _num(attempt, "attempt")
+        s, a = num(seq, "seq"), num(attempt, "attempt")
         return f"{self._dir(location)}blobs/{s:02d}.{a}-{check_name(name)}"
 
     def _step_rel(self, seq: int, step_id: str) -> str:
-        return f"steps/{_num(seq, 'seq'):02d}-{check_name(step_id)}.json"
+        return f"steps/{num(seq, 'seq'):02d}-{check_name(step_id)}.json"
 
     @contextlib.contextmanager
     def _lock(self, key: str) -> Iterator[None]:
@@ -300,7 +300,7 @@ class S3Records:
                 known.append((key, size))
 
     def _tail(self, chunks: list[tuple[int, str, int]], size: int) -> bytes:
-        """The last ``min(size, _CAPPED_TAIL)`` bytes of the concatenation of ``chunks``. They
+        """The last ``min(size, CAPPED_TAIL)`` bytes of the concatenation of ``chunks``. They
         depend only on the last chunk's key (what a key holds never changes), so they are kept
         by it."""
         if not chunks:
@@ -309,13 +309,13 @@ class S3Records:
         with self._listed_lock:
             tail = self._tails.get(last)
         if tail is None:
-            tail = self._span(chunks, max(0, size - _CAPPED_TAIL), size)
+            tail = self._span(chunks, max(0, size - CAPPED_TAIL), size)
             self._keep_tail(last, tail)
         return tail
 
     def _keep_tail(self, key: str, tail: bytes) -> None:
         with self._listed_lock:
-            self._tails[key] = tail[-_CAPPED_TAIL:]
+            self._tails[key] = tail[-CAPPED_TAIL:]
             self._tails.move_to_end(key)
             while len(self._tails) > _REMEMBERED:
                 self._tails.popitem(last=False)
@@ -409,7 +409,7 @@ class S3Records:
                 size = sum(c[2] for c in chunks)
                 check = needs_note_check(size, cap, budget)
                 tail = self._tail(chunks, size) if check else b""
-                if check and _NOTE_RE.search(tail[-_NOTE_TAIL:]):
+                if check and NOTE_RE.search(tail[-NOTE_TAIL:]):
                     return LogState(size, 0, True)  # already truncated
                 if not data:
                     return LogState(size, 0, False)
@@ -440,14 +440,14 @@ class S3Records:
     def log_slice(
         self, location: str, seq: int, name: str, offset: int, limit: int = 1 << 20
     ) -> tuple[bytes, LogState]:
-        _num(offset, "offset")
+        num(offset, "offset")
         pieces = self._log_pieces(location, seq, name)
         size = sum(p[2] for p in pieces)
         if not pieces:
             return b"", LogState(0, 0, False)
-        tail = self._span(pieces, max(0, size - _NOTE_TAIL), size)
+        tail = self._span(pieces, max(0, size - NOTE_TAIL), size)
         data = self._slice(pieces, size, offset, limit)
-        return data, LogState(size, 0, bool(_NOTE_RE.search(tail)))
+        return data, LogState(size, 0, bool(NOTE_RE.search(tail)))
 
     # -- progress (SPEC §19.4) -------------------------------------------------------------------
 
@@ -464,8 +464,8 @@ class S3Records:
 
     def _progress_state(self, chunks: list[tuple[int, str, int]], attempt: int) -> LogState:
         size = sum(c[2] for c in chunks)
-        start = max(0, size - _CAPPED_TAIL)
-        return LogState(size, attempt, _ends_capped(self._span(chunks, start, size), start == 0))
+        start = max(0, size - CAPPED_TAIL)
+        return LogState(size, attempt, ends_capped(self._span(chunks, start, size), start == 0))
 
     @_guarded
     def put_progress(
@@ -478,7 +478,7 @@ class S3Records:
         limit: int,
         budget: int | None = None,
     ) -> LogState:
-        _num(attempt, "attempt")
+        num(attempt, "attempt")
         prefix = self._progress_prefix(location, seq, name)
         data = bytes(data)
         with self._lock(prefix):
@@ -489,7 +489,7 @@ class S3Records:
                 if current is not None and attempt < current:
                     return self._progress_state(by_attempt[current], current)
                 if current is None or attempt > current:
-                    body = _progress_chunk(0, True, data, progress_limit(0, limit, budget))
+                    body = progress_chunk(0, True, data, progress_limit(0, limit, budget))
                     first = f"{prefix}{attempt:0{_DIGITS}d}/{1:0{_DIGITS}d}"
                     if not self._create(first, body):
                         continue
@@ -497,15 +497,15 @@ class S3Records:
                     self._delete_keys(older)
                     self._remember(prefix, [(first, len(body))])
                     self._keep_tail(first, body)
-                    return LogState(len(body), attempt, _ends_capped(body, True))
+                    return LogState(len(body), attempt, ends_capped(body, True))
                 chunks = by_attempt[current]
                 size = sum(c[2] for c in chunks)
-                start = max(0, size - _CAPPED_TAIL)
+                start = max(0, size - CAPPED_TAIL)
                 tail = self._tail(chunks, size)
-                if _ends_capped(tail, start == 0):
+                if ends_capped(tail, start == 0):
                     return LogState(size, attempt, True)  # capped: it never grows again
                 cap = progress_limit(size, limit, budget)
-                out = _progress_chunk(size, tail.endswith(b"\n"), data, cap)
+                out = progress_chunk(size, tail.endswith(b"\n"), data, cap)
                 if not out:
                     return LogState(size, attempt, False)
                 key = f"{prefix}{attempt:0{_DIGITS}d}/{chunks[-1][0] + 1:0{_DIGITS}d}"
@@ -514,7 +514,7 @@ class S3Records:
                 self._written(prefix, key, len(out))
                 self._keep_tail(key, tail + out)
                 total = size + len(out)
-                capped = _ends_capped((tail + out)[-_CAPPED_TAIL:], total <= _CAPPED_TAIL)
+                capped = ends_capped((tail + out)[-CAPPED_TAIL:], total <= CAPPED_TAIL)
                 return LogState(total, attempt, capped)
         raise RecordStoreUnavailable("record store unavailable: progress writes kept colliding")
 
@@ -522,7 +522,7 @@ class S3Records:
     def read_progress(
         self, location: str, seq: int, name: str, offset: int, limit: int = 1 << 20
     ) -> tuple[bytes, LogState] | None:
-        _num(offset, "offset")
+        num(offset, "offset")
         by_attempt = self._attempts(self._progress_prefix(location, seq, name))
         if not by_attempt:
             return None
@@ -601,10 +601,10 @@ class S3Records:
                 self._put(d + rel, body)
                 known[rel] = hashlib.sha256(body).hexdigest()
 
-            write("verdict.json", _json_bytes(verdict))
+            write("verdict.json", json_bytes(verdict))
             for rel, doc in step_docs:
-                write(rel, _json_bytes(doc))
-            write("events.json", _json_bytes(events))
+                write(rel, json_bytes(doc))
+            write("events.json", json_bytes(events))
             try:
                 manifest = json.loads(self._read(d + "manifest.json") or b"{}")
                 if not isinstance(manifest, dict):
@@ -612,7 +612,7 @@ class S3Records:
             except ValueError:
                 manifest = {}
             manifest.update(manifest_update)
-            write("manifest.json", _json_bytes(manifest))
+            write("manifest.json", json_bytes(manifest))
             chunk_keys = self._concatenate_logs(d, known)
             files = [(k[len(d) :], size) for k, size in self._list(d)]
             files = [(rel, size) for rel, size in files if _in_record(rel) and rel != SUMS]

@@ -130,7 +130,7 @@ def _post(url: str, body: dict[str, Any], timeout: float) -> None:
 DEFAULT_QUEUE_SIZE = 1000  # the default of ``notify.queue_size``
 SENDERS = 4
 # The most one delivery may take, from connecting to the status line of the answer (SPEC §20.7).
-POST_TIMEOUT_SECONDS = 3.0
+POST_TIMEOUT_SECONDS = 3.0  # the default of ``notify.timeout_seconds``
 DROP_LOG_EVERY_SECONDS = 10.0
 
 
@@ -221,30 +221,35 @@ class WebhookQueue:
 
 # One queue per process and size (one size in production: the configured one). Sender threads do
 # not survive a fork, so a process that finds queues made by its parent makes its own.
-_queues: dict[int, WebhookQueue] = {}
+_queues: dict[tuple[int, float], WebhookQueue] = {}
 _queues_pid = os.getpid()
 _queues_lock = threading.Lock()
 
 
-def _queue_of(size: int) -> WebhookQueue:
+def _queue_of(size: int, timeout: float) -> WebhookQueue:
     global _queues, _queues_pid
     with _queues_lock:
         if _queues_pid != os.getpid():
             _queues, _queues_pid = {}, os.getpid()
-        found = _queues.get(size)
+        found = _queues.get((size, timeout))
         if found is None:
-            found = _queues[size] = WebhookQueue(size)
+            found = _queues[(size, timeout)] = WebhookQueue(size, timeout=timeout)
         return found
 
 
 def post_webhook(
-    url: str | None, body: dict[str, Any], *, queue_size: int = DEFAULT_QUEUE_SIZE
+    url: str | None,
+    body: dict[str, Any],
+    *,
+    queue_size: int = DEFAULT_QUEUE_SIZE,
+    timeout: float = POST_TIMEOUT_SECONDS,
 ) -> None:
-    """Best effort, short time-out, in the background: never blocks the request's answer, and
-    never holds more than ``queue_size`` webhooks (``notify.queue_size``) waiting."""
+    """Best effort, short time-out (``notify.timeout_seconds``), in the background: never blocks
+    the request's answer, and never holds more than ``queue_size`` webhooks
+    (``notify.queue_size``) waiting."""
     if not url:
         return
-    _queue_of(queue_size).submit(url, body)
+    _queue_of(queue_size, timeout).submit(url, body)
 
 
 def flush_webhooks(timeout: float = POST_TIMEOUT_SECONDS) -> int:

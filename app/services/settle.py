@@ -5,6 +5,8 @@ hold the scan gate themselves."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from app.context import Context
 from app.logs import log
 from app.services.execution import step_facts
@@ -57,13 +59,19 @@ def settle_committed(ctx: Context, after: AfterCommit) -> set[str]:
             # The run stays VERIFYING; the reaper settles it again (SPEC §8).
             log.exception("verdict failed; the reaper settles it again", run_id=run_id)
     for event in after.asks:
-        post_webhook(
-            ctx.config["notify.asks_url"], event, queue_size=ctx.config["notify.queue_size"]
-        )
+        post_webhook(ctx.config["notify.asks_url"], event, **webhook_limits(ctx))
     for run_id in dict.fromkeys(after.ended):
         seal_run(ctx, run_id)
         announce_end(ctx, run_id)
     return freed
+
+
+def webhook_limits(ctx: Context) -> dict[str, Any]:
+    """The configured queue size and delivery time-out of webhooks (SPEC §15)."""
+    return {
+        "queue_size": ctx.config["notify.queue_size"],
+        "timeout": ctx.config["notify.timeout_seconds"],
+    }
 
 
 def announce_end(ctx: Context, run_id: str) -> None:
@@ -77,5 +85,5 @@ def announce_end(ctx: Context, run_id: str) -> None:
         post_webhook(
             url,
             {"event": "run", "run_id": run_id, "state": run.state, "verdict": run.verdict},
-            queue_size=ctx.config["notify.queue_size"],
+            **webhook_limits(ctx),
         )
