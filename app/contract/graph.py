@@ -15,51 +15,96 @@ from app.contract.steps import Draft
 from app.contract.types import Role
 
 
+class Steps:
+    """What the reference rules read: the drafts in order, by id, the roles declared
+    (``requires`` and the roles acquire steps bind) and the artifacts some step produces."""
+
+    def __init__(self, drafts: list[Draft], by_id: dict[str, Draft], roles: tuple[Role, ...]):
+        self.drafts = drafts
+        self.by_id = by_id
+        self.acquirers = {d.acquire_as: d for d in drafts if d.acquire_as is not None}
+        self.declared = {r.name for r in roles} | set(self.acquirers)
+        self.produced = {name for d in drafts for name in d.out}
+
+
+def _uses_a_declared_role_after_it_is_acquired(steps: Steps, d: Draft) -> None:
+    if d.uses is not None and d.uses not in steps.declared:
+        fail(f"step {quote(d.id)} uses undeclared role {quote(d.uses)}")
+    grab = steps.acquirers.get(d.uses) if d.uses is not None else None
+    # No node is bound to an acquired role before its acquire step has run (SPEC §8).
+    if grab is not None and d.seq <= grab.seq:
+        fail(
+            f"step {quote(d.id)} uses role {quote(d.uses)} before step {quote(grab.id)} acquires it"
+        )
+
+
+def _releases_declared_roles(steps: Steps, d: Draft) -> None:
+    for role in d.release:
+        if role not in steps.declared:
+            fail(f"step {quote(d.id)} releases undeclared role {quote(role)}")
+
+
+def _needs_point_backward(steps: Steps, d: Draft) -> None:
+    for need in d.needs or ():
+        if need not in steps.by_id:
+            fail(f"step {quote(d.id)} needs unknown step {quote(need)}")
+        if steps.by_id[need].seq >= d.seq:
+            fail(f"dependencies must point backward: step {quote(d.id)} needs {quote(need)}")
+
+
+def _acquire_targets_are_later(steps: Steps, d: Draft) -> None:
+    for key, target in zip(("acquired", "unavailable"), d.acquire_targets or (), strict=False):
+        _check_later(d, target, steps.by_id, f"acquire.{key}")
+
+
+def _dispatch_targets_are_later(steps: Steps, d: Draft) -> None:
+    for target in d.dispatch_to:
+        _check_later(d, target, steps.by_id, "dispatch.to")
+
+
+def _loops_go_back(steps: Steps, d: Draft) -> None:
+    if d.loop_back_to is None:
+        return
+    back = steps.by_id.get(d.loop_back_to)
+    if back is None or back.seq >= d.seq:
+        fail(
+            f"step {quote(d.id)}: loop.back_to must name an earlier step, "
+            f"got {quote(d.loop_back_to)}"
+        )
+
+
+def _validators_are_later(steps: Steps, d: Draft) -> None:
+    if d.validate_with is not None:
+        _check_later(d, d.validate_with, steps.by_id, "validate_with")
+
+
+def _reads_what_a_step_produces(steps: Steps, d: Draft) -> None:
+    for name in d.reads:
+        if name not in steps.produced:
+            fail(f"step {quote(d.id)} reads {quote(name)}, which no step produces")
+
+
+# The cross-step rules in the order their failures are reported: each runs over every step
+# before the next starts, so the first failure is well defined.
+REFERENCE_RULES = (
+    _uses_a_declared_role_after_it_is_acquired,
+    _releases_declared_roles,
+    _needs_point_backward,
+    _acquire_targets_are_later,
+    _dispatch_targets_are_later,
+    _loops_go_back,
+    _validators_are_later,
+    _reads_what_a_step_produces,
+)
+
+
 def check_references(drafts: list[Draft], by_id: dict[str, Draft], roles: tuple[Role, ...]) -> None:
-    """Cross-step rules, one rule at a time over all steps, so the first failure is well defined."""
-    acquirers = {d.acquire_as: d for d in drafts if d.acquire_as is not None}
-    declared = {r.name for r in roles} | set(acquirers)
-    for d in drafts:
-        if d.uses is not None and d.uses not in declared:
-            fail(f"step {quote(d.id)} uses undeclared role {quote(d.uses)}")
-        grab = acquirers.get(d.uses) if d.uses is not None else None
-        # No node is bound to an acquired role before its acquire step has run (SPEC §8).
-        if grab is not None and d.seq <= grab.seq:
-            fail(
-                f"step {quote(d.id)} uses role {quote(d.uses)} "
-                f"before step {quote(grab.id)} acquires it"
-            )
-    for d in drafts:
-        for role in d.release:
-            if role not in declared:
-                fail(f"step {quote(d.id)} releases undeclared role {quote(role)}")
-    for d in drafts:
-        for need in d.needs or ():
-            if need not in by_id:
-                fail(f"step {quote(d.id)} needs unknown step {quote(need)}")
-            if by_id[need].seq >= d.seq:
-                fail(f"dependencies must point backward: step {quote(d.id)} needs {quote(need)}")
-    for d in drafts:
-        for key, target in zip(("acquired", "unavailable"), d.acquire_targets or (), strict=False):
-            _check_later(d, target, by_id, f"acquire.{key}")
-    for d in drafts:
-        for target in d.dispatch_to:
-            _check_later(d, target, by_id, "dispatch.to")
-    for d in drafts:
-        back = by_id.get(d.loop_back_to) if d.loop_back_to is not None else None
-        if d.loop_back_to is not None and (back is None or back.seq >= d.seq):
-            fail(
-                f"step {quote(d.id)}: loop.back_to must name an earlier step, "
-                f"got {quote(d.loop_back_to)}"
-            )
-    for d in drafts:
-        if d.validate_with is not None:
-            _check_later(d, d.validate_with, by_id, "validate_with")
-    produced = {name for d in drafts for name in d.out}
-    for d in drafts:
-        for name in d.reads:
-            if name not in produced:
-                fail(f"step {quote(d.id)} reads {quote(name)}, which no step produces")
+    """Cross-step rules (:data:`REFERENCE_RULES`), one rule at a time over all steps, so the first
+    failure is well defined."""
+    steps = Steps(drafts, by_id, roles)
+    for rule in REFERENCE_RULES:
+        for d in drafts:
+            rule(steps, d)
 
 
 def _check_later(d: Draft, target: str, by_id: dict[str, Draft], what: str) -> None:
