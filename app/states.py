@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 QUEUED, RUNNING, VERIFYING, SUCCEEDED, FAILED = (
     "QUEUED",
     "RUNNING",
@@ -49,3 +51,24 @@ def run_may_become(old: str | None, new: str) -> bool:
 
 def step_may_become(old: str, new: str) -> bool:
     return new in STEP_TRANSITIONS.get(old, frozenset())
+
+
+class IllegalTransition(RuntimeError):
+    """A guarded write asks for a change the tables above forbid: a bug in the Mediator, never a
+    caller's mistake, so it fails loudly where the state is written."""
+
+
+def check_run_change(from_states: Iterable[str | None], to_state: str) -> None:
+    """Raise :class:`IllegalTransition` unless every state of the write's guard may become
+    ``to_state`` (SPEC §8)."""
+    bad = [old for old in from_states if not run_may_become(old, to_state)]
+    if bad:
+        raise IllegalTransition(f"a run may not go from {', '.join(map(str, bad))} to {to_state}")
+
+
+def check_step_change(from_states: Iterable[str], to_state: str) -> None:
+    """Raise :class:`IllegalTransition` unless every state of the write's guard may become
+    ``to_state`` (SPEC §8)."""
+    bad = [old for old in from_states if not step_may_become(old, to_state)]
+    if bad:
+        raise IllegalTransition(f"a step may not go from {', '.join(bad)} to {to_state}")

@@ -6,7 +6,6 @@ Every function here runs inside a transaction that has locked the run row and th
 
 from __future__ import annotations
 
-import builtins
 import json
 from collections.abc import Iterable
 from datetime import datetime
@@ -57,10 +56,12 @@ class Picture:
     def needs_met(self, st: Step) -> bool:
         return all(self.steps[n].state in STEP_SETTLED for n in st.needs if n in self.steps)
 
-    def set(self, s: Session, st: Step, expect: Iterable[str], **values: Any) -> bool:
+    def change(self, s: Session, st: Step, expect: Iterable[str], **values: Any) -> bool:
+        """One guarded change of a step of the picture (:func:`update_step`); False when the
+        step is no longer in one of ``expect``."""
         return update_step(s, st.run_id, st.seq, list(expect), **values) is not None
 
-    def nodes_of_pending(self) -> builtins.set[str]:  # ``set`` is the method above
+    def nodes_of_pending(self) -> set[str]:
         return {st.node_id for st in self.steps.values() if st.state == PENDING and st.node_id}
 
 
@@ -80,7 +81,7 @@ def put_mediator_blob(
 def _skip(s: Session, pic: Picture, step_id: str | None) -> None:
     target = pic.by_id.get(step_id or "")
     if target is not None and target.state == PENDING:
-        pic.set(s, target, [PENDING], state=SKIPPED, ended_at=func.now())
+        pic.change(s, target, [PENDING], state=SKIPPED, ended_at=func.now())
 
 
 def run_acquire(s: Session, ctx: Context, pic: Picture, st: Step, after: AfterCommit) -> None:
@@ -115,7 +116,7 @@ def run_acquire(s: Session, ctx: Context, pic: Picture, st: Step, after: AfterCo
     else:
         put_mediator_blob(s, ctx, pic.run, st, st.step_id, {"state": "unavailable"})
         _skip(s, pic, spec.get("acquired"))
-    pic.set(
+    pic.change(
         s,
         st,
         [PENDING],
@@ -135,7 +136,7 @@ def raise_ask(s: Session, pic: Picture, st: Step, after: AfterCommit) -> None:
         values["ask_deadline"] = func.now() + func.make_interval(
             0, 0, 0, 0, 0, 0, parse_duration(timeout)
         )
-    if not pic.set(s, st, [PENDING], **values):
+    if not pic.change(s, st, [PENDING], **values):
         return
     event: dict[str, Any] = {
         "event": "ask",
@@ -167,7 +168,7 @@ def advance(s: Session, ctx: Context, pic: Picture, after: AfterCommit) -> None:
                 continue
             needs = [pic.steps[n] for n in st.needs if n in pic.steps]
             if needs and all(n.state == SKIPPED for n in needs):
-                pic.set(s, st, [PENDING], state=SKIPPED, ended_at=func.now())
+                pic.change(s, st, [PENDING], state=SKIPPED, ended_at=func.now())
                 progress = True
             elif st.kind == "acquire" and pic.needs_met(st):
                 run_acquire(s, ctx, pic, st, after)

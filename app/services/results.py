@@ -235,9 +235,10 @@ def _range(pic: Picture, first: int, last: int) -> list[int]:
     return reset
 
 
-def _dispatch(ctx: Context, pic: Picture, st: Step, s: Session) -> None:
-    """``dispatch``: the string at the JSON path of the produced blob picks one target; the others
-    are SKIPPED (and skips propagate in :func:`advance`). Anything else fails the step."""
+def _dispatch_choice(ctx: Context, pic: Picture, st: Step) -> tuple[str | None, str | None]:
+    """``dispatch``: the string at the JSON path of the produced blob picks one target: returns
+    ``(target, None)``, or ``(None, reason)`` when it names none of them (the step then FAILS
+    instead of becoming DONE)."""
     d = st.spec["dispatch"]
     path = d["from"]
     outs = sorted((o for o in st.spec.get("out") or [] if path.startswith(o + ".")), key=len)
@@ -252,15 +253,19 @@ def _dispatch(ctx: Context, pic: Picture, st: Step, s: Session) -> None:
         except BadRequest:
             value = None
     if isinstance(value, str) and value in d["to"]:
-        for target in d["to"]:
-            step = pic.by_id[target]
-            if target == value:
-                pic.set(s, step, [PENDING], chosen=True)
-            elif step.state == PENDING:
-                pic.set(s, step, [PENDING], state=SKIPPED, chosen=False)
-        return
-    reason = f"dispatch: {path} is {json.dumps(value)}, not one of {json.dumps(d['to'])}"
-    pic.set(s, st, [DONE], state=FAILED, error=reason)
+        return value, None
+    return None, f"dispatch: {path} is {json.dumps(value)}, not one of {json.dumps(d['to'])}"
+
+
+def _dispatch(pic: Picture, st: Step, s: Session, chosen: str) -> None:
+    """The dispatch step is DONE: its chosen target is marked, the others are SKIPPED (and skips
+    propagate in :func:`advance`)."""
+    for target in st.spec["dispatch"]["to"]:
+        step = pic.by_id[target]
+        if target == chosen:
+            pic.change(s, step, [PENDING], chosen=True)
+        elif step.state == PENDING:
+            pic.change(s, step, [PENDING], state=SKIPPED, chosen=False)
 
 
 def complete_step(
@@ -297,7 +302,10 @@ def complete_step(
         # onto a node that is leaving.
         _cancel_for_drain(s, run, node, after)
         return {"run_id": run.run_id, "seq": st.seq, "run_state": FAILED}
-    pic.set(
+    chosen = None
+    if not error and st.spec.get("dispatch"):
+        chosen, error = _dispatch_choice(ctx, pic, st)
+    pic.change(
         s,
         st,
         [expect],
@@ -309,9 +317,9 @@ def complete_step(
         **values,
     )
     for ex in exhausted:
-        pic.set(s, ex, [ex.state], result=dict(ex.result or {}, exhausted=True))
-    if st.state == DONE and st.spec.get("dispatch"):
-        _dispatch(ctx, pic, st, s)
+        pic.change(s, ex, [ex.state], result=dict(ex.result or {}, exhausted=True))
+    if st.state == DONE and chosen is not None:
+        _dispatch(pic, st, s, chosen)
     if st.state == DONE and st.spec.get("release"):
         after.released(run.run_id, release_roles(s, pic, st.spec["release"]))
     advance(s, ctx, pic, after)

@@ -31,7 +31,7 @@ from sqlalchemy.orm import Session
 from app.contract import is_valid_id
 from app.contract.types import Contract
 from app.models import LEASES_PKEY, RUNS_PKEY, TOMBSTONES_PKEY, Lease, Run, RunEvent, Step, WakeDebt
-from app.states import FAILED, QUEUED, RUN_ALIVE, RUNNING
+from app.states import FAILED, QUEUED, RUN_ALIVE, RUNNING, check_run_change
 from app.store import DuplicateRun, NodeTaken, NotQueued, PrunedRunId, constraint_name
 from app.store.rows import LEASE_COLUMNS, STEP_COLUMNS, rows_insert
 
@@ -219,7 +219,9 @@ def finish_run(
     reject: dict[str, Any] | None = None,
 ) -> bool:
     """Guarded end of a run: only from ``from_states`` (the caller holds the run lock, the guard
-    keeps a stale caller from ending a run twice)."""
+    keeps a stale caller from ending a run twice). The transition is checked against
+    ``app/states.py``."""
+    check_run_change(from_states, state)
     values: dict[str, Any] = {"state": state, "ended_at": func.now()}
     if verdict is not None:
         values["verdict"] = verdict
@@ -323,7 +325,8 @@ def clear_wake_debt(s: Session, set_before: datetime | None = None) -> None:
 
 
 def set_run_state(s: Session, run_id: str, from_states: Sequence[str], to_state: str) -> bool:
-    """Guarded state change (the caller holds the run lock)."""
+    """Guarded state change (the caller holds the run lock), checked against ``app/states.py``."""
+    check_run_change(from_states, to_state)
     row = s.execute(
         update(Run)
         .where(Run.run_id == run_id, Run.state.in_(list(from_states)))

@@ -21,6 +21,7 @@ from app.states import (
     RUNNING,
     SKIPPED,
     STEP_OPEN,
+    check_step_change,
 )
 from app.store import rowcount
 
@@ -98,6 +99,7 @@ def claimed_by_other_instance(s: Session, node_id: str, instance: str) -> list[t
 
 def fail_step(s: Session, run_id: str, seq: int, *, from_states: Sequence[str], error: str) -> bool:
     """Guarded: only a step still in ``from_states`` fails (the caller holds the run lock)."""
+    check_step_change(from_states, FAILED)
     row = s.execute(
         update(Step)
         .where(Step.run_id == run_id, Step.seq == seq, Step.state.in_(from_states))
@@ -133,7 +135,10 @@ def update_step(
     s: Session, run_id: str, seq: int, expect: Sequence[str], **values: object
 ) -> Step | None:
     """One guarded change of one step: only while its state is one of ``expect``. Returns the
-    step as it is now (the session's copy is refreshed), or None when the guard did not hold."""
+    step as it is now (the session's copy is refreshed), or None when the guard did not hold.
+    A new ``state`` must be one every state of ``expect`` may become (``app/states.py``)."""
+    if "state" in values:
+        check_step_change(expect, str(values["state"]))
     return s.execute(
         update(Step)
         .where(Step.run_id == run_id, Step.seq == seq, Step.state.in_(list(expect)))

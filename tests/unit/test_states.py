@@ -5,6 +5,7 @@ against the same machine."""
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import psycopg
 import pytest
@@ -14,9 +15,14 @@ from app.states import (
     RUN_TRANSITIONS,
     STEP_STATES,
     STEP_TRANSITIONS,
+    IllegalTransition,
+    check_run_change,
+    check_step_change,
     run_may_become,
     step_may_become,
 )
+from app.store.runs import finish_run, set_run_state
+from app.store.steps import fail_step, update_step
 from tests.agent import claim, done
 from tests.helpers import advertise, cap, contract, role, submit
 
@@ -200,3 +206,42 @@ def test_every_state_change_recorded_for_real_runs_is_a_transition_the_spec_allo
         "rejected": [(None, "FAILED")],
     }
     assert all((old, new) in SPEC_RUN_ALLOWED for old, new in itertools.chain(*trails.values()))
+
+
+# Transitions are checked where they are written: a guarded write asking for a change the tables
+# forbid raises before it sends a statement (the session is never touched).
+UNUSED_SESSION: Any = None
+
+
+@pytest.mark.parametrize(
+    "write",
+    [
+        lambda: update_step(UNUSED_SESSION, "r", 1, ["DONE"], state="FAILED"),
+        lambda: update_step(UNUSED_SESSION, "r", 1, ["PENDING", "SKIPPED"], state="SKIPPED"),
+        lambda: fail_step(UNUSED_SESSION, "r", 1, from_states=["PENDING", "DONE"], error="x"),
+        lambda: set_run_state(UNUSED_SESSION, "r", ["QUEUED"], "VERIFYING"),
+        lambda: finish_run(UNUSED_SESSION, "r", from_states=["SUCCEEDED"], state="FAILED"),
+        lambda: finish_run(UNUSED_SESSION, "r", from_states=["RUNNING"], state="SUCCEEDED"),
+    ],
+)
+def test_a_write_of_a_forbidden_transition_fails_loudly(write):
+    with pytest.raises(IllegalTransition):
+        write()
+
+
+@pytest.mark.parametrize(("old", "new"), list(itertools.product(STEP_STATES, STEP_STATES)))
+def test_check_step_change_follows_the_table(old, new):
+    if step_may_become(old, new):
+        check_step_change([old], new)
+    else:
+        with pytest.raises(IllegalTransition, match=f"from {old} to {new}"):
+            check_step_change([old], new)
+
+
+@pytest.mark.parametrize(("old", "new"), list(itertools.product((None, *RUN_STATES), RUN_STATES)))
+def test_check_run_change_follows_the_table(old, new):
+    if run_may_become(old, new):
+        check_run_change([old], new)
+    else:
+        with pytest.raises(IllegalTransition):
+            check_run_change([old], new)
