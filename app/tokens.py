@@ -37,6 +37,7 @@ import yaml
 
 from app.contract.fields import is_valid_id
 from app.errors import ConfigError
+from app.wire import parse_ts
 
 ROLES = ("submitter", "node", "answerer", "reader", "operator")
 ALL_ROLES = frozenset(ROLES)
@@ -356,7 +357,7 @@ def _expires(where: str, value: Any) -> datetime | None:
         return None
     if isinstance(value, str):
         try:
-            value = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
+            value = parse_ts(value)
         except ValueError:
             value = None
     if not isinstance(value, datetime) or value.tzinfo is None:

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from app.wire import parse_ts
+
 
 @dataclass(frozen=True)
 class Lease:
@@ -30,11 +32,9 @@ def remaining_seconds(not_after: Any, server_now: datetime | None) -> float:
     if not isinstance(not_after, str):
         return math.inf
     try:
-        end = datetime.fromisoformat(not_after.replace("Z", "+00:00"))
+        end = parse_ts(not_after)
     except ValueError:
         return math.inf
-    if end.tzinfo is None:
-        end = end.replace(tzinfo=UTC)
     now = server_now or datetime.now(UTC)
     return (end - now).total_seconds()
 

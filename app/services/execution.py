@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from datetime import datetime
 from typing import Any
 
 from sqlalchemy import func
@@ -149,12 +148,8 @@ def raise_ask(s: Session, pic: Picture, st: Step, after: AfterCommit) -> None:
     if ask.get("answerers"):
         event["answerers"] = ask["answerers"]
     if st.ask_deadline is not None:
-        event["deadline"] = _rfc3339(st.ask_deadline)
+        event["deadline"] = ts(st.ask_deadline)
     after.asks.append(event)
-
-
-def _rfc3339(dt: datetime) -> str:
-    return ts(dt) or ""
 
 
 def advance(s: Session, ctx: Context, pic: Picture, after: AfterCommit) -> None:
