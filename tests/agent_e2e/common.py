@@ -114,14 +114,17 @@ class AgentProcess:
     def text(self) -> str:
         return self.log_path.read_text(errors="replace")
 
-    def await_event(self, event: str, timeout: float = 20.0) -> dict[str, Any]:
-        def look() -> dict[str, Any] | None:
-            assert self.proc.poll() is None or any(
-                line.get("event") == event for line in self.lines()
-            ), f"the agent exited ({self.proc.returncode}):\n{self.text()[-3000:]}"
-            return next((x for x in self.lines() if x.get("event") == event), None)
+    def await_event(self, event: str, timeout: float = 20.0, *, count: int = 1) -> dict[str, Any]:
+        """The ``count``-th line of ``event`` the agent logs, once it has logged it."""
 
-        return await_value(look, f"the agent to log {event!r}", timeout)
+        def look() -> dict[str, Any] | None:
+            found = [x for x in self.lines() if x.get("event") == event]
+            assert self.proc.poll() is None or len(found) >= count, (
+                f"the agent exited ({self.proc.returncode}):\n{self.text()[-3000:]}"
+            )
+            return found[count - 1] if len(found) >= count else None
+
+        return await_value(look, f"the agent to log {event!r} {count} times", timeout)
 
     def stop(self) -> int:
         if self.proc.poll() is None:

@@ -122,6 +122,9 @@ def test_the_agent_runs_real_steps_and_their_log_and_outputs_reach_the_record(
         names = set(json.loads(files["blobs/02.0-env.json"])) - {"LC_CTYPE"}
         assert names == {"AGENT_E2E_PASSED", "IN", "OUT", "PATH"}
 
+        # The run ends when the Mediator commits the last result; the agent logs that its result
+        # was taken once the answer reaches it, which may be a moment later.
+        agent.await_event("result taken", count=2)
         events = agent.events()
         assert events.count("step taken") == 2 and events.count("step finished") == 2
         assert events.count("result taken") == 2
