@@ -99,7 +99,8 @@ class Client:
     kept connection that the server closed meanwhile (its keep-alive time ran out) is replaced
     for a GET; a POST is sent again on a kept connection only when it was used just before, and
     otherwise on a new one, so that it is never sent twice. A proxy of the environment
-    (``http_proxy``, ``https_proxy``, ``no_proxy``) is used as urllib would use it."""
+    (``http_proxy``, ``https_proxy``, ``no_proxy``) is used as urllib would use it. Like the
+    connection it keeps, a client serves one thread at a time."""
 
     def __init__(
         self,
