@@ -55,6 +55,10 @@ def mediator(
     )
 
 
+def _sigint_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class Running:
     """``mediator ARGS`` in the background, its stdout read line by line as it comes."""
 
@@ -63,6 +67,9 @@ class Running:
             [sys.executable, "-m", "app.cli", *args],
             cwd=ROOT,
             env=client_env(server, **env),
+            # As from a terminal: a test run started in the background (a shell without job
+            # control) would hand its children SIGINT ignored, and Ctrl-C would do nothing.
+            preexec_fn=_sigint_default,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
