@@ -29,10 +29,10 @@ bind = os.environ.get("MEDIATOR_BIND", "127.0.0.1:8080")
 workers = _count("MEDIATOR_WORKERS", "WEB_CONCURRENCY", default=4)
 worker_class = "app.gunicorn_worker.ThreadWorker"  # gthread, with a quick shutdown that cannot hang
 # A claim in long poll holds a thread (no database connection) for up to 30 s, and connections
-# do not spread evenly over the workers (one of 4 took 234 of 500 claims in a measurement): a
-# worker whose threads are all held queues every other request of its connections behind them.
-# Threads are started as requests need them and a waiting one costs ~100 KiB, so each worker may
-# hold a whole fleet's claims: 4 x 1000 (SPEC §16: 500 waiting claims, adverts p99 <= 50 ms).
+# do not spread evenly over the workers: a worker whose threads are all held queues every other
+# request of its connections behind them. Threads are started as requests need them and a waiting
+# one is cheap, so each worker may hold a whole fleet's claims (SPEC §16). The measurements behind
+# these numbers are in bench/README.md ("gunicorn's threads").
 threads = _count("MEDIATOR_THREADS", default=1000)
 # Above the long-poll window (claim.long_poll_seconds, 30 s by default).
 timeout = _count("MEDIATOR_WORKER_TIMEOUT", default=90)

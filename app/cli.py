@@ -240,4 +240,6 @@ register_client_commands(main)  # submit, status, runs, nodes, cancel, asks, ans
 
 
 if __name__ == "__main__":
-    main()
+    # `python -m app.cli` is the same command: its usage lines and its shell completion's
+    # variable (docs/client.md) name it mediator.
+    main(prog_name="mediator")

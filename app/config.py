@@ -251,13 +251,24 @@ def read_file(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 # MEDIATOR_* variables read outside the configuration keys: the config file's name, gunicorn's
 # settings (gunicorn.conf.py), the throwaway PostgreSQL's user, fault points of the crash tests,
-# the databases of the test suite and the benchmarks, and the client commands' Mediator and
-# principal (app/client; MEDIATOR_TOKEN is also their token).
+# the databases of the test suite and the benchmarks, and the settings of the client commands
+# (app/client/settings.py) and of the node agent (app/agent/config.py). The older shared
+# MEDIATOR_URL and MEDIATOR_PRINCIPAL are read by both; MEDIATOR_TOKEN too, and it is also this
+# server's `token` key: the client's and the agent's own names keep their tokens out of a server
+# started from the same shell.
 OTHER_VARIABLES = frozenset(
     {
         "MEDIATOR_CONFIG",
         "MEDIATOR_URL",
         "MEDIATOR_PRINCIPAL",
+        "MEDIATOR_CLIENT_URL",
+        "MEDIATOR_CLIENT_TOKEN",
+        "MEDIATOR_CLIENT_PRINCIPAL",
+        "MEDIATOR_CLIENT_PROFILE",
+        "MEDIATOR_CLIENT_CONFIG",
+        "MEDIATOR_AGENT_URL",
+        "MEDIATOR_AGENT_TOKEN",
+        "MEDIATOR_AGENT_PRINCIPAL",
         "MEDIATOR_BIND",
         "MEDIATOR_WORKERS",
         "MEDIATOR_THREADS",

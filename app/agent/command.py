@@ -36,10 +36,17 @@ def _given_to_mediator(ctx: click.Context, name: str) -> Any:
     metavar="NAME[:k=v,...]",
     help="A capability to advertise, repeatable; replaces the file's list.",
 )
-@click.option("--url", help="The Mediator [env MEDIATOR_URL; default http://127.0.0.1:8080].")
-@click.option("--token", help="A token with the node role [env MEDIATOR_TOKEN].")
 @click.option(
-    "--principal", help="Who runs this node (X-Enode-Principal) [env MEDIATOR_PRINCIPAL]."
+    "--url",
+    help="The Mediator [env MEDIATOR_AGENT_URL, MEDIATOR_URL; default http://127.0.0.1:8080].",
+)
+@click.option(
+    "--token", help="A token with the node role [env MEDIATOR_AGENT_TOKEN, MEDIATOR_TOKEN]."
+)
+@click.option(
+    "--principal",
+    help="Who runs this node (X-Enode-Principal) [env MEDIATOR_AGENT_PRINCIPAL, "
+    "MEDIATOR_PRINCIPAL].",
 )
 @click.option(
     "--work-dir",

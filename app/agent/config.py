@@ -1,7 +1,10 @@
 """The node agent's configuration: the advert (``node_id``, ``label``, ``capabilities``) and the
-agent's own settings, from a YAML file in the advert's shape, ``MEDIATOR_URL`` /
-``MEDIATOR_TOKEN`` / ``MEDIATOR_PRINCIPAL``, and flags; flags win over the environment, the
-environment over the file.
+agent's own settings, from a YAML file in the advert's shape, the environment and flags; flags win
+over the environment, the environment over the file. The agent's own variables
+(``MEDIATOR_AGENT_URL``, ``MEDIATOR_AGENT_TOKEN``, ``MEDIATOR_AGENT_PRINCIPAL``) win over the
+older shared ones (``MEDIATOR_URL``, ``MEDIATOR_TOKEN``, ``MEDIATOR_PRINCIPAL``), which are still
+read: a server started from the same shell takes ``MEDIATOR_TOKEN`` as its all-roles legacy
+token, and never reads the agent's names.
 
 A mistake is an :class:`AgentConfigError` with one line naming the key, before anything is sent.
 """
@@ -46,6 +49,14 @@ FILE_KEYS = frozenset(
         "log_level",
     }
 )
+
+
+# Each setting's variables, the first set wins: the agent's own name, then the shared one.
+VARIABLES = {
+    "url": ("MEDIATOR_AGENT_URL", "MEDIATOR_URL"),
+    "token": ("MEDIATOR_AGENT_TOKEN", "MEDIATOR_TOKEN"),
+    "principal": ("MEDIATOR_AGENT_PRINCIPAL", "MEDIATOR_PRINCIPAL"),
+}
 
 
 class AgentConfigError(Exception):
@@ -230,16 +241,15 @@ def load_agent_config(
     flags: Mapping[str, Any],
     env: Mapping[str, str] | None = None,
 ) -> AgentConfig:
-    """The file (``path``), then ``MEDIATOR_URL`` / ``MEDIATOR_TOKEN`` / ``MEDIATOR_PRINCIPAL``,
-    then ``flags`` (keys of the file; None = not given; ``capabilities`` a list of
-    ``--capability`` texts, replacing the file's list when non-empty)."""
+    """The file (``path``), then the environment (:data:`VARIABLES`), then ``flags`` (keys of the
+    file; None = not given; ``capabilities`` a list of ``--capability`` texts, replacing the
+    file's list when non-empty)."""
     env = os.environ if env is None else env
     raw: dict[str, Any] = read_file(path) if path else {}
-    for key, var in (("url", "MEDIATOR_URL"), ("token", "MEDIATOR_TOKEN")):
-        if env.get(var):
-            raw[key] = env[var]
-    if env.get("MEDIATOR_PRINCIPAL"):
-        raw["principal"] = env["MEDIATOR_PRINCIPAL"]
+    for key, names in VARIABLES.items():
+        found = next((env[name] for name in names if env.get(name)), None)
+        if found:
+            raw[key] = found
     for key, value in flags.items():
         if value is None or (key == "capabilities" and not value):
             continue

@@ -18,6 +18,7 @@ The work loop long-polls for a step, runs it, and reports its result until the M
 
 from __future__ import annotations
 
+import random
 import signal
 import threading
 import time
@@ -28,19 +29,24 @@ from typing import Any
 import structlog
 from structlog.typing import FilteringBoundLogger
 
+from app.agent import backoff
+from app.agent.backoff import Backoff
 from app.agent.config import AgentConfig
 from app.agent.leases import HeldLeases, lease_of
 from app.agent.link import Link, Unreachable
 from app.agent.step import StepOutcome, StepRunner, remove_tree
 
 FIRST_RENEW_SECONDS = 60.0  # until the Mediator's first reply says how often
-RETRY_SECONDS = 1.0  # after a failed claim or advert
 EXIT_OK, EXIT_STOPPED, EXIT_REFUSED = 0, 1, 2
 
 
 class Agent:
-    def __init__(self, cfg: AgentConfig, instance: str | None = None) -> None:
+    def __init__(
+        self, cfg: AgentConfig, instance: str | None = None, rng: random.Random | None = None
+    ) -> None:
         self.cfg = cfg
+        self.rng = rng or random.Random()  # the jitter of every retry (app/agent/backoff.py)
+        self._claim_retry = Backoff(*backoff.CLAIM, rng=self.rng)
         self.instance = instance or uuid.uuid4().hex
         self.link = Link(cfg.url, cfg.token, cfg.principal, self.instance)
         self.leases = HeldLeases()
@@ -125,6 +131,7 @@ class Agent:
 
     def _heartbeat(self) -> None:
         failing: str | None = None
+        retry = Backoff(*backoff.ADVERT, rng=self.rng)
         while self.fatal is None:
             self._beat.clear()  # a wake-up from here on is another advert after this one
             self._note_signals()
@@ -152,8 +159,12 @@ class Agent:
             elif problem is None and failing is not None:
                 self.log.info("advert taken again")
             failing = problem
-            interval = self.renew_seconds if problem is None else min(self.renew_seconds, 5.0)
-            self._beat.wait(interval)
+            if problem is None:
+                retry.reset()
+                self._beat.wait(self.renew_seconds)
+            else:
+                retry.cap = min(self.renew_seconds, backoff.ADVERT[1])
+                self._beat.wait(retry.next_delay())
 
     def _took_advert(self, doc: dict[str, Any], server_now: Any, sent: float, drain: str) -> None:
         now = time.monotonic()
@@ -219,11 +230,13 @@ class Agent:
             # The answer may have been lost with a step in it: the same instance asks again and
             # the Mediator hands that step out again (SPEC §8).
             self.log.warning("claim failed; asking again", error=str(exc))
-            self.draining.wait(RETRY_SECONDS)
+            self.draining.wait(self._claim_retry.next_delay())
             return None
         if ans.status == 204:
+            self._claim_retry.reset()
             return None
         if ans.status == 200:
+            self._claim_retry.reset()
             try:
                 step = ans.json()
             except ValueError:
@@ -239,7 +252,7 @@ class Agent:
             return None
         else:
             self.log.warning("claim refused; asking again", status=ans.status, reason=ans.reason())
-        self.draining.wait(RETRY_SECONDS)
+        self.draining.wait(self._claim_retry.next_delay())
         return None
 
     def _do(self, step: dict[str, Any]) -> None:
@@ -259,9 +272,9 @@ class Agent:
             outcome = StepOutcome({"node": self.cfg.node_id, "produced": [], "error": "no seq"})
         else:
             try:
-                outcome = StepRunner(self.cfg, self.link, self.leases, log, self.stop).run(
-                    step, nonce if isinstance(nonce, str) else None
-                )
+                outcome = StepRunner(
+                    self.cfg, self.link, self.leases, log, self.stop, self.rng
+                ).run(step, nonce if isinstance(nonce, str) else None)
             except Exception as exc:  # the node goes on: one step's surprise is that step's
                 log.exception("node agent failure while running the step")
                 outcome = StepOutcome(
@@ -289,7 +302,7 @@ class Agent:
         """Until the Mediator answers (SPEC §8): a result is idempotent, and a lost one would
         leave the step CLAIMED. A 4xx is final; so is the end of the run's lease, after which
         the Mediator settles the run without this result."""
-        delay = 0.5
+        retry = Backoff(*backoff.REPORT, rng=self.rng)
         while True:
             try:
                 ans = self.link.report(run_id, seq, result)
@@ -314,8 +327,10 @@ class Agent:
             if not self.leases.holds(run_id):
                 log.warning("lease ended before the result was delivered", error=problem)
                 return
-            log.warning("result not delivered; sending it again", error=problem, retry_in=delay)
+            delay = retry.next_delay()
+            log.warning(
+                "result not delivered; sending it again", error=problem, retry_in=round(delay, 3)
+            )
             if self.stop.wait(delay):
                 log.warning("result abandoned: the node agent was stopped")
                 return
-            delay = min(delay * 2, 10.0)

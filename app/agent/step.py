@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -26,6 +27,8 @@ from typing import Any
 
 from structlog.typing import FilteringBoundLogger as BoundLogger
 
+from app.agent import backoff
+from app.agent.backoff import Backoff
 from app.agent.config import AgentConfig
 from app.agent.leases import HeldLeases
 from app.agent.link import Answer, Link, Unreachable, segment
@@ -89,8 +92,11 @@ class LogStream:
     An append whose answer was lost is checked against the log's length before it is sent again,
     so a retry does not write the same bytes twice."""
 
-    def __init__(self, link: Link, run_id: str, seq: int, log: BoundLogger) -> None:
+    def __init__(
+        self, link: Link, run_id: str, seq: int, log: BoundLogger, rng: random.Random
+    ) -> None:
         self.link, self.run_id, self.seq, self.log = link, run_id, seq, log
+        self._retry = Backoff(*backoff.LOG_APPEND, rng=rng)
         self._buf = bytearray()
         self._cond = threading.Condition()
         self._closed = False
@@ -133,7 +139,7 @@ class LogStream:
         while True:
             with self._cond:
                 if failures:  # the Mediator did not take the last append: back off
-                    self._cond.wait(min(0.5 * 2**failures, 5.0))
+                    self._cond.wait(self._retry.next_delay())
                 elif not self._closed and len(self._buf) < LOG_CHUNK:
                     self._cond.wait(LOG_INTERVAL)
                 chunk = bytes(self._buf[:LOG_CHUNK])
@@ -141,6 +147,7 @@ class LogStream:
             if chunk:
                 if self._send(chunk):
                     failures = 0
+                    self._retry.reset()
                     with self._cond:
                         del self._buf[: len(chunk)]
                 else:
@@ -202,8 +209,10 @@ class StepRunner:
         leases: HeldLeases,
         log: BoundLogger,
         stop: threading.Event,
+        rng: random.Random | None = None,
     ) -> None:
         self.cfg, self.link, self.leases, self.log, self.stop = cfg, link, leases, log, stop
+        self.rng = rng or random.Random()
 
     # ------------------------------------------------------------ the whole step
 
@@ -221,7 +230,7 @@ class StepRunner:
         except OSError as exc:
             result["error"] = f"cannot create a working directory in {base}: {exc.strerror}"
             return StepOutcome(result)
-        stream = LogStream(self.link, run_id, seq, self.log)
+        stream = LogStream(self.link, run_id, seq, self.log, self.rng)
         outcome = StepOutcome(result, workdir)
         out_dir = workdir / "out"
         try:
@@ -262,7 +271,7 @@ class StepRunner:
         return {"IN": str(in_dir), "OUT": str(out_dir), "CWD": str(cwd)}
 
     def _fetch(self, run_id: str, name: str) -> bytes | None:
-        delay = 0.5
+        retry = Backoff(*backoff.TRANSFER, rng=self.rng)
         for attempt in range(UPLOAD_TRIES):
             try:
                 ans = self.link.get_blob(run_id, name)
@@ -277,8 +286,7 @@ class StepRunner:
                 if ans.refused:
                     break
             if attempt + 1 < UPLOAD_TRIES and self.leases.holds(run_id):
-                time.sleep(delay)
-                delay = min(delay * 2, 4)
+                time.sleep(retry.next_delay())
         raise StepError(f"input {name} could not be fetched: {problem}")
 
     def _command(
@@ -433,7 +441,7 @@ class StepRunner:
         return produced
 
     def _put(self, run_id: str, seq: int, name: str, path: Path) -> Answer | None:
-        delay = 0.5
+        retry = Backoff(*backoff.TRANSFER, rng=self.rng)
         for attempt in range(UPLOAD_TRIES):
             try:
                 with path.open("rb") as body:
@@ -450,8 +458,7 @@ class StepRunner:
                     return ans
                 problem = f"{ans.status} {ans.reason()}"
             if attempt + 1 < UPLOAD_TRIES and self.leases.holds(run_id):
-                time.sleep(delay)
-                delay = min(delay * 2, 4)
+                time.sleep(retry.next_delay())
             else:
                 break
         self.log.warning("blob not delivered", name=name, error=problem)

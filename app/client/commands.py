@@ -1,9 +1,11 @@
 """The client commands of ``mediator``: what each does, over :mod:`app.client.http`.
 
 Exit codes, for every command: 0 done (with ``--wait``: the run SUCCEEDED), 1 the run FAILED,
-2 refused (any 4xx, or input that the server would refuse: the reason is printed), 3 the
-Mediator could not be reached or failed (5xx). Output is for people (tables, lines); ``--json``
-(after ``mediator`` or after the command) prints the answer's own JSON for scripts instead.
+2 refused (any 4xx, input that the server would refuse, a wrong option or client configuration:
+the reason is printed), 3 the Mediator could not be reached or failed (5xx), 4 ``--wait
+--timeout`` passed before the run finished, 130 Ctrl-C while watching (the run goes on). Output
+is for people (tables, lines); ``--json`` (after ``mediator`` or after the command) prints the
+answer's own JSON for scripts instead.
 """
 
 from __future__ import annotations
@@ -18,67 +20,84 @@ from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 import click
+from click.shell_completion import CompletionItem
 
 from app.client import render
 from app.client.http import (
-    DEFAULT_URL,
     EXIT_FAILED,
+    EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_REFUSED,
+    EXIT_TIMEOUT,
     Client,
     ClientError,
     Refused,
     quote,
 )
-from app.client.watch import print_log, wait_for_verdict
+from app.client.settings import (
+    DEFAULT_URL,
+    Settings,
+    SettingsError,
+    config_path,
+    read_profiles,
+    resolve,
+)
+from app.client.watch import WaitTimedOut, print_log, wait_for_verdict
 from app.errors import BadRequest
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 WAIT_INTERVAL = 0.5  # seconds between two looks at a watched run
+# Looks closer together than this load the Mediator for nothing; farther apart, a watch that
+# seems stuck. Outside it --interval is a usage error.
+INTERVALS = click.FloatRange(0.1, 60.0)
 
 
 # ------------------------------------------------------------------------- options and set-up
 
 
 def _store(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
-    """Keep a group option in ``ctx.obj``: the server commands never see it."""
+    """Keep a client option in ``ctx.obj``: the server commands never see it. Given both after
+    ``mediator`` and after the command, the command's wins; not given after the command, the
+    group's stays."""
     ctx.ensure_object(dict)
     if param.name == "json_output":
         value = bool(value) or bool(ctx.obj.get("json_output"))
-    ctx.obj[param.name] = value
+    if value is not None or param.name not in ctx.obj:
+        ctx.obj[param.name] = value
     return value
 
 
+def _client_option(name: str, help_text: str) -> Callable[[F], F]:
+    return click.option(f"--{name}", expose_value=False, callback=_store, help=help_text)
+
+
+PROFILE_HELP = (
+    "The profile of the client configuration file to use [env MEDIATOR_CLIENT_PROFILE; default: "
+    "the file's default]."
+)
+
+
 def client_options(f: F) -> F:
-    """The group options of the client commands: where the Mediator is, and who calls it."""
+    """The group options of the client commands: where the Mediator is, and who calls it.
+    Each wins over the environment, which wins over the profile (``app.client.settings``)."""
     options = [
-        click.option(
-            "--url",
-            envvar="MEDIATOR_URL",
-            default=DEFAULT_URL,
-            show_default=True,
-            show_envvar=True,
-            expose_value=False,
-            callback=_store,
-            help="The Mediator the client commands talk to.",
+        _client_option(
+            "url",
+            "The Mediator the client commands talk to [env MEDIATOR_CLIENT_URL, MEDIATOR_URL; "
+            f"else the profile's url; default {DEFAULT_URL}].",
         ),
-        click.option(
-            "--token",
-            envvar="MEDIATOR_TOKEN",
-            show_envvar=True,
-            expose_value=False,
-            callback=_store,
-            help="The bearer token of the client commands.",
+        _client_option(
+            "token",
+            "The bearer token of the client commands [env MEDIATOR_CLIENT_TOKEN, MEDIATOR_TOKEN; "
+            "else the profile's token or token_file].",
         ),
-        click.option(
-            "--principal",
-            envvar="MEDIATOR_PRINCIPAL",
-            show_envvar=True,
-            expose_value=False,
-            callback=_store,
-            help="Who is acting (X-Enode-Principal); default: git config user.email.",
+        _client_option(
+            "principal",
+            "Who is acting (X-Enode-Principal) [env MEDIATOR_CLIENT_PRINCIPAL, "
+            "MEDIATOR_PRINCIPAL; else the profile's principal; default: git config user.email].",
         ),
+        _client_option("profile", PROFILE_HELP),
         click.option(
             "--json",
             "json_output",
@@ -93,16 +112,24 @@ def client_options(f: F) -> F:
     return f
 
 
+def profile_option(f: F) -> F:
+    """``--profile`` after a command, like ``--profile`` after ``mediator``."""
+    return _client_option("profile", PROFILE_HELP)(f)
+
+
 def json_flag(f: F) -> F:
-    """``--json`` after a command, like ``--json`` after ``mediator``."""
-    return click.option(
-        "--json",
-        "json_output",
-        is_flag=True,
-        expose_value=False,
-        callback=_store,
-        help="Print the answer's JSON instead of tables.",
-    )(f)
+    """``--json`` after a command, like ``--json`` after ``mediator``; every client command also
+    takes ``--profile`` there."""
+    return profile_option(
+        click.option(
+            "--json",
+            "json_output",
+            is_flag=True,
+            expose_value=False,
+            callback=_store,
+            help="Print the answer's JSON instead of tables.",
+        )(f)
+    )
 
 
 def _git_email() -> str | None:
@@ -117,10 +144,26 @@ def _git_email() -> str | None:
     return found.stdout.strip() or None
 
 
-def _client(ctx: click.Context) -> Client:
+def settings_of(ctx: click.Context) -> Settings:
+    """The client settings of this command (its options, the environment, the profile); a
+    configuration file the client cannot use ends the command with exit 2 and one line."""
     obj = ctx.obj or {}
-    principal = obj.get("principal") or _git_email()
-    return Client(obj.get("url") or DEFAULT_URL, obj.get("token") or None, principal)
+    try:
+        found = resolve(
+            {name: obj.get(name) for name in ("url", "token", "principal")},
+            os.environ,
+            obj.get("profile"),
+        )
+    except SettingsError as exc:
+        _fail(ctx, str(exc), EXIT_REFUSED)
+    for warning in found.warnings:
+        click.echo(f"warning: {warning}", err=True)
+    return found
+
+
+def _client(ctx: click.Context) -> Client:
+    found = settings_of(ctx)
+    return Client(found.url, found.token, found.principal or _git_email())
 
 
 def _json_wanted(ctx: click.Context) -> bool:
@@ -154,6 +197,34 @@ def handled(f: F) -> F:
 def _warn(warnings: object) -> None:
     for w in warnings if isinstance(warnings, list) else []:
         click.echo(f"warning: {w}", err=True)
+
+
+COMPLETE_TIMEOUT = 2.0  # seconds: a shell waits for its completions
+COMPLETE_RUNS = 200  # the newest runs offered
+
+
+def complete_runs(
+    ctx: click.Context, param: click.Parameter, incomplete: str
+) -> list[CompletionItem]:
+    """Run ids for the shell's completion, the newest first, with their state: asked of the
+    Mediator the command would talk to. Anything that goes wrong completes nothing, quietly:
+    a completion never prints an error into the command line being typed."""
+    obj = ctx.find_root().obj or {}
+    try:
+        found = resolve(
+            {name: obj.get(name) for name in ("url", "token", "principal")},
+            os.environ,
+            obj.get("profile"),
+        )
+        client = Client(found.url, found.token, found.principal, timeout=COMPLETE_TIMEOUT)
+        page = client.get("/v1/runs", {"limit": COMPLETE_RUNS})
+        return [
+            CompletionItem(run["run_id"], help=str(run.get("state") or ""))
+            for run in page.get("runs") or []
+            if str(run.get("run_id", "")).startswith(incomplete)
+        ]
+    except Exception:  # any: see the docstring
+        return []
 
 
 # ---------------------------------------------------------------------------- contract files
@@ -190,27 +261,92 @@ def read_contract(path: str) -> tuple[Any, bytes]:
 # ----------------------------------------------------------------------------------- commands
 
 
-def _wait(ctx: click.Context, client: Client, view: dict[str, Any], interval: float) -> NoReturn:
+def wait_options(f: F) -> F:
+    """``--wait``, ``--interval`` and ``--timeout`` of the commands that can follow a run."""
+    options = [
+        click.option("--wait", is_flag=True, help="Follow the run to its verdict (exit 0 or 1)."),
+        click.option(
+            "--interval",
+            default=WAIT_INTERVAL,
+            show_default=True,
+            type=INTERVALS,
+            help="Seconds between looks.",
+        ),
+        click.option(
+            "--timeout",
+            type=click.FloatRange(min=0, min_open=True),
+            help="With --wait: stop watching after this many seconds (exit 4; the run goes on).",
+        ),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def _goes_on(run_id: object) -> str:
+    return (
+        f"run {run_id} goes on: follow it with `mediator status {run_id} --wait`, "
+        f"stop it with `mediator cancel {run_id}`"
+    )
+
+
+def _wait(
+    ctx: click.Context,
+    client: Client,
+    view: dict[str, Any],
+    interval: float,
+    timeout: float | None,
+) -> NoReturn:
     """Watch the run to its verdict and exit 0 (SUCCEEDED) or 1 (FAILED); progress goes to
-    stdout, or to stderr when stdout carries the JSON of the last view."""
+    stdout, or to stderr when stdout carries the JSON of the last view. Ctrl-C (130) and
+    ``timeout`` (4) stop the watch, not the run, and say so."""
     as_json = _json_wanted(ctx)
     out = sys.stderr if as_json else sys.stdout
-    last = wait_for_verdict(client, view, out, interval=interval, live=out.isatty())
+    run_id = view.get("run_id")
+    try:
+        last = wait_for_verdict(
+            client, view, out, interval=interval, live=out.isatty(), timeout=timeout
+        )
+    except KeyboardInterrupt:
+        client.close()
+        click.echo(f"mediator: stopped watching; {_goes_on(run_id)}", err=True)
+        ctx.exit(EXIT_INTERRUPTED)
+    except WaitTimedOut as exc:
+        if as_json:
+            _print_json(exc.view)
+        state = exc.view.get("state")
+        click.echo(
+            f"mediator: not finished within {timeout:g} s ({state}); {_goes_on(run_id)}",
+            err=True,
+        )
+        ctx.exit(EXIT_TIMEOUT)
     if as_json:
         _print_json(last)
     ctx.exit(EXIT_OK if last.get("state") == "SUCCEEDED" else EXIT_FAILED)
 
 
+def _check_timeout(wait: bool, timeout: float | None) -> None:
+    if timeout is not None and not wait:
+        raise click.UsageError("--timeout goes with --wait")
+
+
 @click.command()
 @click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
 @click.option("--dry-run", is_flag=True, help="Show where it would be placed; store nothing.")
-@click.option("--wait", is_flag=True, help="Follow the run to its verdict (exit 0 or 1).")
-@click.option("--interval", default=WAIT_INTERVAL, show_default=True, help="Seconds between looks.")
+@wait_options
 @json_flag
 @click.pass_context
 @handled
-def submit(ctx: click.Context, file: str, dry_run: bool, wait: bool, interval: float) -> None:
+def submit(
+    ctx: click.Context,
+    file: str,
+    dry_run: bool,
+    wait: bool,
+    interval: float,
+    timeout: float | None,
+) -> None:
     """Submit the contract in FILE (JSON, or YAML by its extension; - reads stdin)."""
+    _check_timeout(wait, timeout)
     client = _client(ctx)
     _, raw = read_contract(file)
     if dry_run:
@@ -224,7 +360,7 @@ def submit(ctx: click.Context, file: str, dry_run: bool, wait: bool, interval: f
     view = reply.json()
     _warn(view.get("warnings"))
     if wait:
-        _wait(ctx, client, view, interval)
+        _wait(ctx, client, view, interval, timeout)
     if _json_wanted(ctx):
         _print_json(view)
         return
@@ -240,47 +376,80 @@ def submit(ctx: click.Context, file: str, dry_run: bool, wait: bool, interval: f
 
 
 @click.command()
-@click.argument("run")
-@click.option("--wait", is_flag=True, help="Follow the run to its verdict (exit 0 or 1).")
-@click.option("--interval", default=WAIT_INTERVAL, show_default=True, help="Seconds between looks.")
+@click.argument("run", shell_complete=complete_runs)
+@wait_options
 @json_flag
 @click.pass_context
 @handled
-def status(ctx: click.Context, run: str, wait: bool, interval: float) -> None:
+def status(
+    ctx: click.Context, run: str, wait: bool, interval: float, timeout: float | None
+) -> None:
     """A run: its state, what it waits for while QUEUED, its steps and its verdict."""
+    _check_timeout(wait, timeout)
     client = _client(ctx)
     view = client.get(f"/v1/runs/{quote(run)}")
     if wait:
-        _wait(ctx, client, view, interval)
+        _wait(ctx, client, view, interval, timeout)
     if _json_wanted(ctx):
         _print_json(view)
     else:
         click.echo(render.run_view(view))
 
 
+PAGE_MAX = 1000  # the server's largest page (docs/api.md, GET /v1/runs)
+
+
 @click.command()
 @click.option("--state", help="Only runs in this state (QUEUED, RUNNING, SUCCEEDED, ...).")
 @click.option("--work", help="Only runs of this work key (system:change_id).")
 @click.option("--since", help="Only runs created at or after this RFC 3339 time.")
-@click.option("--limit", type=int, help="At most this many (the server's default is 100).")
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    default=100,
+    show_default=True,
+    help="At most this many runs, over as many pages as it takes.",
+)
+@click.option("--all", "every", is_flag=True, help="Every run: follow the pages to the end.")
+@click.option(
+    "--page-size",
+    type=click.IntRange(1, PAGE_MAX),
+    default=PAGE_MAX,
+    hidden=True,
+    help="Runs asked for in one request.",
+)
 @json_flag
 @click.pass_context
 @handled
 def runs(
-    ctx: click.Context, state: str | None, work: str | None, since: str | None, limit: int | None
+    ctx: click.Context,
+    state: str | None,
+    work: str | None,
+    since: str | None,
+    limit: int,
+    every: bool,
+    page_size: int,
 ) -> None:
-    """Runs, newest first."""
-    query: dict[str, str | int | None] = {
-        "state": state,
-        "work": work,
-        "since": since,
-        "limit": limit,
-    }
-    answer = _client(ctx).get("/v1/runs", query)
+    """Runs, newest first, following the server's pages (``next``) until --limit or the end."""
+    client = _client(ctx)
+    query: dict[str, str | int | None] = {"state": state, "work": work, "since": since}
+    found: list[Any] = []
+    first: dict[str, Any] | None = None
+    cursor: str | None = None
+    while True:
+        want = page_size if every else min(page_size, limit - len(found))
+        page = client.get("/v1/runs", query | {"limit": want, "before": cursor})
+        first = first or page
+        found += page.get("runs") or []
+        cursor = page.get("next")
+        if not cursor or (not every and len(found) >= limit):
+            break
     if _json_wanted(ctx):
-        _print_json(answer)
+        # One document as if one page had held them all; next is where a later call goes on.
+        doc = {k: v for k, v in (first or {}).items() if k != "next"} | {"runs": found}
+        _print_json(doc | ({"next": cursor} if cursor else {}))
     else:
-        click.echo(render.runs_table(answer.get("runs") or []))
+        click.echo(render.runs_table(found))
 
 
 @click.command()
@@ -297,7 +466,7 @@ def nodes(ctx: click.Context) -> None:
 
 
 @click.command()
-@click.argument("run")
+@click.argument("run", shell_complete=complete_runs)
 @json_flag
 @click.pass_context
 @handled
@@ -386,36 +555,69 @@ def _answer_from_sets(client: Client, run: str, seq: int, pairs: tuple[str, ...]
     return doc
 
 
+def _read_answer(source: str) -> Any:
+    """The answer document of ``--input``: ``@FILE``, ``-`` (stdin) or the JSON itself."""
+    if source == "-":
+        text, what = sys.stdin.read(), "stdin"
+    elif source.startswith("@"):
+        try:
+            text, what = Path(source[1:]).read_text(encoding="utf-8"), source[1:]
+        except OSError as exc:
+            raise Refused(
+                f"cannot read {source[1:]}: {exc.strerror}", exit_code=EXIT_REFUSED
+            ) from None
+    else:
+        text, what = source, "--input"
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise Refused(f"{what} is not valid JSON: {exc}", exit_code=EXIT_REFUSED) from None
+
+
 @click.command()
-@click.argument("run")
+@click.argument("run", shell_complete=complete_runs)
 @click.argument("seq", type=click.IntRange(min=1))
 @click.option(
     "--set", "pairs", multiple=True, metavar="NAME=VALUE", help="One field of the answer."
 )
 @click.option(
-    "--json", "document", metavar="DOC", help="The whole answer as JSON (@FILE reads it)."
+    "--input",
+    "source",
+    metavar="@FILE|-|DOC",
+    help="The whole answer as JSON: @FILE reads a file, - reads stdin.",
 )
+@click.option(
+    "--json",
+    "old_source",
+    metavar="DOC",
+    hidden=True,
+    help="Deprecated spelling of --input (--json means JSON output everywhere else).",
+)
+@profile_option
 @click.pass_context
 @handled
 def answer(
-    ctx: click.Context, run: str, seq: int, pairs: tuple[str, ...], document: str | None
+    ctx: click.Context,
+    run: str,
+    seq: int,
+    pairs: tuple[str, ...],
+    source: str | None,
+    old_source: str | None,
 ) -> None:
-    """Answer the ask of step SEQ of RUN, field by field (--set) or whole (--json)."""
-    if bool(pairs) == (document is not None):
-        raise click.UsageError("give the answer with --set NAME=VALUE ... or with --json DOC")
+    """Answer the ask of step SEQ of RUN, field by field (--set) or whole (--input)."""
+    if old_source is not None:
+        click.echo(
+            "warning: `answer --json DOC` is deprecated, use `answer --input DOC` (@FILE and - "
+            "work there too); `--json` before the command prints the reply as JSON",
+            err=True,
+        )
+        if source is not None:
+            raise click.UsageError("give --input, not --input and --json")
+        source = old_source
+    if bool(pairs) == (source is not None):
+        raise click.UsageError("give the answer with --set NAME=VALUE ... or with --input @FILE|-")
     client = _client(ctx)
-    if document is not None:
-        if document.startswith("@"):
-            try:
-                document = Path(document[1:]).read_text(encoding="utf-8")
-            except OSError as exc:
-                _fail(ctx, f"cannot read {document[1:]}: {exc.strerror}", EXIT_REFUSED)
-        try:
-            doc = json.loads(document)
-        except ValueError as exc:
-            _fail(ctx, f"--json is not valid JSON: {exc}", EXIT_REFUSED)
-    else:
-        doc = _answer_from_sets(client, run, seq, pairs)
+    doc = _read_answer(source) if source is not None else _answer_from_sets(client, run, seq, pairs)
     reply = client.post(f"/v1/runs/{quote(run)}/steps/{seq}/answer", doc).json()
     if _json_wanted(ctx):
         _print_json(reply)
@@ -425,7 +627,7 @@ def answer(
 
 
 @click.command()
-@click.argument("run")
+@click.argument("run", shell_complete=complete_runs)
 @click.option(
     "-o",
     "--output",
@@ -433,6 +635,7 @@ def answer(
     type=click.Path(dir_okay=False, allow_dash=True),
     help="Where to write the tar (- for stdout).",
 )
+@profile_option
 @click.pass_context
 @handled
 def record(ctx: click.Context, run: str, output: str) -> None:
@@ -460,17 +663,31 @@ def record(ctx: click.Context, run: str, output: str) -> None:
 
 
 @click.command()
-@click.argument("run")
+@click.argument("run", shell_complete=complete_runs)
 @click.argument("seq", type=click.IntRange(min=1))
 @click.option("--follow", "-f", is_flag=True, help="Go on printing while the step runs.")
 @click.option("--name", default="step", show_default=True, help="Which log of the step.")
-@click.option("--interval", default=WAIT_INTERVAL, show_default=True, help="Seconds between looks.")
+@click.option(
+    "--interval",
+    default=WAIT_INTERVAL,
+    show_default=True,
+    type=INTERVALS,
+    help="Seconds between looks.",
+)
+@profile_option
 @click.pass_context
 @handled
 def logs(ctx: click.Context, run: str, seq: int, follow: bool, name: str, interval: float) -> None:
-    """Print the log of step SEQ of RUN."""
+    """Print the log of step SEQ of RUN (Ctrl-C stops --follow with exit 130; the step goes
+    on)."""
+    client = _client(ctx)
     out = sys.stdout.buffer
-    print_log(_client(ctx), run, seq, out, sys.stderr, name=name, follow=follow, interval=interval)
+    try:
+        print_log(client, run, seq, out, sys.stderr, name=name, follow=follow, interval=interval)
+    except KeyboardInterrupt:
+        client.close()
+        click.echo(f"mediator: stopped following; {_goes_on(run)}", err=True)
+        ctx.exit(EXIT_INTERRUPTED)
 
 
 @click.command()
@@ -509,7 +726,52 @@ def validate(ctx: click.Context, file: str) -> None:
     click.echo(f"{file}: valid, run {contract.run_id}, {roles} roles, {steps} steps")
 
 
-COMMANDS = (submit, status, runs, nodes, cancel, asks, answer, record, logs, validate)
+@click.command()
+@json_flag
+@click.pass_context
+def profiles(ctx: click.Context) -> None:
+    """The client configuration file's profiles, and the url, token and principal the client
+    commands would use here, with where each comes from (the token itself is never shown)."""
+    found = settings_of(ctx)
+    path = config_path(os.environ)
+    try:
+        named, default = read_profiles(path)
+    except SettingsError as exc:  # settings_of read no file: everything was given elsewhere
+        _fail(ctx, str(exc), EXIT_REFUSED)
+    principal, principal_from = found.principal, found.sources.get("principal")
+    if principal is None:
+        principal, principal_from = _git_email(), "git config user.email"
+    using: dict[str, dict[str, Any]] = {
+        "url": {"value": found.url, "from": found.sources["url"]},
+        "token": {"set": found.token is not None, "from": found.sources.get("token")},
+        "principal": {"value": principal, "from": principal_from if principal else None},
+    }
+    if _json_wanted(ctx):
+        shown = {
+            name: {k: ("set" if k == "token" else v) for k, v in profile.items()}
+            for name, profile in named.items()
+        }
+        _print_json(
+            {"file": str(path), "default": default, "profiles": shown}
+            | {"profile": found.profile, "using": using}
+        )
+        return
+    click.echo(render.profiles(path, named, default, found.profile, using))
+
+
+COMMANDS = (
+    submit,
+    status,
+    runs,
+    nodes,
+    cancel,
+    asks,
+    answer,
+    record,
+    logs,
+    validate,
+    profiles,
+)
 
 
 def register_client_commands(group: click.Group) -> None:

@@ -1,4 +1,5 @@
-"""A small HTTP client of the Mediator's API (SPEC §2) over ``urllib.request``.
+"""A small HTTP client of the Mediator's API (SPEC §2) over ``http.client``, one kept-alive
+connection a command.
 
 Every answer outside 2xx becomes a :class:`ClientError` carrying the exit code the commands end
 with and one line that names what to fix: the server's own ``error.reason`` for a 4xx (exit 2),
@@ -7,9 +8,11 @@ and for no answer at all or a 5xx (exit 3) where the client tried to reach it.
 
 from __future__ import annotations
 
+import base64
+import http.client
 import json
 import socket
-import urllib.error
+import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator, Mapping
@@ -20,9 +23,17 @@ EXIT_OK = 0
 EXIT_FAILED = 1  # the run's verdict is FAILED
 EXIT_REFUSED = 2  # the Mediator refused the request (any 4xx), or the input is invalid
 EXIT_UNREACHABLE = 3  # no answer, or the Mediator failed (5xx)
+EXIT_TIMEOUT = 4  # --wait --timeout passed before the run finished (it goes on)
+EXIT_INTERRUPTED = 130  # Ctrl-C while watching (128 + SIGINT, as shells report it); it goes on
 
-DEFAULT_URL = "http://127.0.0.1:8080"
 CHUNK = 64 * 1024
+# A request that is not safe to send twice (a POST) goes on the kept connection only when it was
+# used this recently (seconds): servers close idle connections after a few seconds at the least
+# (gunicorn's keepalive here is 75), and one closed just as the POST went out would leave the
+# client unable to tell whether it arrived.
+KEEP_IDLE = 1.0
+# What a kept connection that the server closed meanwhile raises on its next request.
+STALE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
 
 
 class ClientError(Exception):
@@ -73,15 +84,23 @@ def _reason(body: Any, raw: bytes) -> str:
 def _hint(status: int) -> str:
     """What to change on this side when the reason alone does not say it."""
     if status == 401:
-        return " (set --token or MEDIATOR_TOKEN)"
+        return " (set --token, MEDIATOR_CLIENT_TOKEN or a profile's token)"
     if status == 403:
-        return " (use a token with that role, or --principal / MEDIATOR_PRINCIPAL)"
+        return " (use a token with that role, or --principal / MEDIATOR_CLIENT_PRINCIPAL)"
     return ""
 
 
 class Client:
     """The Mediator at ``url``, called with ``token`` (``Authorization: Bearer``) and on behalf of
-    ``principal`` (``X-Enode-Principal``)."""
+    ``principal`` (``X-Enode-Principal``).
+
+    One HTTP/1.1 connection is kept open and used for every request of the command, so that
+    ``--wait`` and ``logs --follow`` poll over one connection instead of opening one a look. A
+    kept connection that the server closed meanwhile (its keep-alive time ran out) is replaced
+    for a GET; a POST is sent again on a kept connection only when it was used just before, and
+    otherwise on a new one, so that it is never sent twice. A proxy of the environment
+    (``http_proxy``, ``https_proxy``, ``no_proxy``) is used as urllib would use it. Like the
+    connection it keeps, a client serves one thread at a time."""
 
     def __init__(
         self,
@@ -94,6 +113,22 @@ class Client:
         self.token = token
         self.principal = principal
         self.timeout = timeout
+        parts = urllib.parse.urlsplit(self.url)
+        try:
+            port = parts.port
+        except ValueError:
+            port = -1
+        if parts.scheme not in ("http", "https") or not parts.hostname or port == -1:
+            raise Refused(
+                f"the Mediator's URL must be http://HOST[:PORT] or https://..., got {url!r}",
+                exit_code=EXIT_REFUSED,
+            )
+        self._https = parts.scheme == "https"
+        self._host, self._port, self._netloc = parts.hostname, port, parts.netloc
+        self._prefix = parts.path.rstrip("/")
+        self._proxy = _proxy_for(parts.scheme, parts.hostname)
+        self._conn: http.client.HTTPConnection | None = None
+        self._used_at = 0.0
 
     # ------------------------------------------------------------------------------ requests
 
@@ -103,15 +138,60 @@ class Client:
             headers["Authorization"] = f"Bearer {self.token}"
         if self.principal:
             headers["X-Enode-Principal"] = self.principal
+        if self._proxy is not None and not self._https and self._proxy.authorization:
+            headers["Proxy-Authorization"] = self._proxy.authorization
         headers.update(extra or {})
         return headers
 
-    def _address(self, path: str, query: Mapping[str, str | int | None] | None) -> str:
-        address = self.url + path
+    def _target(self, path: str, query: Mapping[str, str | int | None] | None) -> str:
+        target = self._prefix + path
         params = {k: str(v) for k, v in (query or {}).items() if v is not None}
         if params:
-            address += "?" + urllib.parse.urlencode(params)
-        return address
+            target += "?" + urllib.parse.urlencode(params)
+        if self._proxy is not None and not self._https:
+            return f"http://{self._netloc}{target}"  # a plain HTTP proxy takes the whole URL
+        return target
+
+    def _connect(self) -> http.client.HTTPConnection:
+        proxy = self._proxy
+        if proxy is None:
+            kind = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
+            return kind(self._host, self._port, timeout=self.timeout)
+        if not self._https:
+            return http.client.HTTPConnection(proxy.host, proxy.port, timeout=self.timeout)
+        conn = http.client.HTTPSConnection(proxy.host, proxy.port, timeout=self.timeout)
+        tunnel = {"Proxy-Authorization": proxy.authorization} if proxy.authorization else None
+        conn.set_tunnel(self._host, self._port, headers=tunnel)
+        return conn
+
+    def close(self) -> None:
+        """Close the kept connection (the next request opens a new one)."""
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def _send(
+        self, method: str, target: str, body: bytes | None, headers: Mapping[str, str]
+    ) -> http.client.HTTPResponse:
+        """The response to one request, over the kept connection when that is safe."""
+        safe = method in ("GET", "HEAD")
+        if self._conn is not None and not safe and time.monotonic() - self._used_at > KEEP_IDLE:
+            self.close()  # it may have been closed by the server: a POST goes on a new one
+        for attempt in range(2):
+            kept = self._conn is not None
+            if self._conn is None:
+                self._conn = self._connect()
+            try:
+                self._conn.request(method, target, body=body, headers=dict(headers))
+                return self._conn.getresponse()
+            except STALE as exc:
+                self.close()
+                if not (kept and safe and attempt == 0):
+                    raise self._unreachable(exc) from None
+            except (OSError, http.client.HTTPException) as exc:
+                self.close()
+                raise self._unreachable(exc) from None
+        raise AssertionError("unreachable")  # the loop returns or raises
 
     def _open(
         self,
@@ -121,34 +201,51 @@ class Client:
         query: Mapping[str, str | int | None] | None = None,
         body: bytes | None = None,
         headers: Mapping[str, str] | None = None,
-    ) -> Any:
+    ) -> http.client.HTTPResponse:
         extra = dict(headers or {})
         if body is not None:
             extra.setdefault("Content-Type", "application/json; charset=utf-8")
-        req = urllib.request.Request(
-            self._address(path, query), data=body, method=method, headers=self._headers(extra)
-        )
+        resp = self._send(method, self._target(path, query), body, self._headers(extra))
+        if resp.status < 300:
+            return resp
+        raw = self._read(resp)
+        self._done(resp)
         try:
-            return urllib.request.urlopen(req, timeout=self.timeout)
-        except urllib.error.HTTPError as exc:
-            raw = exc.read()
-            try:
-                doc = json.loads(raw) if raw else None
-            except ValueError:
-                doc = None
-            reason = _reason(doc, raw)
-            if exc.code >= 500:
-                raise Unreachable(
-                    f"the Mediator at {self.url} failed ({exc.code}): {reason}",
-                    exit_code=EXIT_UNREACHABLE,
-                    status=exc.code,
-                    body=doc,
-                ) from None
+            doc = json.loads(raw) if raw else None
+        except ValueError:
+            doc = None
+        reason = _reason(doc, raw)
+        if 300 <= resp.status < 400:
+            where = resp.getheader("Location") or "elsewhere"
             raise Refused(
-                f"{reason}{_hint(exc.code)}", exit_code=EXIT_REFUSED, status=exc.code, body=doc
-            ) from None
-        except (urllib.error.URLError, OSError) as exc:
+                f"the Mediator at {self.url} answered {resp.status}, sending the client to "
+                f"{where}: set that as the URL",
+                exit_code=EXIT_REFUSED,
+                status=resp.status,
+            )
+        if resp.status >= 500:
+            raise Unreachable(
+                f"the Mediator at {self.url} failed ({resp.status}): {reason}",
+                exit_code=EXIT_UNREACHABLE,
+                status=resp.status,
+                body=doc,
+            )
+        raise Refused(
+            f"{reason}{_hint(resp.status)}", exit_code=EXIT_REFUSED, status=resp.status, body=doc
+        )
+
+    def _read(self, resp: http.client.HTTPResponse, size: int = -1) -> bytes:
+        try:
+            return resp.read() if size < 0 else resp.read(size)
+        except (OSError, http.client.HTTPException) as exc:
+            self.close()
             raise self._unreachable(exc) from None
+
+    def _done(self, resp: http.client.HTTPResponse) -> None:
+        """The response is read to its end: its connection is free for the next request."""
+        self._used_at = time.monotonic()
+        if resp.will_close:
+            self.close()
 
     def _unreachable(self, exc: BaseException) -> Unreachable:
         why: object = getattr(exc, "reason", None) or exc
@@ -156,11 +253,13 @@ class Client:
             why = "connection refused"
         elif isinstance(why, (socket.timeout, TimeoutError)):
             why = f"no answer within {self.timeout:g} s"
+        elif isinstance(why, http.client.RemoteDisconnected):
+            why = "the connection closed without an answer"
         elif isinstance(why, OSError) and why.strerror:
             why = why.strerror
         return Unreachable(
-            f"cannot reach the Mediator at {self.url} ({why}): start it, or set --url or "
-            "MEDIATOR_URL",
+            f"cannot reach the Mediator at {self.url} ({why}): start it, or set --url, "
+            "MEDIATOR_CLIENT_URL or a profile's url",
             exit_code=EXIT_UNREACHABLE,
         )
 
@@ -178,13 +277,11 @@ class Client:
         for anything but a 2xx."""
         if doc is not None:
             body = json.dumps(doc).encode("utf-8")
-        with self._open(method, path, query=query, body=body, headers=headers) as resp:
-            try:
-                data = resp.read()
-            except OSError as exc:
-                raise self._unreachable(exc) from None
-            names = {k.lower(): v for k, v in resp.headers.items()}
-            return Answer(resp.status, names, data)
+        resp = self._open(method, path, query=query, body=body, headers=headers)
+        data = self._read(resp)
+        self._done(resp)
+        names = {k.lower(): v for k, v in resp.getheaders()}
+        return Answer(resp.status, names, data)
 
     def get(self, path: str, query: Mapping[str, str | int | None] | None = None) -> Any:
         """GET a JSON document."""
@@ -197,15 +294,42 @@ class Client:
 
     def stream(self, path: str) -> Iterator[bytes]:
         """GET ``path`` as a sequence of chunks (a Record's tar can be large)."""
-        with self._open("GET", path, headers={"Accept": "*/*"}) as resp:
+        resp = self._open("GET", path, headers={"Accept": "*/*"})
+        finished = False
+        try:
             while True:
-                try:
-                    chunk = resp.read(CHUNK)
-                except OSError as exc:
-                    raise self._unreachable(exc) from None
+                chunk = self._read(resp, CHUNK)
                 if not chunk:
+                    finished = True
+                    self._done(resp)
                     return
                 yield chunk
+        finally:
+            if not finished:  # left half-read: the connection cannot take another request
+                self.close()
+
+
+@dataclass(frozen=True)
+class Proxy:
+    host: str
+    port: int
+    authorization: str | None  # Proxy-Authorization, from the proxy URL's user and password
+
+
+def _proxy_for(scheme: str, host: str) -> Proxy | None:
+    """The proxy of the environment for ``scheme`` and ``host``, as urllib chooses it."""
+    given = urllib.request.getproxies().get(scheme)
+    if not given or urllib.request.proxy_bypass(host):
+        return None
+    parts = urllib.parse.urlsplit(given if "://" in given else f"http://{given}")
+    if not parts.hostname:
+        return None
+    authorization = None
+    if parts.username:
+        user = urllib.parse.unquote(parts.username)
+        password = urllib.parse.unquote(parts.password or "")
+        authorization = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+    return Proxy(parts.hostname, parts.port or 80, authorization)
 
 
 def quote(segment: str) -> str:

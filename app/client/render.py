@@ -283,3 +283,35 @@ def asks_table(asks: Sequence[Mapping[str, Any]]) -> str:
     ]
     headers = ("RUN", "SEQ", "STEP", "PROMPT", "FIELDS", "YOU MAY ANSWER", "ANSWERERS")
     return table((*headers, "DEADLINE"), rows)
+
+
+def profiles(
+    path: object,
+    named: Mapping[str, Mapping[str, str]],
+    default: str | None,
+    chosen: str | None,
+    using: Mapping[str, Mapping[str, Any]],
+) -> str:
+    """``mediator profiles``: the file's profiles (a token only as "set"), then what is used."""
+    lines = [f"file       {path}" + ("" if named or default else " (no profiles)")]
+    if named:
+        rows = []
+        for name in sorted(named):
+            profile = named[name]
+            kept = "file" if profile.get("token_file") else "set" if profile.get("token") else None
+            mark = "*" if name == chosen else ""
+            tag = " (default)" if name == default else ""
+            rows.append([f"{mark}{name}{tag}", profile.get("url"), kept, profile.get("principal")])
+        lines += ["", table(["PROFILE", "URL", "TOKEN", "PRINCIPAL"], rows), ""]
+    token = using["token"]
+    lines += [
+        f"url        {using['url']['value']}  (from {using['url']['from']})",
+        "token      " + (f"set  (from {token['from']})" if token["set"] else "none"),
+        "principal  "
+        + (
+            f"{using['principal']['value']}  (from {using['principal']['from']})"
+            if using["principal"]["value"]
+            else "none"
+        ),
+    ]
+    return "\n".join(lines)

@@ -48,6 +48,13 @@ class RunWatch:
         self.out.write(f"{_stamp()}  {text}\n")
         self.out.flush()
 
+    def end_live(self) -> None:
+        """Leave the waiting line on the screen and end it: what is printed next is below it."""
+        if self._live_shown:
+            self.out.write("\n")
+            self.out.flush()
+            self._live_shown = False
+
     def _clear_live(self) -> None:
         if self._live_shown:
             self.out.write("\r\033[K")
@@ -126,6 +133,14 @@ class RunWatch:
             self._line(f"{label}: {state}")
 
 
+class WaitTimedOut(Exception):
+    """``--timeout`` passed before the run finished; ``view`` is the last one seen."""
+
+    def __init__(self, view: Mapping[str, Any]) -> None:
+        super().__init__(str(view.get("run_id")))
+        self.view = view
+
+
 def wait_for_verdict(
     client: Client,
     view: Mapping[str, Any],
@@ -133,18 +148,40 @@ def wait_for_verdict(
     *,
     interval: float,
     live: bool,
+    timeout: float | None = None,
     sleep: Callable[[float], None] = time.sleep,
 ) -> Mapping[str, Any]:
     """Poll the run view of ``view``'s run until the run has finished, printing every change;
-    returns the last view."""
+    returns the last view. Past ``timeout`` seconds raises :class:`WaitTimedOut`."""
     watch = RunWatch(out, live=live)
     path = f"/v1/runs/{quote(str(view.get('run_id')))}"
+    deadline = None if timeout is None else time.monotonic() + timeout
+    try:
+        return _poll(client, path, view, watch, interval, deadline, sleep)
+    except KeyboardInterrupt:
+        watch.end_live()  # what the command says next starts on a line of its own
+        raise
+
+
+def _poll(
+    client: Client,
+    path: str,
+    view: Mapping[str, Any],
+    watch: RunWatch,
+    interval: float,
+    deadline: float | None,
+    sleep: Callable[[float], None],
+) -> Mapping[str, Any]:
     quiet_since: float | None = None
     while True:
         watch.see(view)
         if view.get("state") in FINISHED:
             return view
-        sleep(interval)
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            watch.end_live()
+            raise WaitTimedOut(view)
+        sleep(interval if left is None else min(interval, left))
         try:
             view = client.get(path)
             quiet_since = None

@@ -709,7 +709,7 @@ class Demo:
         click.echo("")
         say("the Mediator and its two agents keep running; Ctrl-C stops them all")
         note(f"status page  {base}/")
-        note(f"client       export MEDIATOR_URL={base} MEDIATOR_TOKEN={TOKEN}")
+        note(f"client       export MEDIATOR_CLIENT_URL={base} MEDIATOR_CLIENT_TOKEN={TOKEN}")
         note("             mediator runs; mediator nodes; mediator status RUN")
         note(f"             mediator submit {self.opts.examples / 'boot-test.yaml'} --wait")
         note("             (each example's run_id can be submitted once: change it to go again)")

@@ -51,6 +51,38 @@ def test_flags_win_over_the_environment_which_wins_over_the_file(tmp_path):
     )
 
 
+def test_the_agents_own_variables_win_over_the_shared_ones(tmp_path):
+    """MEDIATOR_AGENT_* keep a node's token out of a server started from the same shell; the
+    shared MEDIATOR_URL / MEDIATOR_TOKEN / MEDIATOR_PRINCIPAL still work where they are set."""
+    shared = {
+        "MEDIATOR_URL": "http://shared:1",
+        "MEDIATOR_TOKEN": "shared-token",
+        "MEDIATOR_PRINCIPAL": "shared@lab.test",
+    }
+    own = {
+        "MEDIATOR_AGENT_URL": "http://agent:2",
+        "MEDIATOR_AGENT_TOKEN": "agent-token",
+        "MEDIATOR_AGENT_PRINCIPAL": "agent@lab.test",
+    }
+    flags = {"node_id": "b1"}
+
+    by_shared = load_agent_config(None, flags, env=shared)
+    by_own = load_agent_config(None, flags, env=shared | own)
+    by_flag = load_agent_config(None, flags | {"token": "flag-token"}, env=shared | own)
+
+    assert (by_shared.url, by_shared.token, by_shared.principal) == (
+        "http://shared:1",
+        "shared-token",
+        "shared@lab.test",
+    )
+    assert (by_own.url, by_own.token, by_own.principal) == (
+        "http://agent:2",
+        "agent-token",
+        "agent@lab.test",
+    )
+    assert by_flag.token == "flag-token"
+
+
 @pytest.mark.parametrize(
     ("text", "reason"),
     [

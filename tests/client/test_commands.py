@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import queue
 import socket
 import subprocess
 import sys
@@ -18,108 +16,19 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 import requests
 
-from tests.apps import ROOT, TOKEN
+from tests.apps import ROOT
+from tests.client.cli import TIMEOUT, CountingProxy, Running, client_env, mediator, write
 from tests.helpers import cap, contract, role
 
 # One gunicorn for the module, its tables emptied before each test (tests/conftest.py).
 one_server_per_module = True
 
 pytestmark = pytest.mark.slow  # processes of the client
-
-TIMEOUT = 60
-
-
-# ------------------------------------------------------------------------------ the command
-
-
-def _env(server: Any, **extra: str) -> dict[str, str]:
-    """The client's environment: ``server``, the token, a principal; an ``extra`` variable set
-    to "" is left out."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEDIATOR_")}
-    env.update(
-        {
-            "MEDIATOR_URL": server.url if server else "http://127.0.0.1:9",
-            "MEDIATOR_TOKEN": TOKEN,
-            "MEDIATOR_PRINCIPAL": "me@lab.test",
-            **extra,
-        }
-    )
-    return {k: v for k, v in env.items() if v != ""}
-
-
-def mediator(
-    server: Any, *args: str, cwd: Path = ROOT, **env: str
-) -> subprocess.CompletedProcess[str]:
-    """``mediator ARGS`` as a process of its own, talking to ``server``."""
-    return subprocess.run(
-        [sys.executable, "-m", "app.cli", *args],
-        cwd=cwd,
-        env=_env(server, **env),
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        check=False,
-    )
-
-
-class Running:
-    """``mediator ARGS`` in the background, its stdout read line by line as it comes."""
-
-    def __init__(self, server: Any, *args: str) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", *args],
-            cwd=ROOT,
-            env=_env(server),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        self.lines: list[str] = []
-        self._new: queue.Queue[str | None] = queue.Queue()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self._new.put(line.rstrip("\n"))
-        self._new.put(None)
-
-    def line_with(self, text: str, timeout: float = 30) -> str:
-        """The first line (from now on) that holds ``text``; every line read is kept."""
-        deadline = time.monotonic() + timeout
-        while True:
-            left = deadline - time.monotonic()
-            assert left > 0, f"no line with {text!r} in {self.lines}"
-            try:
-                line = self._new.get(timeout=left)
-            except queue.Empty:
-                continue
-            assert line is not None, f"ended without a line with {text!r}: {self.lines}"
-            self.lines.append(line)
-            if text in line:
-                return line
-
-    def finish(self) -> tuple[int, list[str], str]:
-        code = self.proc.wait(timeout=TIMEOUT)
-        self._reader.join(timeout=TIMEOUT)
-        while True:
-            line = self._new.get_nowait() if not self._new.empty() else None
-            if line is None:
-                break
-            self.lines.append(line)
-        assert self.proc.stderr is not None
-        return code, self.lines, self.proc.stderr.read()
-
-
-def write(tmp_path: Path, doc: Any, name: str = "contract.json") -> str:
-    path = tmp_path / name
-    path.write_text(json.dumps(doc))
-    return str(path)
 
 
 # ------------------------------------------------------------------------------ the fleet
@@ -312,7 +221,10 @@ def test_a_wrong_token_is_refused_and_says_which_option_sets_it(tmp_path, live_s
     result = mediator(live_server, "--token", "not-the-token", "runs")
 
     assert result.returncode == 2
-    assert result.stderr == ("mediator: missing or invalid token (set --token or MEDIATOR_TOKEN)\n")
+    assert result.stderr == (
+        "mediator: missing or invalid token (set --token, MEDIATOR_CLIENT_TOKEN or a profile's "
+        "token)\n"
+    )
 
 
 def test_a_mediator_that_does_not_answer_is_exit_3(tmp_path):
@@ -324,7 +236,7 @@ def test_a_mediator_that_does_not_answer_is_exit_3(tmp_path):
     assert result.returncode == 3
     assert result.stderr == (
         f"mediator: cannot reach the Mediator at {closed} (connection refused): start it, "
-        "or set --url or MEDIATOR_URL\n"
+        "or set --url, MEDIATOR_CLIENT_URL or a profile's url\n"
     )
 
 
@@ -358,7 +270,7 @@ def test_the_principal_is_git_config_user_email_when_none_is_given(tmp_path, liv
     path = write(tmp_path, contract("git-1"))
 
     result = mediator(
-        live_server, "submit", path, MEDIATOR_PRINCIPAL="", GIT_CONFIG_GLOBAL=str(gitconfig)
+        live_server, "submit", path, MEDIATOR_CLIENT_PRINCIPAL="", GIT_CONFIG_GLOBAL=str(gitconfig)
     )
 
     assert result.returncode == 0, result.stderr
@@ -509,9 +421,9 @@ def test_runs_lists_runs_newest_first_and_filters_them(live_server):
 
 
 def test_runs_with_a_bad_filter_is_refused_with_the_servers_reason(live_server):
-    result = mediator(live_server, "runs", "--limit", "0")
+    result = mediator(live_server, "runs", "--since", "yesterday")
 
-    reason = live_server.get("/v1/runs?limit=0").json()["error"]["reason"]
+    reason = live_server.get("/v1/runs?since=yesterday").json()["error"]["reason"]
     assert (result.returncode, result.stderr) == (2, f"mediator: {reason}\n")
 
 
@@ -563,7 +475,7 @@ def test_asks_lists_open_asks_and_answer_set_types_the_fields_by_the_schema(live
     submit_api(live_server, sign_off("ask-1"), 201)
     asked(live_server, "ask-1")
 
-    listed = mediator(live_server, "asks", MEDIATOR_PRINCIPAL="qa@lab.test")
+    listed = mediator(live_server, "asks", MEDIATOR_CLIENT_PRINCIPAL="qa@lab.test")
     answered = mediator(
         live_server,
         "answer",
@@ -573,7 +485,7 @@ def test_asks_lists_open_asks_and_answer_set_types_the_fields_by_the_schema(live
         "verdict=approve",
         "--set",
         "ok=yes",
-        MEDIATOR_PRINCIPAL="qa@lab.test",
+        MEDIATOR_CLIENT_PRINCIPAL="qa@lab.test",
     )
 
     lines = listed.stdout.splitlines()
@@ -602,9 +514,9 @@ def test_answer_with_a_json_document_and_the_refusals_of_answer(tmp_path, live_s
         "answer",
         "ask-2",
         "2",
-        "--json",
+        "--input",
         '{"verdict": "reject"}',
-        MEDIATOR_PRINCIPAL="qa@lab.test",
+        MEDIATOR_CLIENT_PRINCIPAL="qa@lab.test",
     )
     neither = mediator(live_server, "answer", "ask-2", "2")
     (tmp_path / "answer.json").write_text('{"verdict": "reject", "ok": false}')
@@ -614,12 +526,18 @@ def test_answer_with_a_json_document_and_the_refusals_of_answer(tmp_path, live_s
         "answer",
         "ask-2",
         "2",
-        "--json",
+        "--input",
         f"@{tmp_path / 'answer.json'}",
-        MEDIATOR_PRINCIPAL="qa@lab.test",
+        MEDIATOR_CLIENT_PRINCIPAL="qa@lab.test",
     )
     again = mediator(
-        live_server, "answer", "ask-2", "2", "--set", "ok=no", MEDIATOR_PRINCIPAL="qa@lab.test"
+        live_server,
+        "answer",
+        "ask-2",
+        "2",
+        "--set",
+        "ok=no",
+        MEDIATOR_CLIENT_PRINCIPAL="qa@lab.test",
     )
 
     assert not_allowed.returncode == 2
@@ -668,7 +586,7 @@ def test_record_to_stdout_is_the_tar_itself(live_server):
     result = subprocess.run(
         [sys.executable, "-m", "app.cli", "record", "rec-2", "-o", "-"],
         cwd=ROOT,
-        env=_env(live_server),
+        env=client_env(live_server),
         capture_output=True,
         timeout=TIMEOUT,
         check=False,
@@ -721,4 +639,201 @@ def test_the_client_options_leave_the_server_commands_as_they_are(live_server):
 
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("database is at ")
-    assert result.stderr == ""  # MEDIATOR_URL and MEDIATOR_PRINCIPAL are not unknown variables
+    # The client's variables (MEDIATOR_CLIENT_*) are not unknown variables to the server's commands.
+    assert result.stderr == ""
+
+
+# ------------------------------------------------------------------------ answers from a file
+
+
+def test_answer_input_reads_stdin_and_the_old_json_spelling_still_works_with_a_warning(
+    live_server,
+):
+    advertise(live_server, "board-1")
+    submit_api(live_server, sign_off("ask-3"), 201)
+    asked(live_server, "ask-3")
+
+    broken = subprocess.run(
+        [sys.executable, "-m", "app.cli", "answer", "ask-3", "2", "--input", "-"],
+        cwd=ROOT,
+        env=client_env(live_server, MEDIATOR_CLIENT_PRINCIPAL="qa@lab.test"),
+        input='{"verdict": ',
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+    from_stdin = subprocess.run(
+        [sys.executable, "-m", "app.cli", "answer", "ask-3", "2", "--input", "-"],
+        cwd=ROOT,
+        env=client_env(live_server, MEDIATOR_CLIENT_PRINCIPAL="qa@lab.test"),
+        input='{"verdict": "approve", "ok": true}',
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+    submit_api(live_server, sign_off("ask-4"), 201)  # the board is free again
+    asked(live_server, "ask-4")
+    old = mediator(
+        live_server,
+        "answer",
+        "ask-4",
+        "2",
+        "--json",
+        '{"verdict": "reject", "ok": false}',
+        MEDIATOR_CLIENT_PRINCIPAL="qa@lab.test",
+    )
+
+    assert broken.returncode == 2
+    assert broken.stderr.startswith("mediator: stdin is not valid JSON: ")
+    assert (from_stdin.returncode, from_stdin.stdout) == (
+        0,
+        "ask-3: step 2 answered, run SUCCEEDED\n",
+    )
+    assert live_server.get("/v1/runs/ask-3/blob/decision").json() == {
+        "verdict": "approve",
+        "ok": True,
+    }
+    assert (old.returncode, old.stdout) == (0, "ask-4: step 2 answered, run SUCCEEDED\n")
+    assert old.stderr.startswith("warning: `answer --json DOC` is deprecated, use `answer --input")
+
+
+# --------------------------------------------------------------- the end of a watch, paging
+
+
+def test_ctrl_c_during_wait_says_the_run_goes_on_and_exits_130(live_server):
+    advertise(live_server, "board-1")
+    submit_api(live_server, contract("watched-1"), 201)
+    watching = Running(live_server, "status", "watched-1", "--wait", "--interval", "0.1")
+    watching.line_with("watched-1 RUNNING")
+
+    watching.interrupt()
+    code, _, err = watching.finish()
+
+    assert code == 130
+    assert err == (
+        "mediator: stopped watching; run watched-1 goes on: follow it with "
+        "`mediator status watched-1 --wait`, stop it with `mediator cancel watched-1`\n"
+    )
+    assert view(live_server, "watched-1")["state"] == "RUNNING"
+
+
+def test_wait_timeout_ends_the_watch_with_exit_4_and_the_run_goes_on(tmp_path, live_server):
+    advertise(live_server, "board-1")
+    path = write(tmp_path, contract("slow-1"))
+
+    result = mediator(live_server, "submit", path, "--wait", "--timeout", "1", "--interval", "0.2")
+    as_json = mediator(live_server, "--json", "status", "slow-1", "--wait", "--timeout", "0.5")
+    without_wait = mediator(live_server, "status", "slow-1", "--timeout", "5")
+
+    assert result.returncode == 4, result.stderr
+    assert result.stdout.splitlines()[-1].endswith("  slow-1 RUNNING on dut=board-1")
+    assert result.stderr == (
+        "mediator: not finished within 1 s (RUNNING); run slow-1 goes on: follow it with "
+        "`mediator status slow-1 --wait`, stop it with `mediator cancel slow-1`\n"
+    )
+    assert as_json.returncode == 4
+    assert json.loads(as_json.stdout)["state"] == "RUNNING"
+    assert without_wait.returncode == 2 and "--timeout goes with --wait" in without_wait.stderr
+    assert view(live_server, "slow-1")["state"] == "RUNNING"
+
+
+@pytest.mark.parametrize("interval", ["0", "0.01", "3600", "-1"])
+def test_an_absurd_interval_is_refused_before_anything_is_sent(interval):
+    result = mediator(None, "status", "any-1", "--wait", "--interval", interval)
+    logs = mediator(None, "logs", "any-1", "1", "--follow", "--interval", interval)
+
+    for refused in (result, logs):
+        assert refused.returncode == 2
+        assert "Invalid value for '--interval'" in refused.stderr
+        assert "0.1<=x<=60.0" in refused.stderr
+
+
+def test_runs_follows_the_servers_pages_to_the_limit_or_to_the_end(live_server):
+    advertise(live_server, "board-1")
+    submit_api(live_server, contract("page-1"), 201)
+    for n in range(2, 6):
+        submit_api(live_server, contract(f"page-{n}"), 202)
+    newest_first = [f"page-{n}" for n in range(5, 0, -1)]
+
+    every = mediator(live_server, "runs", "--all", "--page-size", "2")
+    three = mediator(live_server, "runs", "--limit", "3", "--page-size", "2", "--json")
+    zero = mediator(live_server, "runs", "--limit", "0")
+
+    assert every.returncode == 0, every.stderr
+    assert [line.split()[0] for line in every.stdout.splitlines()[1:]] == newest_first
+    doc = json.loads(three.stdout)
+    assert [r["run_id"] for r in doc["runs"]] == newest_first[:3]
+    rest = live_server.get(f"/v1/runs?before={quote(doc['next'])}").json()
+    assert [r["run_id"] for r in rest["runs"]] == newest_first[3:]
+    assert zero.returncode == 2 and "Invalid value for '--limit'" in zero.stderr
+
+
+# ------------------------------------------------------------------------- shell completion
+
+
+def complete(server: Any, words: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """What bash's completion of ``words`` (the last one being typed) gets from ``mediator``."""
+    return mediator(
+        server,
+        _MEDIATOR_COMPLETE="bash_complete",
+        COMP_WORDS=words,
+        COMP_CWORD=str(len(words.split(" ")) - 1),
+        **env,
+    )
+
+
+def test_run_ids_complete_from_the_server_and_nothing_when_it_is_not_there(live_server):
+    advertise(live_server, "board-1")
+    submit_api(live_server, contract("kernel-1"), 201)
+    submit_api(live_server, contract("kernel-2"), 202)
+    submit_api(live_server, contract("uboot-1"), 202)
+
+    status = complete(live_server, "mediator status kern")
+    logs = complete(live_server, "mediator --json logs ")
+    nowhere = complete(None, "mediator status kern")
+
+    assert status.returncode == 0, status.stderr
+    assert status.stdout.splitlines() == ["plain,kernel-2", "plain,kernel-1"]
+    assert logs.stdout.splitlines() == ["plain,uboot-1", "plain,kernel-2", "plain,kernel-1"]
+    assert (nowhere.returncode, nowhere.stdout.strip(), nowhere.stderr) == (0, "", "")
+
+
+# ----------------------------------------------------------------- one connection a command
+
+
+def test_wait_and_logs_follow_poll_over_one_connection(tmp_path, live_server):
+    advertise(live_server, "board-1")
+    submit_api(live_server, contract("kept-1"), 201)
+    proxy = CountingProxy(live_server.url)
+    try:
+        waiting = Running(
+            None, "status", "kept-1", "--wait", "--interval", "0.1", MEDIATOR_CLIENT_URL=proxy.url
+        )
+        waiting.line_with("kept-1 RUNNING")
+        proxy.wait_for_requests(b"GET /v1/runs/kept-1 ", 5)  # the first look and four polls
+        claim(live_server, "board-1")
+        put_log(live_server, "kept-1", 1, b"one\n")
+        following = Running(
+            None,
+            "logs",
+            "kept-1",
+            "1",
+            "--follow",
+            "--interval",
+            "0.1",
+            MEDIATOR_CLIENT_URL=proxy.url,
+        )
+        following.line_with("one")
+        proxy.wait_for_requests(b"GET /v1/runs/kept-1/steps/1/log?", 4)
+        report(live_server, "kept-1", 1, "board-1")
+        waited, _, wait_err = waiting.finish()
+        followed, lines, follow_err = following.finish()
+    finally:
+        proxy.close()
+
+    assert (waited, followed) == (0, 0), (wait_err, follow_err)
+    assert lines == ["one"]
+    assert proxy.requests(b"GET /v1/runs/kept-1 ") >= 5
+    assert proxy.connections == 2  # one for the watch, one for the log

@@ -134,3 +134,21 @@ def test_a_process_warns_at_start_up_in_its_log_format_and_goes_on(db_url):
         (WARNING, "MEDIATOR_LEASE_TTL", "warning")
     ]
     assert lines[0]["did_you_mean"] == "MEDIATOR_LEASE_TTL_SECONDS"
+
+
+def test_the_clients_and_the_agents_own_variables_never_become_the_servers_legacy_token():
+    """A shell set up for the client (or a node's agent) can start a server: only the shared
+    MEDIATOR_TOKEN would be taken as its all-roles token, never the client's or the agent's."""
+    env = {
+        "MEDIATOR_CLIENT_URL": "http://mediator.lab:8080",
+        "MEDIATOR_CLIENT_TOKEN": "a-submitters-token-of-forty-characters-0",
+        "MEDIATOR_CLIENT_PRINCIPAL": "me@lab.test",
+        "MEDIATOR_CLIENT_PROFILE": "lab",
+        "MEDIATOR_CLIENT_CONFIG": "/etc/mediator/client.toml",
+        "MEDIATOR_AGENT_URL": "http://mediator.lab:8080",
+        "MEDIATOR_AGENT_TOKEN": "a-nodes-token-of-forty-characters-00000",
+        "MEDIATOR_AGENT_PRINCIPAL": "lab-admin@lab.test",
+    }
+
+    assert warnings(env) == []
+    assert load_config(env=env)["token"] is None
