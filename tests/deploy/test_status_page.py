@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from tests.apps import TOKEN, app_on, client_of
-from tests.support.pages import PageUser
 from tests.deploy.page import element_text, rows
 from tests.deploy.scenes import advertise, build_fleet, submit
 from tests.helpers import cap, contract, one_step, role
+from tests.support.pages import PageUser
 
 
 def page(client: Any, **headers: str) -> str:
