@@ -5,6 +5,8 @@ hold the scan gate themselves."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from app.context import Context
 from app.logs import log
 from app.services.execution import step_facts
@@ -58,12 +60,24 @@ def settle_committed(ctx: Context, after: AfterCommit) -> set[str]:
             log.exception("verdict failed; the reaper settles it again", run_id=run_id)
     for event in after.asks:
         post_webhook(
-            ctx.config["notify.asks_url"], event, queue_size=ctx.config["notify.queue_size"]
+            ctx.config["notify.asks_url"],
+            with_page_url(ctx, event),
+            queue_size=ctx.config["notify.queue_size"],
         )
     for run_id in dict.fromkeys(after.ended):
         seal_run(ctx, run_id)
         announce_end(ctx, run_id)
     return freed
+
+
+def with_page_url(ctx: Context, event: dict[str, Any]) -> dict[str, Any]:
+    """An ask's notification with ``page_url``, where a person answers it in a browser, when
+    ``ui.public_url`` says where the pages are (SPEC §21)."""
+    base = ctx.config["ui.public_url"]
+    if not base:
+        return event
+    anchor = f"ask-{event['run_id']}-{event['seq']}"
+    return {**event, "page_url": f"{base.rstrip('/')}/asks#{anchor}"}
 
 
 def announce_end(ctx: Context, run_id: str) -> None:
