@@ -66,7 +66,7 @@ from app.services.ui_sessions import (
     sign_in,
     sign_out,
 )
-from app.states import CLAIMED, NODE_KINDS, QUEUED, RUN_ALIVE
+from app.states import NODE_KINDS, QUEUED, RUN_ALIVE
 from app.timeline import timeline
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -179,9 +179,8 @@ def _headers(resp: Response) -> Response:
     resp.headers["Referrer-Policy"] = "same-origin"
     if request.endpoint != "pages.static":
         resp.headers["Cache-Control"] = "no-store"
-    if g.get("page_session_ended") or (
-        request.cookies.get(COOKIE) and g.get("page_session") is None
-    ):
+    stale = "page_session" in g and g.page_session is None and request.cookies.get(COOKIE)
+    if g.get("page_session_ended") or stale:  # a session ended or unknown: forget its cookie
         resp.delete_cookie(COOKIE, path="/", httponly=True, samesite="Lax")
     return resp
 
@@ -349,11 +348,8 @@ def run(run_id: str) -> Response:
     artifacts = [e for e in ledger(ctx(), run_id)["entries"] if e.get("run_id", run_id) == run_id]
     who = me()
     assert who is not None
-    logs = [
-        {"step": st, "running": st["state"] == CLAIMED}
-        for st in view["steps"]
-        if st["kind"] in SHOWN_LOG_KINDS and (st.get("started_at") or st["state"] == CLAIMED)
-    ]
+    # Every step a node runs has its log's place, filled live once the step starts.
+    logs = [{"step": st} for st in view["steps"] if st["kind"] in SHOWN_LOG_KINDS]
     return _page(
         "run.html",
         run=view,

@@ -19,17 +19,19 @@
         });
         fresh.querySelectorAll("pre[data-log]").forEach(function (next) {
           var mine = document.getElementById(next.id);
-          if (mine) mine.dataset.running = next.dataset.running;
+          if (mine) mine.dataset.state = next.dataset.state;
         });
       })
       .catch(function () {});
   }
 
-  // A step's log, appended from the log route's offsets: ?from= the bytes already shown.
+  // A step's log, appended from the log route's offsets: ?from= the bytes already shown. Read
+  // every second while the step runs, every few while it waits, once more after it ended.
+  var OPEN = { PENDING: true, CLAIMED: true, ASKED: true };
   function followLog(pre) {
     function poll() {
       var offset = Number(pre.dataset.from || "0");
-      var running = pre.dataset.running === "1";
+      var state = pre.dataset.state;
       fetch(pre.dataset.log + "?from=" + offset, { credentials: "same-origin", cache: "no-store" })
         .then(function (resp) {
           if (!resp.ok) return null;
@@ -42,8 +44,11 @@
         .catch(function () {})
         .then(function () {
           pre.dataset.loaded = "1";
-          // One last read after the step ended picks up what it wrote last.
-          if (running || pre.dataset.running === "1") setTimeout(poll, LOG_SECONDS * 1000);
+          if (OPEN[state]) {
+            setTimeout(poll, (state === "CLAIMED" ? LOG_SECONDS : PAGE_SECONDS) * 1000);
+          } else if (pre.dataset.state !== state) {
+            setTimeout(poll, 0);  // it ended while we read: what it wrote last
+          }
         });
     }
     poll();

@@ -112,6 +112,17 @@ def test_sign_out_ends_the_session_and_its_cookie_no_longer_opens_a_page(app, sq
     assert replay.get("/runs").status_code == 303
 
 
+def test_the_pages_script_and_sheet_leave_the_session_alone(app, sql) -> None:
+    """The static files answer without reading the session: they never drop its cookie."""
+    user = PageUser(app).signed_in(SECRETS["reader"])
+    for path in ("/static/pages.js", "/static/pages.css"):
+        resp = user.get(path)
+        assert resp.status_code == 200
+        assert "mediator_session" not in " ".join(resp.headers.getlist("Set-Cookie")), path
+    assert "Signed in as" in user.page("/runs")
+    assert len(session_rows(sql)) == 1
+
+
 def test_an_expired_session_opens_no_page(app, sql) -> None:
     user = PageUser(app).signed_in(SECRETS["reader"])
     sql.execute("UPDATE ui_sessions SET expires_at = now() - interval '1 second'")
