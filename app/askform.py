@@ -16,6 +16,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.contract.fields import parse_json
+from app.errors import BadRequest
+
 TOP = "answer"  # the one field's name when the answer is not an object of properties
 SCALARS = ("boolean", "integer", "number", "string")
 _INTEGER = re.compile(r"\A[+-]?[0-9]{1,18}\Z")
@@ -129,16 +132,17 @@ def _read(f: Field, text: str | None) -> tuple[bool, Any, str | None]:
         return False, None, "not a whole number"
     if f.kind == "number":
         try:
-            value = json.loads(text.strip())
-        except ValueError:
+            value = parse_json(text.strip())
+        except BadRequest:
             value = None
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return True, value, None
         return False, None, "not a number"
     try:
-        return True, json.loads(text), None
-    except json.JSONDecodeError as exc:
-        return False, None, f"not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        # The API's own strict, depth-bounded parse: no NaN, no nesting past the bound.
+        return True, parse_json(text, f.name), None
+    except BadRequest as exc:
+        return False, None, f"not JSON: {exc.reason}"
 
 
 def read_answer(form: AskForm, sent: Mapping[str, str]) -> Reading:

@@ -12,7 +12,7 @@ from app.wire import parse_ts
 WIDTH = 1000  # the SVG's user units across
 LABEL = 160  # units on the left for the lane's name
 LANE = 26  # units per lane
-MEDIATOR_LANE = "(mediator)"  # the steps no node runs: asks and acquires
+NO_NODE_LANE = "(mediator)"  # the steps no node runs: asks and acquires
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ def timeline(steps: list[dict[str, Any]], now: datetime) -> Timeline:
         width = max((end - start).total_seconds() * scale, 2.0)
         seconds = (end - start).total_seconds()
         title = f"{st['id']} {st['state']} {seconds:.1f} s"
-        order.setdefault(st.get("node") or MEDIATOR_LANE, []).append(
+        order.setdefault(st.get("node") or NO_NODE_LANE, []).append(
             Bar(st["id"], st["state"], round(x, 1), round(width, 1), title)
         )
     lanes = tuple(

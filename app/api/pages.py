@@ -48,6 +48,7 @@ from app.errors import (
     Forbidden,
     MediatorError,
     NotFound,
+    PayloadTooLarge,
     TooManyFailures,
     Unauthorized,
     Unprocessable,
@@ -444,6 +445,8 @@ def answer_ask(run_id: str, seq: str) -> Any:
     if reading.errors:
         return _asks_page({"key": key, "errors": reading.errors, "typed": reading.typed}, 400)
     raw = json.dumps(reading.value).encode()
+    if len(raw) > ctx().config["max_blob_bytes"]:
+        raise PayloadTooLarge()  # the answer route's bound (SPEC §10)
     try:
         answer(ctx(), run_id, n, raw, who)
     except Unprocessable as exc:
