@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from app.services.reaper import reap_pass
 from tests.agent import claimed
 from tests.apps import app_on, client_of
 from tests.auth.common import ENTRIES, SECRETS, sha256_entry
@@ -127,6 +128,16 @@ def test_an_expired_session_opens_no_page(app, sql) -> None:
     user = PageUser(app).signed_in(SECRETS["reader"])
     sql.execute("UPDATE ui_sessions SET expires_at = now() - interval '1 second'")
     assert user.get("/runs").status_code == 303
+
+
+def test_the_reaper_forgets_expired_sessions_and_keeps_live_ones(app, ctx, sql) -> None:
+    PageUser(app).signed_in(SECRETS["reader"])
+    PageUser(app).signed_in(SECRETS["operator"])
+    sql.execute(
+        "UPDATE ui_sessions SET expires_at = now() - interval '1 second' WHERE token_name = 'reader'"
+    )
+    reap_pass(ctx)
+    assert [name for _, name, _ in session_rows(sql)] == ["op"]
 
 
 def test_a_session_lasts_ui_session_hours(db_url, tmp_path, sql) -> None:
