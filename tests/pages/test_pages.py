@@ -96,6 +96,16 @@ def test_a_wrong_token_is_refused_and_makes_no_session(app, sql) -> None:
     assert session_rows(sql) == []
 
 
+def test_wrong_tokens_at_the_sign_in_count_toward_the_addresss_limit(db_url, tmp_path, sql) -> None:
+    """SPEC §20.8: failed sign-ins are failed authentications; past the limit, 429."""
+    keys = {"auth.max_failures_per_minute": 2, "auth.limit_loopback": True}
+    with app_on(db_url, tmp_path / "r", tokens=ENTRIES, **keys) as app:
+        user = PageUser(app)
+        assert [user.sign_in(f"wrong-{i}").status_code for i in range(3)] == [401, 401, 429]
+        assert user.sign_in(SECRETS["reader"]).status_code == 429
+    assert session_rows(sql) == []
+
+
 def test_pages_send_a_browser_without_a_session_to_the_sign_in(app) -> None:
     for path in ("/runs", "/asks", "/nodes", "/runs/r1"):
         resp = PageUser(app).get(path)
