@@ -56,8 +56,8 @@ from app.errors import (
 from app.services.access import note_failed_authentication
 from app.services.asks import answer, list_asks, open_ask_schema
 from app.services.cancel import cancel_run
-from app.services.observe import capabilities, events_of, nodes_list, run_view, runs_list
-from app.services.records import get_blob, ledger, read_log, record_stream
+from app.services.observe import capabilities, nodes_list, run_page, runs_list
+from app.services.records import get_blob, read_log, record_stream
 from app.services.status import status
 from app.services.ui_sessions import (
     PageSession,
@@ -344,9 +344,8 @@ def runs() -> Response:
 @blp.get("/runs/<run_id>")
 @signed_in("GET", "/v1/runs/<run_id>")
 def run(run_id: str) -> Response:
-    view = run_view(ctx(), _known_run(run_id))
-    events = events_of(ctx(), run_id)["events"]
-    artifacts = [e for e in ledger(ctx(), run_id)["entries"] if e.get("run_id", run_id) == run_id]
+    page = run_page(ctx(), _known_run(run_id))
+    view = page["run"]
     who = me()
     assert who is not None
     # Every step a node runs has its log's place, filled live once the step starts.
@@ -354,8 +353,8 @@ def run(run_id: str) -> Response:
     return _page(
         "run.html",
         run=view,
-        events=events,
-        artifacts=artifacts,
+        events=page["events"],
+        artifacts=page["artifacts"],
         logs=logs,
         picture=timeline(view["steps"], datetime.now(UTC)),
         queued=view["state"] == QUEUED,
