@@ -313,6 +313,22 @@ def test_every_page_escapes_what_users_wrote(app) -> None:
         assert "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;" in html, path
 
 
+def test_user_text_is_isolated_in_bdi_on_every_page(app) -> None:
+    """SPEC §20.6: a principal, a prompt or a label holding U+202E cannot turn the page."""
+    flipped = "qa\u202eexe.txt"
+    api = client_of(app)
+    advertise(api, "board-1", cap("board"), label=flipped)
+    doc = asking("r1", None)
+    doc["steps"][0]["ask"]["prompt"] = flipped
+    assert api.post("/v1/runs", json=doc, headers={"X-Enode-Principal": flipped}).status_code == 201
+    user = PageUser(app).signed_in(SECRETS["operator"], principal=flipped)
+    for path in ("/runs", "/runs/r1", "/asks", "/nodes"):
+        html = user.page(path)
+        shown = html.count(flipped)
+        assert shown >= (1 if path == "/nodes" else 2), path  # adverts get U+FFFD (§20.6)
+        assert html.count(f"<bdi>{flipped}</bdi>") == shown, path
+
+
 def test_the_runs_page_pages_with_the_apis_cursor_and_filters(app) -> None:
     api = busy_board(app)
     for i in range(3):
