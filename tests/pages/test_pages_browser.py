@@ -80,6 +80,7 @@ def test_sign_in_answer_an_ask_through_its_form_and_see_the_run_go_on(person, ap
     advertise(api, "board-1", cap("board", soc="imx8mp"), label="Board in rack 3")
     advertise(api, "scope-1", cap("scope"), policy={"drain": "graceful"})
     submit(api, asking("release-42"), 201, "ana@lab.test")
+    submit(api, one_step("nightly-7"), 202, "ci@lab.test")  # waits for the board: a queue to show
 
     person.open("/asks")  # not signed in: the sign-in comes first, then the asks
     assert "/signin" in person.driver.current_url
@@ -104,16 +105,20 @@ def test_sign_in_answer_an_ask_through_its_form_and_see_the_run_go_on(person, ap
     # The step started after the page loaded: its log is followed all the same.
     assert api.put("/v1/runs/release-42/steps/2/log", data=b"kernel up\n").status_code == 200
     person.until(lambda: "kernel up" in person.find("#log-2").text, "boot's log shown")
-    done(api, "release-42", 2, "board-1")
-    person.until(lambda: person.find("#run-state").text == "SUCCEEDED", "the run shown SUCCEEDED")
-    person.until(lambda: person.find("#verdict-state").text == "SUCCEEDED", "the verdict shown")
-    person.screenshot("run")
-    person.open("/runs")
-    person.screenshot("runs")
     person.open("/nodes")
+    assert person.find('[data-node="board-1"]').get_attribute("data-tile") == "leased"
     person.screenshot("nodes")
     person.open("/")
     person.screenshot("overview")
+    person.open("/runs")
+    person.screenshot("runs")
+
+    person.open("/runs/release-42")
+    done(api, "release-42", 2, "board-1")
+    person.until(lambda: person.find("#run-state").text == "SUCCEEDED", "the run shown SUCCEEDED")
+    person.until(lambda: person.find("#verdict-state").text == "SUCCEEDED", "the verdict shown")
+    person.until(lambda: "kernel up" in person.find("#log-2").text, "boot's log, after its end")
+    person.screenshot("run")
 
 
 def test_a_log_line_uploaded_after_the_page_loaded_appears_on_the_run_page(person, api) -> None:
