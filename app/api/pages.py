@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -255,9 +256,13 @@ def _attachment(resp: Response, filename: str) -> Response:
 # ---------------------------------------------------------------- sign-in and out
 
 
+# A path of this site: one slash, then no second slash or backslash (another host), no control.
+_LOCAL_PATH = re.compile(r"\A/(?![/\\])[^\x00-\x1f\x7f]{0,2000}\Z")
+
+
 def _safe_next(target: str | None) -> str:
     """Only a path of this site: never another host (an open redirect)."""
-    if target and target.startswith("/") and not target.startswith(("//", "/\\")):
+    if target and _LOCAL_PATH.match(target):
         return target
     return "/"
 

@@ -80,6 +80,12 @@ def test_sign_in_sets_an_httponly_lax_secure_cookie_holding_only_a_session_id(ap
     assert "Signed in as" in user.page("/runs")
 
 
+def test_sign_in_goes_on_only_to_a_path_of_this_site(app) -> None:
+    for given, went in (("/asks", "/asks"), ("//evil.test/x", "/"), ("https://evil.test", "/")):
+        resp = PageUser(app).sign_in(SECRETS["reader"], next_path=given)
+        assert resp.status_code == 303 and resp.headers["Location"] == went, given
+
+
 def test_ui_insecure_cookie_leaves_secure_out(db_url, tmp_path) -> None:
     with app_on(db_url, tmp_path / "r", tokens=ENTRIES, **{"ui.insecure_cookie": True}) as app:
         resp = PageUser(app).sign_in(SECRETS["reader"])
