@@ -142,17 +142,17 @@ def create_app(config: Config | Mapping[str, Any] | None = None) -> Flask:
         observe,
         records,
         results,
-        status,
         submit,
     )
     from app.api.auth import authorise_request
     from app.api.openapi import make_api
+    from app.api.pages import init_pages
 
     api = make_api(app)
 
     for module in (submit, cancel, results, nodes, asks, observe, records, health, metrics):
         api.register_blueprint(module.blp)
-    app.register_blueprint(status.blp)  # the status page at /
+    init_pages(app)  # the pages for people (SPEC §21), the overview at / among them
     register_error_handlers(app)  # after Api(): ours replace smorest's error body
 
     @app.before_request

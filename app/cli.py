@@ -188,6 +188,9 @@ def example(ctx: click.Context, port: int, keep_serving: bool) -> None:
     serve_example(_load(ctx, need_database=False), port=port, keep_serving=keep_serving)
 
 
+BROWSER_SECONDS = 900.0  # how long the demo waits for a person to answer in a browser
+
+
 @main.command()
 @click.option(
     "--once", is_flag=True, help="Stop after the last verdict: exit 0 if all are as expected."
@@ -211,6 +214,12 @@ def example(ctx: click.Context, port: int, keep_serving: bool) -> None:
     type=click.Path(file_okay=False, exists=True, path_type=Path),
     help="Where the example contracts are (default: examples/ of the source tree).",
 )
+@click.option(
+    "--answer-in-browser",
+    is_flag=True,
+    help="Leave the sign-off's question to you, on the asks page (the runs then wait up to 15 "
+    "minutes, or --timeout if longer).",
+)
 def demo(
     once: bool,
     database_url: str | None,
@@ -218,6 +227,7 @@ def demo(
     directory: Path | None,
     timeout: float,
     examples: Path | None,
+    answer_in_browser: bool,
 ) -> None:
     """A Mediator, two real node agents and the runs of examples/: one runs, one waits QUEUED and
     is promoted the moment the first ends, one asks a question that the demo answers. Without
@@ -225,7 +235,12 @@ def demo(
     from app.dev.demo import DemoOptions, run_demo
 
     opts = DemoOptions(
-        once=once, database_url=database_url, port=port, directory=directory, timeout=timeout
+        once=once,
+        database_url=database_url,
+        port=port,
+        directory=directory,
+        timeout=max(timeout, BROWSER_SECONDS) if answer_in_browser else timeout,
+        answer_in_browser=answer_in_browser,
     )
     if examples is not None:
         opts.examples = examples

@@ -166,6 +166,12 @@ KEYS: tuple[Key, ...] = (
     Key("http.trusted_proxies", 0, _int, _not_negative),
     Key("metrics.require_token", False, _bool),
     Key("ui.require_token", False, _bool),
+    # The pages' sessions (SPEC §21): how long a sign-in lasts, and a cookie without Secure
+    # (plain HTTP on a developer's machine: `mediator demo`).
+    Key("ui.session_hours", 12.0, _float, _positive),
+    Key("ui.insecure_cookie", False, _bool),
+    # Where people reach the pages: ask notifications carry a page_url under it.
+    Key("ui.public_url", None, _str),
     # Finished runs older than this many days are pruned by the reaper; 0 keeps every run.
     Key("retention.days", 0, _int, _not_negative),
     Key("log.format", "json", _str, _one_of("json", "console")),

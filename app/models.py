@@ -357,3 +357,29 @@ class AuthFailure(Base):
     address: Mapped[str] = mapped_column(Text, primary_key=True)
     window_start: Mapped[datetime] = mapped_column(server_default=func.now())
     failures: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+
+
+class UiSession(Base):
+    """A signed-in browser (SPEC §21): the cookie holds a random id, the row its SHA-256, so a
+    copy of the table signs nobody in. ``entry_digest`` is the digest of the token's entry at
+    sign-in: a removed or changed entry ends the session."""
+
+    __tablename__ = "ui_sessions"
+
+    id_digest: Mapped[str] = mapped_column(Text, primary_key=True)
+    token_name: Mapped[str] = mapped_column(Text)
+    entry_digest: Mapped[str] = mapped_column(Text)
+    principal: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    expires_at: Mapped[datetime] = mapped_column(index=True)
+
+
+class UiSecret(Base):
+    """One row: the key every serving process signs the pages' CSRF tokens with."""
+
+    __tablename__ = "ui_secret"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    key: Mapped[str] = mapped_column(Text)
+
+    __table_args__ = (CheckConstraint("id = 1", name="one_row"),)

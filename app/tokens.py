@@ -89,6 +89,24 @@ class Token:
         return f"Token(name={self.name!r}, roles={sorted(self.roles)!r})"
 
 
+def entry_digest(token: Token) -> str:
+    """A digest of everything a token's configuration entry says: a session signed in with it
+    (SPEC §21) ends when the entry is removed or changes (roles, hash, principal, expiry...)."""
+    entry = {
+        "name": token.name,
+        "roles": sorted(token.roles),
+        "principal": token.principal,
+        "vouches": token.vouches_for_principals,
+        "nodes": sorted(token.nodes) if token.nodes is not None else None,
+        "max_priority": token.max_priority,
+        "sha256": token.sha256.hex() if token.sha256 is not None else None,
+        "argon2": token.argon2,
+        "id": token.id,
+        "expires": token.expires.isoformat() if token.expires is not None else None,
+    }
+    return hashlib.sha256(json.dumps(entry, sort_keys=True).encode()).hexdigest()
+
+
 def digest(secret: str) -> bytes:
     """The SHA-256 of a secret: the key of the cache and the form of a ``sha256`` hash."""
     return hashlib.sha256(secret.encode("utf-8", "surrogatepass")).digest()
@@ -211,6 +229,13 @@ class TokenSet:
         if found.expired(datetime.now(UTC)):
             return None
         return found
+
+    def named(self, name: str) -> Token | None:
+        """The configured token of that name (names are unique), or None."""
+        for token in self.tokens:
+            if token.name == name:
+                return token
+        return None
 
     def is_verified(self, key: bytes) -> bool:
         """Whether the secret of digest ``key`` was verified by this process already."""

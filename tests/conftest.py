@@ -24,7 +24,7 @@ from tests.apps import LiveServer, app_on, client_of, empty_records, gunicorn_on
 
 TABLES = (
     "nodes, runs, steps, leases, reservations, run_events, blobs, wake_debt, reaper_state,"
-    " run_tombstones, auth_failures, log_files"
+    " run_tombstones, auth_failures, log_files, ui_sessions"
 )
 
 # Property tests: ``ci`` (the default) keeps each one bounded for .ci/run; ``long``

@@ -81,6 +81,12 @@ def _limit(text: str | None) -> int:
     )
 )
 def get_runs() -> dict[str, Any]:
+    return runs_list(ctx(), **run_filters())
+
+
+def run_filters() -> dict[str, Any]:
+    """The run list's filters from the query (the API's and the runs page's): 400 naming a bad
+    one."""
     # A state no run can have (runctl offers CANCELLED) lists no runs (SPEC §19.8).
     state = query_text("state") or None
     since = None
@@ -104,14 +110,13 @@ def get_runs() -> dict[str, Any]:
             raise BadRequest(
                 f"before must be the cursor <created_at>,<run_id>, got {before_text!r}"
             )
-    return runs_list(
-        ctx(),
-        state=state,
-        since=since,
-        work=query_text("work") or None,
-        before=before,
-        limit=_limit(query_text("limit")),
-    )
+    return {
+        "state": state,
+        "since": since,
+        "work": query_text("work") or None,
+        "before": before,
+        "limit": _limit(query_text("limit")),
+    }
 
 
 @blp.route("/nodes", methods=["GET"])

@@ -257,6 +257,8 @@ def start_server(children: Children, db_url: str, directory: Path, port: int) ->
         MEDIATOR_TOKEN=TOKEN,
         # The demo's token is short to type; the server warns about it at start-up.
         MEDIATOR_TOKEN_ALLOW_SHORT="true",
+        # The pages are served over plain HTTP on 127.0.0.1: a Secure cookie would never be sent.
+        MEDIATOR_UI_INSECURE_COOKIE="true",
         MEDIATOR_LEASE_RENEW_SECONDS=str(RENEW_SECONDS),
         MEDIATOR_LOG_FORMAT="console",
         MEDIATOR_LOG_LEVEL="info",
@@ -388,8 +390,17 @@ def waits_for(view: dict[str, Any]) -> str:
 class Scenario:
     """Submits the planned runs, tells what happens to them, answers their asks."""
 
-    def __init__(self, client: Client, base: str, examples: Path, records: Path) -> None:
+    def __init__(
+        self,
+        client: Client,
+        base: str,
+        examples: Path,
+        records: Path,
+        *,
+        answer_in_browser: bool = False,
+    ) -> None:
         self.client = client
+        self.answer_in_browser = answer_in_browser
         self.base = base
         self.examples = examples
         self.records = records
@@ -529,6 +540,10 @@ class Scenario:
         if seq in t.answered or not t.planned.answers:
             return
         t.answered.add(seq)
+        if self.answer_in_browser:
+            note(f"answer it in your browser: {self.base}/asks")
+            note(f"  (sign in at {self.base}/signin with token {TOKEN}, principal {ANSWERER})")
+            return
         sets = [arg for pair in t.planned.answers for arg in ("--set", pair)]
         args = ["--principal", ANSWERER, "answer", t.run_id, str(seq), *sets]
         note(f"$ mediator {' '.join(args)}")
@@ -612,6 +627,7 @@ class DemoOptions:
     directory: Path | None = None
     timeout: float = 120.0
     examples: Path = field(default_factory=examples_dir)
+    answer_in_browser: bool = False  # the sign-off is answered by a person on the asks page
 
 
 @dataclass
@@ -669,9 +685,8 @@ class Demo:
         pids["server"] = server.proc.pid
         self.state = {"url": base, "token": TOKEN, "records": str(d / "records"), "pids": pids}
         _write_state(d, self.state)
-        say(
-            f"Mediator serving on {base}/ (pid {server.proc.pid}; status page there, API under /v1)"
-        )
+        say(f"Mediator serving on {base}/ (pid {server.proc.pid}; pages there, API under /v1)")
+        note(f"sign in at {base}/signin with the token {TOKEN}")
         agents = [(node, start_agent(self.children, node, base, d)) for node in FLEET]
         for _node, agent in agents:
             pids[agent.name] = agent.proc.pid
@@ -681,7 +696,13 @@ class Demo:
             caps = "; ".join(c.replace(":", " ").replace(",", " ") for c in node.capabilities)
             say(f"agent {node.node_id} (pid {agent.proc.pid}) advertises {caps}")
 
-        scenario = Scenario(Client(base, TOKEN, SUBMITTER), base, self.opts.examples, d / "records")
+        scenario = Scenario(
+            Client(base, TOKEN, SUBMITTER),
+            base,
+            self.opts.examples,
+            d / "records",
+            answer_in_browser=self.opts.answer_in_browser,
+        )
         scenario.submit(SCENARIO)
         self.state["runs"] = [t.run_id for t in scenario.runs]
         _write_state(d, self.state)
@@ -708,7 +729,7 @@ class Demo:
     def _serve(self, base: str) -> None:
         click.echo("")
         say("the Mediator and its two agents keep running; Ctrl-C stops them all")
-        note(f"status page  {base}/")
+        note(f"pages        {base}/signin  (token {TOKEN})")
         note(f"client       export MEDIATOR_CLIENT_URL={base} MEDIATOR_CLIENT_TOKEN={TOKEN}")
         note("             mediator runs; mediator nodes; mediator status RUN")
         note(f"             mediator submit {self.opts.examples / 'boot-test.yaml'} --wait")

@@ -103,6 +103,15 @@ def _awaiting(run: Run | None, st: Step | None, caller: Caller) -> Step:
     return st
 
 
+def open_ask_schema(ctx: Context, run_id: str, seq: int, caller: Caller) -> dict[str, Any] | None:
+    """The schema of an ask open for ``caller``'s answer (the page's form reads its answer with
+    it): 409 when the step awaits no answer, 403 when the caller may not give it."""
+    with ctx.db.read() as s:
+        run = get_run(s, run_id)
+        st = get_step(s, run_id, seq) if run is not None else None
+        return _answer_schema(_awaiting(run, st, caller))
+
+
 def _answer_schema(st: Step) -> dict[str, Any] | None:
     return (st.spec.get("schema") or {}).get(st.spec["out"][0])
 

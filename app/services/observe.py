@@ -15,7 +15,7 @@ from app.match import Advert, Assignment, satisfies
 from app.models import Run, Step
 from app.reserve import Held, reserved_against, reserved_by
 from app.services.placement import assigned_json, node_for_role
-from app.services.records import event_document
+from app.services.records import event_document, ledger_entries
 from app.states import PENDING, QUEUED, RUNNING
 from app.store.leases import holders_of
 from app.store.nodes import candidate_adverts, listed_nodes, live_nodes, node_labels
@@ -182,6 +182,19 @@ def run_view(ctx: Context, run_id: str) -> dict[str, Any]:
         if run is None:
             raise NotFound(f"no such run: {run_id}")
         return render_run(s, run, reserve_after=ctx.config["queue.reserve_after_seconds"])
+
+
+def run_page(ctx: Context, run_id: str) -> dict[str, Any]:
+    """What a run's page shows (SPEC §21), from one snapshot: the run view, its events and the
+    artifacts of the run itself (its ledger without earlier runs of the same work)."""
+    with ctx.db.read(snapshot=True) as s:
+        run = get_run(s, run_id)
+        if run is None:
+            raise NotFound(f"no such run: {run_id}")
+        view = render_run(s, run, reserve_after=ctx.config["queue.reserve_after_seconds"])
+        events = [event_document(e) for e in run_events(s, run_id)]
+        artifacts = [e for e in ledger_entries(s, run) if e.get("run_id", run_id) == run_id]
+    return {"run": view, "events": events, "artifacts": artifacts}
 
 
 def run_summary(run: Run) -> dict[str, Any]:

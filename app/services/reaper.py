@@ -34,6 +34,7 @@ from app.store.reservations import queued_crossed_age
 from app.store.runs import clear_wake_debt, lock_run, wake_debt_set
 from app.store.server import database_now, has_passed
 from app.store.steps import fail_open_steps, lock_steps, update_step
+from app.store.ui_sessions import forget_expired_sessions
 
 LEASE_EXPIRED = "lease expired: renewal stopped"
 
@@ -201,6 +202,7 @@ def _pass(ctx: Context, report: PassReport, previous_failed: bool) -> None:
     with ctx.db.begin() as s:
         now, previous = q.begin_pass(s)
         forget_old_failures(s)  # the 429 counts of addresses whose minute is long over
+        forget_expired_sessions(s)  # the pages' sessions past their expiry (SPEC §21)
         report.crossed_age = _crossed_age(ctx, s, previous)
         if previous is not None and now - previous > window:
             # The Mediator was down: no node could renew. Give every lease a full window first.

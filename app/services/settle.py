@@ -59,7 +59,9 @@ def settle_committed(ctx: Context, after: AfterCommit) -> set[str]:
             # The run stays VERIFYING; the reaper settles it again (SPEC §8).
             log.exception("verdict failed; the reaper settles it again", run_id=run_id)
     for event in after.asks:
-        post_webhook(ctx.config["notify.asks_url"], event, **webhook_limits(ctx))
+        post_webhook(
+            ctx.config["notify.asks_url"], with_page_url(ctx, event), **webhook_limits(ctx)
+        )
     for run_id in dict.fromkeys(after.ended):
         seal_run(ctx, run_id)
         announce_end(ctx, run_id)
@@ -72,6 +74,16 @@ def webhook_limits(ctx: Context) -> dict[str, Any]:
         "queue_size": ctx.config["notify.queue_size"],
         "timeout": ctx.config["notify.timeout_seconds"],
     }
+
+
+def with_page_url(ctx: Context, event: dict[str, Any]) -> dict[str, Any]:
+    """An ask's notification with ``page_url``, where a person answers it in a browser, when
+    ``ui.public_url`` says where the pages are (SPEC §21)."""
+    base = ctx.config["ui.public_url"]
+    if not base:
+        return event
+    anchor = f"ask-{event['run_id']}-{event['seq']}"
+    return {**event, "page_url": f"{base.rstrip('/')}/asks#{anchor}"}
 
 
 def announce_end(ctx: Context, run_id: str) -> None:

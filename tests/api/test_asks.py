@@ -19,6 +19,7 @@ import pytest
 
 from app.services.reaper import reap_pass
 from tests.agent import claim, claimed, report, run_step
+from tests.apps import app_on, client_of
 from tests.helpers import advertise, cap, contract, role, state_of, submit
 from tests.rows import attempts, step_row
 
@@ -242,6 +243,18 @@ def test_the_ask_webhook_leaves_out_answerers_and_deadline_when_the_ask_has_none
     assert hook.arrived("r1", 1).wait(5)
     [body] = hook.bodies_of("r1")
     assert set(body) == {"event", "run_id", "seq", "step", "prompt", "answer_path"}
+
+
+def test_ui_public_url_adds_the_asks_page_to_the_webhook(db_url, tmp_path, hook):
+    """SPEC §21: where the pages are (``ui.public_url``) gives the notification a ``page_url``."""
+    keys = {"notify.asks_url": hook.url, "ui.public_url": "https://mediator.lab.test/"}
+    with app_on(db_url, tmp_path / "records", **keys) as app:
+        client = client_of(app)
+        advertise(client, "n1", cap("board"))
+        submit(client, ask_first("r1"), 201)
+        assert hook.arrived("r1", 1).wait(5)
+    [body] = hook.bodies_of("r1")
+    assert body["page_url"] == "https://mediator.lab.test/asks#ask-r1-1"
 
 
 def test_an_ask_waits_for_its_needs_and_is_raised_by_the_result_that_meets_them(client, sql, hook):

@@ -23,6 +23,7 @@ import pytest
 
 from app.config import to_libpq_url
 from tests.apps import ROOT
+from tests.support.pages import PageUser
 
 pytestmark = pytest.mark.slow  # each test starts a server and two agents
 
@@ -82,6 +83,8 @@ def assert_story(out: str, runs: list[str]) -> None:
     answer, the verdicts, where the Records are."""
     build, sign_off, lint = runs
     assert re.search(r"Mediator serving on http://127\.0\.0\.1:\d+/ ", out), out
+    # SPEC §21: where a person signs in to the pages, and with which token.
+    assert re.search(r"sign in at http://127\.0\.0\.1:\d+/signin with the token demo-token", out)
     assert f"run {build} RUNNING on builder=host-1 dut=board-1" in out, out
     assert (
         f"run {sign_off} QUEUED: waits for board soc=imx8mp (held by {build}), position 1" in out
@@ -257,4 +260,49 @@ def test_without_once_it_keeps_serving_until_a_signal_stops_every_child(
             proc.wait()
     name = signal.Signals(signum).name
     assert any(f"{name}: stopping the agents, the server and the database" in s for s in seen)
+    assert_all_stopped(state, {"server", "agent board-1", "agent host-1"})
+
+
+def test_with_answer_in_browser_a_person_answers_the_sign_off_on_the_asks_page(
+    fresh_db_url: str, tmp_path: Path
+) -> None:
+    """The README's walk-through: sign in at the printed address with the printed token and the
+    sign-off's answerer as principal, press approve on the asks page, and the run goes on."""
+    directory = tmp_path / "demo"
+    proc = subprocess.Popen(
+        _argv(
+            "--once", "--answer-in-browser", "--database-url", fresh_db_url, "--dir", str(directory)
+        ),
+        cwd=ROOT,
+        env=_env(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    seen: list[str] = []
+    try:
+        _read_until(proc, "answer it in your browser", seen, RUN_SECONDS)
+        out = "".join(seen)
+        signin = re.search(r"sign in at (http://127\.0\.0\.1:\d+)/signin with the token (\S+)", out)
+        assert signin, out
+        base, token = signin.groups()
+        sign_off = state_of(directory)["runs"][1]
+        person = PageUser(base).signed_in(token, principal="qa@lab.example")
+        assert f'data-ask="{sign_off}/2"' in person.page("/asks")
+        resp = person.send_form("/asks", f"/asks/{sign_off}/2", {"verdict": "approve"})
+        assert resp.status_code == 303, resp.text[:500]
+        assert proc.wait(timeout=RUN_SECONDS) == 0, "".join(seen)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    state = state_of(directory)
+    assert state["verdicts"] == dict.fromkeys(state["runs"], "SUCCEEDED")
+    with psycopg.connect(to_libpq_url(fresh_db_url)) as conn:
+        answered = conn.execute(
+            "SELECT answered_by FROM steps WHERE run_id = %s AND step_id = 'sign-off'",
+            (sign_off,),
+        ).fetchone()[0]
+    assert answered == "qa@lab.example"
     assert_all_stopped(state, {"server", "agent board-1", "agent host-1"})

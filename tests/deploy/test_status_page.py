@@ -13,6 +13,7 @@ from tests.apps import TOKEN, app_on, client_of
 from tests.deploy.page import element_text, rows
 from tests.deploy.scenes import advertise, build_fleet, submit
 from tests.helpers import cap, contract, one_step, role
+from tests.support.pages import PageUser
 
 
 def page(client: Any, **headers: str) -> str:
@@ -143,21 +144,19 @@ def guarded(db_url: str, tmp_path: Any) -> Any:
         yield application
 
 
-def test_ui_require_token_asks_for_a_valid_token(guarded) -> None:
+def test_ui_require_token_sends_a_browser_to_the_sign_in_and_takes_no_credentials(guarded) -> None:
+    """SPEC §21: with ui.require_token the overview needs a signed-in session; a bearer token or
+    Basic credentials (what a browser sent after the old challenge) no longer open it."""
     plain = guarded.test_client()
     asked = plain.get("/")
-    assert asked.status_code == 401
-    assert asked.get_json() == {"error": {"code": 401, "reason": "missing or invalid token"}}
-    assert asked.headers["WWW-Authenticate"].startswith('Basic realm="Mediator status"')
-
-    assert plain.get("/", headers={"Authorization": "Bearer wrong"}).status_code == 401
-    wrong = base64.b64encode(b"ops:wrong").decode()
-    assert plain.get("/", headers={"Authorization": f"Basic {wrong}"}).status_code == 401
-
-    page(plain, Authorization=f"Bearer {TOKEN}")
-    # A browser answers the challenge with Basic credentials: the token is the password.
+    assert asked.status_code == 303
+    assert asked.headers["Location"] == "/signin?next=/"
     basic = base64.b64encode(f"ops:{TOKEN}".encode()).decode()
-    page(plain, Authorization=f"Basic {basic}")
+    for credentials in (f"Bearer {TOKEN}", f"Basic {basic}"):
+        resp = plain.get("/", headers={"Authorization": credentials})
+        assert resp.status_code == 303, credentials
+
+    PageUser(guarded).signed_in(TOKEN).page("/")
 
 
 def test_the_page_asks_no_token_by_default_and_the_api_still_does(client, app) -> None:
@@ -178,4 +177,4 @@ def test_on_a_schema_not_this_codes_the_page_is_a_503(fresh_db_url: str, tmp_pat
     with app_on(fresh_db_url, tmp_path / "records") as application:
         resp = application.test_client().get("/")
     assert resp.status_code == 503
-    assert "run `mediator db upgrade`" in resp.get_json()["error"]["reason"]
+    assert "run `mediator db upgrade`" in resp.get_data(as_text=True)

@@ -179,7 +179,10 @@ def test_the_wheel_carries_every_module_of_app_and_the_migrations(installed: Ins
         p.relative_to(ROOT).as_posix() for p in (ROOT / "app" / "templates").glob("*.html")
     }
     assert "app/templates/status.html" in templates
-    assert sorted(templates - names) == []  # the status page's templates
+    assert sorted(templates - names) == []  # the pages' templates
+    static = {p.relative_to(ROOT).as_posix() for p in (ROOT / "app" / "static").iterdir()}
+    assert {"app/static/pages.js", "app/static/pages.css"} <= static
+    assert sorted(static - names) == []  # the pages' script and sheet
     assert not any(n.startswith(("alembic/", "tests/")) or n == "wsgi.py" for n in names)
 
 

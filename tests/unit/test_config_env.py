@@ -74,6 +74,7 @@ def test_a_variable_the_mediator_reads_is_not_warned_about(name, tmp_path):
         "MEDIATOR_LOG_LEVEL": "info",
         "MEDIATOR_METRICS_REQUIRE_TOKEN": "false",
         "MEDIATOR_UI_REQUIRE_TOKEN": "false",
+        "MEDIATOR_UI_INSECURE_COOKIE": "false",
         "MEDIATOR_CONTRACT_CAPABILITIES": "board",
         "MEDIATOR_RECORDS_BACKEND": "filesystem",
         "MEDIATOR_TOKEN": "a-legacy-token-of-32-characters-or-more",
