@@ -1,5 +1,7 @@
 """Dependencies inside ``app/`` run one way: no import cycle (also none hidden in a function-level
-import), the store never imports the services or the API, and the services never import the API.
+import), the store never imports the services or the API, the services never import the API, the
+API never reaches the store or the models, and the pure decision modules import neither the
+database nor the web framework.
 
 The graph is read from the source with :mod:`ast`, so a cycle fails here even when a lazy import
 keeps it from failing at start-up."""
@@ -102,6 +104,8 @@ def test_app_has_no_import_cycle():
     [
         ("app.store", ("app.services", "app.api")),
         ("app.services", ("app.api",)),
+        # A view calls a service; only services open transactions and reach the store.
+        ("app.api", ("app.store", "app.models")),
     ],
 )
 def test_a_lower_layer_never_imports_a_higher_one(layer, forbidden):
@@ -111,5 +115,51 @@ def test_a_lower_layer_never_imports_a_higher_one(layer, forbidden):
         if name == layer or name.startswith(layer + ".")
         for dep in deps
         if any(dep == f or dep.startswith(f + ".") for f in forbidden)
+    )
+    assert wrong == []
+
+
+# The pure decision modules take plain data: no session, no request (STYLE.md, "Layers").
+PURE = (
+    "app.match",
+    "app.contract",
+    "app.verdict",
+    "app.reserve",
+    "app.states",
+    "app.wire",
+    "app.askform",
+)
+FRAMEWORKS = ("sqlalchemy", "flask", "werkzeug", "psycopg")
+
+
+def third_party(path: Path) -> set[str]:
+    """The top-level packages outside ``app`` that a module imports anywhere in its body."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            out.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            out.add(node.module.split(".")[0])
+    return out - {"app"}
+
+
+def test_pure_modules_never_import_the_database_or_the_web_framework():
+    wrong = sorted(
+        f"{name} imports {package}"
+        for name, path in modules().items()
+        if any(name == p or name.startswith(p + ".") for p in PURE)
+        for package in third_party(path) & set(FRAMEWORKS)
+    )
+    assert wrong == []
+
+
+def test_pure_modules_import_only_pure_modules_of_the_app():
+    pure = lambda n: any(n == p or n.startswith(p + ".") for p in PURE)  # noqa: E731
+    wrong = sorted(
+        f"{name} imports {dep}"
+        for name, deps in graph().items()
+        if pure(name)
+        for dep in deps
+        if not pure(dep) and dep not in {"app.errors"}
     )
     assert wrong == []
