@@ -6,8 +6,10 @@ Pure: JSON documents of the API in (SPEC §14 views, lists, asks), text out.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import UTC
 from typing import Any
+
+from app.wire import parse_ts
 
 OPEN_STEP_STATES = ("PENDING", "CLAIMED", "ASKED")
 
@@ -39,7 +41,7 @@ def when(text: object) -> str | None:
     if not isinstance(text, str) or not text:
         return None
     try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        moment = parse_ts(text)
     except ValueError:
         return text
     return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")

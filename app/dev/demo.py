@@ -52,6 +52,7 @@ from app.dev.embedded import (
     wheel_installed,
 )
 from app.records.interface import record_location
+from app.wire import parse_ts
 
 TOKEN = "demo-token"  # the legacy single token: every role
 SUBMITTER = "dev@lab.example"
@@ -134,7 +135,7 @@ def _moment(text: object) -> datetime | None:
     if not isinstance(text, str) or not text:
         return None
     try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+        return parse_ts(text)
     except ValueError:
         return None
 
