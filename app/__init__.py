@@ -103,15 +103,18 @@ class SchemaGuard:
             wake_after_commit(self.context, "start-up")
 
 
+def _config_of(config: Config | Mapping[str, Any] | None) -> Config:
+    if isinstance(config, Config):
+        return config
+    if config is None:
+        return load_config()
+    return load_config(env={}, overrides=config)
+
+
 def create_app(config: Config | Mapping[str, Any] | None = None) -> Flask:
     """The app factory. ``config``: a :class:`Config`, a mapping of keys (tests; defaults fill the
     rest, the environment is not read), or None (file and environment)."""
-    if isinstance(config, Config):
-        cfg = config
-    elif config is None:
-        cfg = load_config()
-    else:
-        cfg = load_config(env={}, overrides=config)
+    cfg = _config_of(config)
     configure_logging(cfg["log.format"], cfg["log.level"])
     app = Flask("mediator", static_folder=None)
     app.json.sort_keys = False
@@ -144,7 +147,6 @@ def create_app(config: Config | Mapping[str, Any] | None = None) -> Flask:
         results,
         submit,
     )
-    from app.api.auth import authorise_request
     from app.api.openapi import make_api
     from app.api.pages import init_pages
 
@@ -154,6 +156,16 @@ def create_app(config: Config | Mapping[str, Any] | None = None) -> Flask:
         api.register_blueprint(module.blp)
     init_pages(app)  # the pages for people (SPEC §21), the overview at / among them
     register_error_handlers(app)  # after Api(): ours replace smorest's error body
+
+    register_request_hooks(app, guard)
+    return app
+
+
+def register_request_hooks(app: Flask, guard: SchemaGuard) -> None:
+    """Around every request: its id (``X-Request-Id``, given or made) bound to every log line, the
+    schema check before any ``/v1`` route but the document, the token check (SPEC §13), and after
+    it the metrics and one log line."""
+    from app.api.auth import authorise_request
 
     @app.before_request
     def _begin() -> None:
@@ -183,8 +195,6 @@ def create_app(config: Config | Mapping[str, Any] | None = None) -> Flask:
             ms=round(seconds * 1000, 1),
         )
         return resp
-
-    return app
 
 
 def startup(app: Flask) -> None:
