@@ -12,8 +12,8 @@ from app.agent.command import agent as agent_command
 from app.client.commands import client_options, register_client_commands
 from app.config import Config, load_config
 from app.errors import ConfigError
-from app.prune import prune_command
-from app.token_command import token as token_command
+from app.cli_prune import prune_command
+from app.cli_token import token as token_command
 
 
 def _load(ctx: click.Context, *, need_database: bool = True) -> Config:
@@ -249,7 +249,7 @@ def demo(
 
 main.add_command(agent_command)  # the reference node agent (app/agent)
 main.add_command(token_command)  # token new
-main.add_command(prune_command)  # retention on demand (app/prune.py)
+main.add_command(prune_command)  # retention on demand (app/cli_prune.py)
 
 register_client_commands(main)  # submit, status, runs, nodes, cancel, asks, answer, ...
 
