@@ -10,7 +10,7 @@ from typing import Any
 from flask import Flask
 
 from tests.apps import client_of
-from tests.concurrency.common import await_condition
+from tests.support.concurrency import await_condition
 
 
 def claim(client: Any, node: str, instance: str | None = None, wait: float | None = 0) -> Any:

@@ -21,6 +21,7 @@ from app.config import to_libpq_url
 from app.dev.embedded import create_database, drop_database, resolve_admin_url
 from app.migrate import upgrade
 from tests.apps import LiveServer, app_on, client_of, empty_records, gunicorn_on
+from tests.support.webhooks import HangingHook
 
 TABLES = (
     "nodes, runs, steps, leases, reservations, run_events, blobs, wake_debt, reaper_state,"
@@ -176,3 +177,13 @@ def module_live_server(
             yield server, url
     finally:
         drop_database(pg_admin_url, name)
+
+
+@pytest.fixture
+def hook() -> Iterator[HangingHook]:
+    """A webhook endpoint that holds every POST until ``hook.release`` is set (or the test ends)."""
+    h = HangingHook()
+    try:
+        yield h
+    finally:
+        h.close()

@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 
 from tests.agent import WaitingClaim, claim, claimed, report
-from tests.concurrency.common import apps_on, connect, race, waiting_lock_held
 from tests.helpers import (
     advertise,
     build_then_test,
@@ -27,6 +26,7 @@ from tests.helpers import (
     two_steps,
 )
 from tests.rows import leases_of, step_row
+from tests.support.concurrency import apps_on, connect, race, waiting_lock_held
 
 # The slow re-check is a safety net for a lost notification; set far above every bound asserted
 # below so that a waiting claim answered in time can only have been woken by a notification.

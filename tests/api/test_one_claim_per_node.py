@@ -18,8 +18,8 @@ import pytest
 from app import listener as claim_listener
 from app.services import results as results_service
 from tests.agent import WaitingClaim, claim
-from tests.concurrency.common import await_condition
 from tests.helpers import advertise, cap, contract, role, submit
+from tests.support.concurrency import await_condition
 
 WINDOW = 30.0  # what each claim asks to wait; answered long before it, or the rule failed
 PROMPT = 10.0  # a loose bound for "at once" on a loaded machine, far below WINDOW

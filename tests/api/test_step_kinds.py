@@ -15,7 +15,6 @@ import psycopg
 from app.config import to_libpq_url
 from tests.agent import claimed, done, nothing_to_claim, put_blob, report
 from tests.apps import client_of
-from tests.concurrency.common import Background, await_condition
 from tests.helpers import (
     acquire_run,
     advertise,
@@ -26,6 +25,7 @@ from tests.helpers import (
     submit,
 )
 from tests.rows import attempts, leases, rows, run_row, scalar, states, step_rows
+from tests.support.concurrency import Background, await_condition
 
 # One app for the module (see the ``app`` fixture): nearly every test here claims.
 one_app_per_module = True

@@ -23,14 +23,14 @@ from app.services.queue import Outcome, promote
 from app.store.nodes import live_adverts
 from app.store.queue import queued_shape_heads
 from tests.apps import client_of
-from tests.concurrency.common import (
+from tests.helpers import advertise, cap, contract, role, submit
+from tests.rows import attempts, find_run, leases, one, run_row, scalar
+from tests.support.concurrency import (
     JOIN_TIMEOUT,
     await_condition,
     backends_waiting_on_locks,
     connect,
 )
-from tests.helpers import advertise, cap, contract, role, submit
-from tests.rows import attempts, find_run, leases, one, run_row, scalar
 
 HEX32 = re.compile(r"[0-9a-f]{32}")
 DRAINING = {"policy": {"drain": "graceful"}}

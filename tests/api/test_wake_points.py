@@ -23,9 +23,9 @@ from app.config import to_libpq_url
 from app.services.reaper import reap_pass
 from tests.agent import claim
 from tests.apps import TOKEN, app_on, client_of, gunicorn_on
-from tests.concurrency.common import await_condition
 from tests.helpers import advertise, cap, contract, role, state_of, submit
 from tests.rows import leases, scalar
+from tests.support.concurrency import await_condition
 
 TIMEOUT = {"database.statement_timeout_seconds": 0.3}
 failing_scans = pytest.mark.parametrize("config_overrides", [TIMEOUT], ids=["statement-timeout"])

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 
-from tests.concurrency.common import apps_on, connect, race
 from tests.helpers import advertise, cap, contract, role, submit
+from tests.support.concurrency import apps_on, connect, race
 
 ROUNDS = 10
 SENDERS = 4  # two per app: two threads of each of two worker processes

@@ -11,8 +11,8 @@ from sqlalchemy import event
 
 from app.models import LEASES_PKEY
 from app.store import constraint_name
-from tests.concurrency.common import apps_on, connect, race
 from tests.helpers import advertise, cap, contract, role, submit
+from tests.support.concurrency import apps_on, connect, race
 
 ROUNDS = 20
 

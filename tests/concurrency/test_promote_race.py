@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from app.services.queue import Outcome, promote
 from app.store.nodes import live_adverts, unavailable_node_ids
-from tests.concurrency.common import apps_on, connect, queued_run, race, waiting_lock_held
 from tests.helpers import advertise, cap, contract, submit
+from tests.support.concurrency import apps_on, connect, queued_run, race, waiting_lock_held
 
 ROUNDS = 20
 

@@ -9,7 +9,8 @@ import threading
 
 from app.services.queue import wake_queued
 from app.store.gate import SCANNING_LOCK, WAITING_LOCK
-from tests.concurrency.common import (
+from tests.helpers import advertise, cap, contract, role, submit
+from tests.support.concurrency import (
     JOIN_TIMEOUT,
     apps_on,
     await_condition,
@@ -22,7 +23,6 @@ from tests.concurrency.common import (
     states,
     waiting_lock_held,
 )
-from tests.helpers import advertise, cap, contract, role, submit
 
 
 def _holder_and_waiter(c, sql):

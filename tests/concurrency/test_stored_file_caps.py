@@ -6,8 +6,8 @@ count is the bytes on disk."""
 from __future__ import annotations
 
 from tests.agent import claimed
-from tests.concurrency.common import apps_on, connect, race
 from tests.helpers import advertise, cap, contract, role, submit
+from tests.support.concurrency import apps_on, connect, race
 
 UPLOADS = 8  # four threads of each of two worker processes
 BLOB = 300

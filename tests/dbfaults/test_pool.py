@@ -17,8 +17,8 @@ from flask import Flask
 
 from app.config import to_libpq_url
 from tests.apps import app_on, client_of
-from tests.concurrency.common import race
 from tests.helpers import advertise, cap, one_step
+from tests.support.concurrency import race
 
 POOL_TIMEOUT = 0.5
 ANSWER_BOUND = POOL_TIMEOUT + 2.0  # what a busy 2-core machine adds to the time-out

@@ -21,9 +21,9 @@ from app.services.queue import wake_after_commit
 from app.services.reaper import reap_pass
 from tests.agent import run_step
 from tests.apps import app_on, client_of
-from tests.concurrency.common import waiting_lock_held
 from tests.helpers import advertise, cap, one_step, submit
 from tests.rows import run_row
+from tests.support.concurrency import waiting_lock_held
 
 STATEMENT_TIMEOUT = 0.3
 # The freeing request waits at most for the scan's statements to time out (each under the

@@ -27,10 +27,10 @@ import requests
 from app.config import KEYS_BY_NAME
 from tests.agent import claim, claimed, done
 from tests.apps import ROOT, TOKEN, LiveServer, gunicorn_on
-from tests.concurrency.common import await_condition, connect
 from tests.deploy.http import Answer, Http
 from tests.deploy.nginx import DOCUMENTED, Nginx, nginx_in_front
 from tests.helpers import cap, contract, one_step, role
+from tests.support.concurrency import await_condition, connect
 
 MAX_BLOB = KEYS_BY_NAME["max_blob_bytes"].default
 LONG_POLL = KEYS_BY_NAME["claim.long_poll_seconds"].default

@@ -6,13 +6,13 @@ from __future__ import annotations
 import time
 
 from app.services.notify import flush_webhooks, post_webhook
-from tests.unit.test_webhook_queue import SENDERS, hook  # noqa: F401  (the fixture)
+from tests.support.webhooks import SENDERS
 
 
-def test_flush_waits_for_queued_webhooks_but_no_longer_than_its_timeout(hook):  # noqa: F811
+def test_flush_waits_for_queued_webhooks_but_no_longer_than_its_timeout(hook):
     size = 11  # a size of its own: each size has its own queue in the process
     for n in range(SENDERS + 2):
-        post_webhook(hook.url, {"event": "run", "n": n}, queue_size=size)
+        post_webhook(hook.url, {"event": "run", "n": n}, queue_size=size, timeout=600)
     hook.wait_for(SENDERS)  # every sender hangs on a post; two more wait in the queue
 
     started = time.monotonic()

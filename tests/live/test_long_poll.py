@@ -19,8 +19,8 @@ from urllib.parse import urlsplit
 from app import create_app
 from tests.agent import claim, report
 from tests.apps import client_of, make_config
-from tests.concurrency.common import await_condition, connect
 from tests.helpers import cap, chain_over_two_nodes, contract, role
+from tests.support.concurrency import await_condition, connect
 
 POOL_SIZE = 3
 WORKERS = 2

@@ -24,10 +24,10 @@ import pytest
 import requests
 
 from tests.apps import LiveServer, gunicorn_on
-from tests.concurrency.common import await_condition
 from tests.helpers import cap
 from tests.invariants import check, connect
 from tests.priority.common import single, wide
+from tests.support.concurrency import await_condition
 
 pytestmark = pytest.mark.slow
 
