@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from tests.helpers import advertise, cap, contract, role, submit
+from tests.support.wire import V1_ROUTES, claimed_run, snapshot
 
 MAX_BODY = 4096
 MAX_BLOB = 16384
@@ -41,66 +42,12 @@ def error_of(resp: Any) -> dict[str, Any]:
     return body["error"]
 
 
-_SNAPSHOT_SQL = "SELECT " + ", ".join(
-    f"(SELECT coalesce(array_agg(to_jsonb(x)::text ORDER BY to_jsonb(x)::text), '{{}}') FROM {t} x)"
-    for t in ("nodes", "runs", "steps", "leases", "run_events", "blobs")
-)
-
-
-def snapshot(sql: Any, records: Path) -> dict[str, Any]:
-    """Every row of every table, and every file of the Record store: what "nothing stored" means."""
-    row = sql.execute(_SNAPSHOT_SQL).fetchone()
-    rows = dict(zip(("nodes", "runs", "steps", "leases", "run_events", "blobs"), row, strict=True))
-    files = (
-        sorted(
-            (str(p.relative_to(records)), p.stat().st_size)
-            for p in records.rglob("*")
-            if p.is_file()
-        )
-        if records.exists()
-        else []
-    )
-    return {"rows": rows, "files": files}
-
-
 def is_empty(snap: dict[str, Any]) -> bool:
     return not snap["files"] and not any(snap["rows"].values())
 
 
 def records_root(app: Any) -> Path:
     return Path(app.extensions["mediator"].config["records.root"])
-
-
-WORK_STEP = {
-    "id": "work",
-    "uses": "dut",
-    "run": ["true"],
-    "out": ["result.json", "raw.log"],
-    "schema": {"result.json": {"type": "object"}},
-}
-ASK_STEP = {
-    "id": "q",
-    "needs": [],
-    "ask": {"prompt": "looks right?"},
-    "out": ["decision"],
-    "schema": {"decision": {"type": "object", "properties": {"ok": {"type": "boolean"}}}},
-}
-
-
-def claimed_run(client: Any, sql: Any) -> None:
-    """r1 RUNNING on n1: step 1 CLAIMED by n1 (instance i1), step 2 an open ask.
-
-    The claim is made with SQL, not the claim route: a claim starts the process's LISTEN thread,
-    whose shutdown would cost every one of these tests a second."""
-    advertise(client, "n1", cap("board"), instance="i1")
-    submit(client, contract("r1", role("dut"), steps=[WORK_STEP, ASK_STEP]), 201)
-    claimed = sql.execute(
-        "UPDATE steps SET state = 'CLAIMED', claimed_instance = 'i1', started_at = now()"
-        " WHERE run_id = 'r1' AND seq = 1 AND state = 'PENDING' RETURNING seq"
-    ).fetchall()
-    assert claimed == [(1,)]
-    ask = sql.execute("SELECT state FROM steps WHERE run_id = 'r1' AND seq = 2").fetchone()
-    assert ask == ("ASKED",)
 
 
 def valid_contract(run_id: str = "r1") -> dict[str, Any]:
@@ -191,45 +138,6 @@ def test_times_on_the_wire_are_rfc_3339_in_utc(client):
 
 # ------------------------------------------------------------------ 401 on every /v1 route
 
-# Every /v1 route of SPEC §2 (1-18a), against a run and a step that exist, so that a 401 cannot be
-# mistaken for the route's own 404/409.
-V1_ROUTES: list[tuple[str, str, Any]] = [
-    ("POST", "/v1/nodes", {"node_id": "n1", "capabilities": [{"capability": "board"}]}),
-    ("POST", "/v1/nodes/n1/claim?wait=0", None),
-    ("POST", "/v1/runs/r1/steps/1/result", {"node": "n1", "exit_code": 0, "produced": []}),
-    (
-        "POST",
-        "/v1/runs",
-        {
-            "run_id": "r2",
-            "requires": [{"as": "dut", "capability": "board"}],
-            "steps": [{"id": "s", "uses": "dut", "run": ["true"]}],
-        },
-    ),
-    (
-        "POST",
-        "/v1/runs/dry-run",
-        {
-            "run_id": "r2",
-            "requires": [{"as": "dut", "capability": "board"}],
-            "steps": [{"id": "s", "uses": "dut", "run": ["true"]}],
-        },
-    ),
-    ("GET", "/v1/runs/r1", None),
-    ("GET", "/v1/runs", None),
-    ("GET", "/v1/nodes", None),
-    ("GET", "/v1/capabilities", None),
-    ("GET", "/v1/asks", None),
-    ("POST", "/v1/runs/r1/steps/2/answer", {"ok": True}),
-    ("POST", "/v1/runs/r1/cancel", None),
-    ("PUT", "/v1/runs/r1/steps/1/log", b"a line\n"),
-    ("PUT", "/v1/runs/r1/steps/1/blob/result.json", b'{"ok": true}'),
-    ("GET", "/v1/runs/r1/blob/result.json", None),
-    ("GET", "/v1/runs/r1/steps/1/log", None),
-    ("GET", "/v1/runs/r1/ledger", None),
-    ("GET", "/v1/runs/r1/record", None),
-    ("GET", "/v1/runs/r1/events", None),
-]
 BAD_AUTH = {
     "no header": None,
     "wrong token": "Bearer not-the-token",

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from tests.api.test_wire_errors import WORK_STEP, claimed_run, snapshot
 from tests.auth.common import ENTRIES, as_role, forbidden, records_root
 from tests.helpers import advertise, cap, contract, role, submit
 from tests.rows import rows, step_row
+from tests.support.wire import WORK_STEP, claimed_run, snapshot
 
 one_app_per_module = True
 
