@@ -8,12 +8,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Boolean, Text, bindparam, func, or_, select, text, union
+from sqlalchemy import Boolean, Integer, Text, bindparam, func, or_, select, text, union
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 
 from app.contract.types import Role
-from app.match import Advert, adverts_from_rows, candidate_order
+from app.match import Advert, Firsts, adverts_from_rows, candidate_order
 from app.models import Lease, Node, Reservation, Run
 from app.reserve import Held
 
@@ -211,6 +211,75 @@ def candidate_adverts(
         else {}
     )
     return Candidates(adverts, {r.node_id for r in rows if r.busy}, held)
+
+
+_FIRSTS = text(
+    """
+    SELECT k.i AS key_no, c.node_id, c.label, c.busy
+    FROM jsonb_array_elements(:wanted) WITH ORDINALITY AS k(want, i)
+    CROSS JOIN LATERAL (
+      SELECT n.node_id, n.label, n.attr_count,
+        (n.drain <> ''
+         OR EXISTS (SELECT 1 FROM leases WHERE leases.node_id = n.node_id)
+         OR (CAST(:reserved_for AS integer) IS NOT NULL AND EXISTS (
+               SELECT 1 FROM reservations JOIN runs ON runs.run_id = reservations.run_id
+               WHERE reservations.node_id = n.node_id
+                 AND runs.priority >= CAST(:reserved_for AS integer)))) AS busy
+      FROM nodes AS n
+      WHERE n.expires_at > now() AND n.capabilities @> (k.want -> 'contains')
+      ORDER BY busy, n.attr_count, n.node_id COLLATE "C"
+      LIMIT CAST(k.want ->> 'limit' AS integer)
+    ) AS c
+    ORDER BY k.i, c.busy, c.attr_count, c.node_id COLLATE "C"
+    """
+).bindparams(bindparam("wanted", type_=JSONB), bindparam("reserved_for", type_=Integer))
+
+
+@dataclass(frozen=True)
+class FirstCandidates:
+    """Per role (in the contract's order), the first satisfying nodes a placement needs to look
+    at (:class:`app.match.Firsts`, for :func:`app.match.match_firsts`), and their labels."""
+
+    firsts: list[Firsts]
+    labels: dict[str, str | None]
+
+
+def first_candidates(
+    s: Session, roles: list[Role] | tuple[Role, ...], *, reserved_for: int | None = None
+) -> FirstCandidates:
+    """One statement, bounded by the run and not by the fleet (SPEC §16: a submit's cost must not
+    follow the fleet's size): for each distinct requirement, through ``ix_nodes_capabilities``,
+    the first ``count`` live satisfying nodes (the largest count of the roles that share it) in
+    :func:`app.match.candidate_order` (``node_id`` compared by code point, as Python does), free
+    ones before unavailable ones (a lease, whatever its ``not_after``, a drain, or with
+    ``reserved_for`` a reservation of a run of that priority or higher, SPEC §7a). Containment is
+    exactly :func:`app.match.satisfies` for one role. Nothing is locked: a node taken meanwhile
+    fails the insert on ``pk_leases``."""
+    keys: dict[str, int] = {}
+    wanted: list[dict[str, Any]] = []
+    for role in roles:
+        key = containment_key(role)
+        if key not in keys:
+            keys[key] = len(wanted)
+            wanted.append({"contains": containment(role), "limit": role.count})
+        else:
+            entry = wanted[keys[key]]
+            entry["limit"] = max(entry["limit"], role.count)
+    free: list[list[str]] = [[] for _ in wanted]
+    found = [0] * len(wanted)
+    labels: dict[str, str | None] = {}
+    if wanted:
+        rows = s.connection().execute(_FIRSTS, {"wanted": wanted, "reserved_for": reserved_for})
+        for key_no, node_id, label, busy in rows:
+            found[key_no - 1] += 1
+            if not busy:
+                free[key_no - 1].append(node_id)
+            labels[node_id] = label
+    firsts = []
+    for role in roles:
+        k = keys[containment_key(role)]
+        firsts.append(Firsts(tuple(free[k]), found[k], wanted[k]["limit"]))
+    return FirstCandidates(firsts, labels)
 
 
 def live_adverts(s: Session) -> list[Advert]:
