@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Boolean, Integer, Text, bindparam, func, or_, select, text, union
+from sqlalchemy import Integer, bindparam, func, or_, select, text, union
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 
@@ -46,29 +46,25 @@ class LeaseLine:
     nonce: str
 
 
-_LOOK = text(
+_HEARTBEAT = text(
     """
-    SELECT
-      EXISTS (
-        SELECT 1 FROM steps
-        WHERE steps.node_id = :node_id AND steps.state = 'CLAIMED'
-          AND steps.claimed_instance IS NOT NULL AND steps.claimed_instance <> :instance
-      ) AS restarted,
-      prev.drain, prev.capabilities, prev.live,
-      set_config('synchronous_commit', 'off', true) AS soft
-    FROM (SELECT 1) AS one
-    LEFT JOIN LATERAL (
+    WITH prev AS (
       SELECT drain, capabilities, expires_at > now() AS live FROM nodes
       WHERE node_id = :node_id FOR UPDATE
-    ) AS prev ON true
-    """
-).columns(restarted=Boolean, drain=Text, capabilities=JSONB, live=Boolean, soft=Text)
-
-_RENEW_AND_STORE = text(
-    """
-    WITH renewed AS (
+    ), look AS (
+      SELECT
+        EXISTS (
+          SELECT 1 FROM steps
+          WHERE steps.node_id = :node_id AND steps.state = 'CLAIMED'
+            AND steps.claimed_instance IS NOT NULL AND steps.claimed_instance <> :instance
+        ) AS restarted,
+        set_config('synchronous_commit', 'off', true) AS soft
+    ), go AS (
+      SELECT 1 FROM look WHERE NOT (CAST(:check_restart AS boolean) AND look.restarted)
+    ), renewed AS (
       UPDATE leases SET not_after = now() + make_interval(secs => :window)
       WHERE leases.node_id = :node_id
+        AND EXISTS (SELECT 1 FROM go)
         AND NOT EXISTS (
           SELECT 1 FROM runs
           WHERE runs.run_id = leases.run_id AND runs.state IN ('SUCCEEDED', 'FAILED')
@@ -77,15 +73,18 @@ _RENEW_AND_STORE = text(
     ), stored AS (
       INSERT INTO nodes AS n (node_id, label, principal, instance, capabilities, attr_count, drain,
                               seen_at, expires_at)
-      VALUES (:node_id, :label, :principal, :instance, :capabilities, :attr_count, :drain,
-              now(), now() + make_interval(secs => :window))
+      SELECT :node_id, :label, :principal, :instance, :capabilities, :attr_count, :drain,
+             now(), now() + make_interval(secs => :window)
+      FROM go LEFT JOIN prev ON true  -- prev is read (and its row locked) before the upsert
       ON CONFLICT (node_id) DO UPDATE SET
         label = excluded.label, principal = excluded.principal, instance = excluded.instance,
         capabilities = excluded.capabilities, attr_count = excluded.attr_count,
         drain = excluded.drain, seen_at = excluded.seen_at, expires_at = excluded.expires_at
       RETURNING 1
     )
-    SELECT run_id, node_id, capability, not_after, nonce FROM renewed
+    SELECT look.restarted, look.soft, prev.drain, prev.capabilities, prev.live,
+           r.run_id, r.node_id, r.capability, r.not_after, r.nonce
+    FROM look LEFT JOIN prev ON true LEFT JOIN renewed AS r ON true
     """
 ).bindparams(bindparam("capabilities", type_=JSONB))
 
@@ -102,10 +101,11 @@ def heartbeat(
     window_seconds: int,
     check_restart: bool = True,
 ) -> Heartbeat:
-    """An advert in two statements (SPEC §4): (1) whether another instance holds a claim of
-    this node (a restart), with the node row locked and read as it was; (2) unless it restarted,
-    the lease renewal (``now() + window`` for every lease of a run not finished, returned as the
-    reply's lease list) and the advert stored in place of the previous one.
+    """An advert in one statement (SPEC §4): whether another instance holds a claim of this node
+    (a restart), with the node row locked and read as it was; unless it restarted (and
+    ``check_restart``), the lease renewal (``now() + window`` for every lease of a run not
+    finished, returned as the reply's lease list) and the advert stored in place of the previous
+    one. An advert that changes nothing thus costs this one statement (SPEC §16).
 
     A heartbeat is soft state: its commit does not wait for the WAL to reach the disk
     (``synchronous_commit`` off for this transaction only). A crash may forget the last
@@ -113,31 +113,39 @@ def heartbeat(
     ``renew_seconds`` and the reaper's outage grace gives every lease a full window after a
     restart (SPEC §12), so nothing that was acknowledged to a submitter is lost.
 
-    The node row is locked first here. Only adverts of the same node lock it, and none of the
-    transactions that lock runs, steps or leases waits for a node row, so this order cannot
-    deadlock with them."""
-    look = s.execute(_LOOK, {"node_id": node_id, "instance": instance}).one()
-    previous = (
-        None
-        if look.live is None
-        else PreviousAdvert(look.drain, look.capabilities, bool(look.live))
-    )
-    if check_restart and instance and look.restarted:
-        return Heartbeat(True, previous, [])
+    The node row is locked first here (``prev`` is read before the upsert, which selects from
+    it). Only adverts of the same node lock it, and none of the transactions that lock runs, steps
+    or leases waits for a node row, so this order cannot deadlock with them."""
     rows = s.execute(
-        _RENEW_AND_STORE,
+        _HEARTBEAT,
         {
             "node_id": node_id,
             "label": label,
             "principal": principal,
             "instance": instance,
+            "check_restart": bool(check_restart and instance),
             "capabilities": capabilities,
             "attr_count": sum(len(c.get("attrs") or {}) for c in capabilities),
             "drain": drain,
             "window": window_seconds,
         },
     ).all()
-    leases = sorted((LeaseLine(*r) for r in rows), key=lambda line: line.run_id)
+    head = rows[0]
+    previous = (
+        None
+        if head.live is None
+        else PreviousAdvert(head.drain, head.capabilities, bool(head.live))
+    )
+    if check_restart and instance and head.restarted:
+        return Heartbeat(True, previous, [])
+    leases = sorted(
+        (
+            LeaseLine(r.run_id, r.node_id, r.capability, r.not_after, r.nonce)
+            for r in rows
+            if r.run_id is not None
+        ),
+        key=lambda line: line.run_id,
+    )
     return Heartbeat(False, previous, leases)
 
 
