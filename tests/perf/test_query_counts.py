@@ -18,9 +18,8 @@ import pytest
 from flask import Flask
 from sqlalchemy import event
 
-from tests.apps import client_of
-
 from tests.agent import claim, claimed, report
+from tests.apps import client_of
 from tests.helpers import advertise, cap, contract, submit, two_steps
 
 # The most statements each request may issue. When a change makes a route cheaper, record its
@@ -51,6 +50,7 @@ RECHECK_SECONDS = 0.2  # the safety net's period in this module's app (SPEC §8)
 @pytest.fixture(scope="module")
 def module_config() -> dict[str, Any]:
     return {"claim.recheck_seconds": RECHECK_SECONDS}
+
 
 INSTANCE = {"X-Enode-Instance": "boot-1"}
 
