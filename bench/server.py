@@ -186,6 +186,8 @@ def floor(db_url: str, workdir: Path, *, workers: int, threads: int) -> Server:
         "gthread",
         "--threads",
         str(threads),
+        "--worker-connections",  # as gunicorn.conf.py: idle connections kept alive
+        str(2 * threads),
         "--keep-alive",
         "75",
         "--bind",
