@@ -34,6 +34,13 @@ worker_class = "app.gunicorn_worker.ThreadWorker"  # gthread, with a quick shutd
 # one is cheap, so each worker may hold a whole fleet's claims (SPEC §16). The measurements behind
 # these numbers are in bench/README.md ("gunicorn's threads").
 threads = _count("MEDIATOR_THREADS", default=1000)
+# A gthread worker keeps an idle connection alive only while it holds fewer than
+# worker_connections - threads of them: with gunicorn's default (1,000) and 1,000 threads none is
+# kept, so every request (nginx's upstream keep-alive, an agent's) paid a new TCP connection and a
+# graceful close (a profile of the placed submit found 5 % of the workers' time there), and a
+# worker stopped accepting at 1,000 connections, waiting claims included. Room for as many idle
+# connections as there are threads.
+worker_connections = _count("MEDIATOR_WORKER_CONNECTIONS", default=2 * threads)
 # Above the long-poll window (claim.long_poll_seconds, 30 s by default).
 timeout = _count("MEDIATOR_WORKER_TIMEOUT", default=90)
 graceful_timeout = _count("MEDIATOR_GRACEFUL_TIMEOUT", default=30)

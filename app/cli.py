@@ -9,11 +9,11 @@ from typing import Any
 import click
 
 from app.agent.command import agent as agent_command
+from app.cli_prune import prune_command
+from app.cli_token import token as token_command
 from app.client.commands import client_options, register_client_commands
 from app.config import Config, load_config
 from app.errors import ConfigError
-from app.cli_prune import prune_command
-from app.cli_token import token as token_command
 
 
 def _load(ctx: click.Context, *, need_database: bool = True) -> Config:

@@ -12,6 +12,7 @@ from app.logs import log
 from app.metrics import count_auth
 from app.records import FilesystemRecords, RecordStore
 from app.store.gate import ScanGate
+from app.store.steps import nodes_with_claimable_steps
 from app.tokens import FailureLimit, TokenSet
 
 
@@ -21,7 +22,7 @@ class Context:
         self.db = Database(config)
         self.gate = ScanGate(self.db.dedicated_connection)
         self.records: RecordStore = record_store(config)
-        self.claims = ClaimListener(config)
+        self.claims = ClaimListener(config, safety_net=self._claimable_nodes)
         # With the process's caches of checked and refused secrets.
         self.tokens = TokenSet.from_config(config, on_count=count_auth)
         self.failures = FailureLimit(
@@ -34,6 +35,11 @@ class Context:
     def lease_window_seconds(self) -> int:
         """renew × factor: how long an advert keeps a node live and a renewed lease valid."""
         return self.config["lease.renew_seconds"] * self.config["lease.not_after_factor"]
+
+    def _claimable_nodes(self, node_ids: list[str]) -> set[str]:
+        """The claims' safety net (SPEC §8): which of these nodes have a claimable step."""
+        with self.db.read() as s:
+            return nodes_with_claimable_steps(s, node_ids)
 
     def close(self) -> None:
         self.claims.close()

@@ -5,7 +5,11 @@ One listener thread per process, started on the first claim, on a connection of 
 waiting claim registers a :class:`Ticket` under its node before it looks in the database (so a
 notification between the look and the wait is not lost) and waits on it without holding any
 connection. Notifications are not durable: after (re)connecting the listener wakes every waiter
-at once.
+at once. A lost notification is caught by the process's one safety-net query (SPEC §8): every
+``claim.recheck_seconds`` the listener thread asks, in one statement for all the nodes whose
+claims wait in this process, which of them have a claimable step, and wakes only those claims.
+A waiting claim thus does no database work of its own between its first look and its end unless
+something concerns its node.
 
 One caller cannot hold the server (SPEC §20.6): per process, one waiting claim per node id. A
 claim that registers supersedes the claims of its node that have waited
@@ -21,7 +25,7 @@ import os
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import psycopg
@@ -56,17 +60,27 @@ def claim_nodes(payload: str) -> list[str] | None:
 class Ticket(threading.Event):
     """One waiting claim of this process: set to wake it. ``started``: when the claim came, by
     this process's monotonic clock (the rule is process-local, never database time);
-    ``superseded``: a newer claim of its node came once it was old enough (SPEC §20.6)."""
+    ``superseded``: a newer claim of its node came once it was old enough (SPEC §20.6);
+    ``looks``: how many times the claim has looked in the database."""
 
     def __init__(self) -> None:
         super().__init__()
         self.started = time.monotonic()
         self.superseded = False
+        self.looks = 0
+
+
+# Given the nodes whose claims wait in this process: those of them with a claimable step.
+SafetyNet = Callable[[list[str]], set[str]]
 
 
 class ClaimListener:
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, safety_net: SafetyNet | None = None) -> None:
         self.config = config
+        self.safety_net = safety_net
+        self._recheck = float(config["claim.recheck_seconds"])
+        self._passes = threading.Condition()
+        self.passes = 0  # safety-net passes run by this process's listener
         self._lock = threading.Lock()
         self._waiters: dict[str, set[Ticket]] = defaultdict(set)
         self._thread: threading.Thread | None = None
@@ -120,6 +134,16 @@ class ClaimListener:
         with self._lock:
             return sum(len(v) for v in self._waiters.values())
 
+    def looks(self) -> int:
+        """Database looks of the claims waiting now, in all."""
+        with self._lock:
+            return sum(t.looks for ts in self._waiters.values() for t in ts)
+
+    def await_passes(self, count: int, timeout: float) -> bool:
+        """Until this process's safety net has run ``count`` passes in all (False: timed out)."""
+        with self._passes:
+            return self._passes.wait_for(lambda: self.passes >= count, timeout)
+
     def ages(self, node_id: str) -> list[float]:
         """Seconds each waiting claim of ``node_id`` has waited, oldest first."""
         now = time.monotonic()
@@ -163,11 +187,15 @@ class ClaimListener:
                     self.connected.set()
                     backoff = 0.2
                     self.wake(None)  # anything notified while we were away: look again now
+                    next_pass = time.monotonic() + self._recheck
                     while not self._stop.is_set():
                         # A short turn so close() (a worker shutting down) ends the thread
                         # promptly; an idle turn costs no query.
                         for note in conn.notifies(timeout=STOP_CHECK_SECONDS):
                             self._handle(note.payload)
+                        if time.monotonic() >= next_pass:
+                            self._safety_net_pass()
+                            next_pass = time.monotonic() + self._recheck
             except Exception as exc:
                 self.connected.clear()
                 if self._stop.is_set():
@@ -179,6 +207,24 @@ class ClaimListener:
 
     def _handle(self, payload: str) -> None:
         self.wake(claim_nodes(payload))
+
+    def _safety_net_pass(self) -> None:
+        """SPEC §8: one query for all the claims waiting in this process, never one per claim;
+        only the claims of nodes it finds claimable look again. A failed pass is logged and
+        the next one comes a period later (the claims' own deadlines still end them)."""
+        with self._lock:
+            nodes = sorted(self._waiters)
+        if nodes and self.safety_net is not None:
+            try:
+                found = self.safety_net(nodes)
+            except Exception as exc:
+                log.warning("claim safety net failed", error=type(exc).__name__)
+            else:
+                if found:
+                    self.wake(sorted(found))
+        with self._passes:
+            self.passes += 1
+            self._passes.notify_all()
 
     def close(self) -> None:
         self._stop.set()

@@ -126,3 +126,34 @@ def adverts_from_rows(rows: Iterable[tuple[str, object, str | None]]) -> list[Ad
                 entries.append(Capability(c["capability"], {str(k): v for k, v in attrs.items()}))
         out.append(Advert(node_id, tuple(entries), label))
     return out
+
+
+@dataclass(frozen=True)
+class Firsts:
+    """What a bounded candidate read found for one requirement (one containment key), read up to
+    ``limit`` nodes: the satisfying live nodes, free ones first, each part in candidate order.
+    ``free``: those not unavailable, in order; ``found``: how many were read in all."""
+
+    free: tuple[str, ...]
+    found: int
+    limit: int
+
+
+def match_firsts(requires: Sequence[Role], firsts: Sequence[Firsts]) -> Assignment | Reject:
+    """:func:`match` when each role's candidates were read bounded (``firsts[i]`` for
+    ``requires[i]``, its ``limit`` at least the role's count): the same assignment and the same
+    reasons. Fewer read than the limit means the fleet has exactly that many satisfying nodes;
+    free nodes come first, so fewer free than the limit means exactly that many are free."""
+    for role, got in zip(requires, firsts):
+        if got.found < role.count:
+            return Reject(
+                422, role.name, f"need {role.count}, fleet has {got.found} - {describe(role)}"
+            )
+    chosen: list[tuple[str, tuple[str, ...]]] = []
+    for role, got in zip(requires, firsts):
+        if len(got.free) < role.count:
+            return Reject(
+                409, role.name, f"need {role.count}, currently {len(got.free)} - {describe(role)}"
+            )
+        chosen.append((role.name, got.free[: role.count]))
+    return Assignment(tuple(chosen))

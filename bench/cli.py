@@ -4,6 +4,7 @@ drop the databases (also on Ctrl-C or SIGTERM)."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import runpy
 import shutil
@@ -45,6 +46,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--threads", type=int, help="gunicorn threads a worker (gunicorn.conf.py's default)"
     )
+    p.add_argument(
+        "--submit-nodes",
+        type=int,
+        help="boards advertised for the placed-submit line (2000: SPEC §16's fleet)",
+    )
     p.add_argument("--processes", type=int, default=2, help="client processes (2)")
     p.add_argument("--client-threads", type=int, default=8, help="threads a client process (8)")
     p.add_argument(
@@ -69,6 +75,8 @@ def _terminate(signum: int, frame: Any) -> None:
 def main(argv: list[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     sizes = QUICK if args.quick else FULL
+    if args.submit_nodes:
+        sizes = dataclasses.replace(sizes, submit_nodes=args.submit_nodes)
     wakes = {"wake", "wake-reserving"}
     if args.log_level != "info" and (not args.only or wakes & set(args.only)):
         raise SystemExit("bench: the wake scan is read from info lines: use --log-level info")

@@ -162,17 +162,42 @@ def pgbench_path() -> str:
     raise SystemExit("bench: pgbench not found (Debian: apt-get install postgresql)")
 
 
+FLOOR_SQL = Path(__file__).with_name("floor.sql")
+
 # pgbench reads ``:name`` as a variable anywhere in a statement; only ours may appear.
-_STRAY_VARIABLE = re.compile(r"(?<!:):(?!:)(?!bench_id\b)[A-Za-z0-9_]")
+_STRAY_VARIABLE = re.compile(r"(?<!:):(?!:)(?!(?:bench_id|slot)\b)[A-Za-z0-9_]")
+FLOOR_VARIABLE = re.compile(r"(?<!:):(bench_id|slot)\b")
 
 
-def pgbench_script(statements: list[str]) -> str:
-    """One transaction of the given statements (``:bench_id`` is a fresh random key each time)."""
+def floor_statements(path: Path = FLOOR_SQL) -> list[str]:
+    """The frozen statements of ``bench/floor.sql`` (SPEC §16), ``:bench_id`` and ``:slot``
+    left as pgbench variables: statements end with ``;`` at the end of a line, ``--`` lines are
+    comments."""
+    statements, current = [], []
+    for line in path.read_text().splitlines():
+        if not line.strip() or line.lstrip().startswith("--"):
+            continue
+        current.append(line.strip())
+        if line.rstrip().endswith(";"):
+            statements.append(" ".join(current).rstrip(";"))
+            current = []
+    if current or not statements:
+        raise ValueError(f"{path}: no statements, or one without its closing ';'")
+    return statements
+
+
+def pgbench_script(statements: list[str], slots: int) -> str:
+    """One transaction of the given statements (``:bench_id`` is a fresh random key each time,
+    ``:slot`` one of ``slots``)."""
     for st in statements:
         m = _STRAY_VARIABLE.search(st)
         if m:
             raise ValueError(f"a literal pgbench would read as a variable: …{st[m.start() - 20 :]}")
-    lines = ["\\set bench_id random(1, 1000000000000000)", "BEGIN;"]
+    lines = [
+        "\\set bench_id random(1, 1000000000000000)",
+        f"\\set slot random(0, {max(0, slots - 1)})",
+        "BEGIN;",
+    ]
     lines += [st.rstrip().rstrip(";") + ";" for st in statements]
     lines.append("COMMIT;")
     return "\n".join(lines) + "\n"

@@ -1,15 +1,16 @@
-"""The stack's floor (SPEC §16): a bare Flask app that only parses the body and runs the placed
-submit's INSERTs (the statements the Mediator sends, as the benchmark captured them) in one
-transaction through psycopg 3. What it reaches under the same gunicorn and client is what
-Flask, gunicorn and this database allow before any of the Mediator's own work.
+"""The stack's floor (SPEC §16): a bare Flask app that only parses the body and runs the
+statements frozen in ``bench/floor.sql`` (a placed submit's: the candidates, fetched whole, and
+the one-statement insert) in one transaction through psycopg 3. What it reaches under the same
+gunicorn and client is what Flask, gunicorn and this database allow before any of the
+Mediator's own work; the file is frozen, so the floor does not move when the Mediator's
+statements change.
 
-Served as ``gunicorn … bench.floor:app`` with BENCH_FLOOR_STATEMENTS (a JSON list of SQL
-statements with ``%(bench_id)s`` where the new run's key goes) and BENCH_FLOOR_DATABASE_URL.
+Served as ``gunicorn … bench.floor:app`` with BENCH_FLOOR_DATABASE_URL (and BENCH_FLOOR_SQL,
+another file of the same form, if given).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import queue
 import random
@@ -23,8 +24,13 @@ import psycopg
 from flask import Flask, request
 
 from app.config import to_libpq_url
+from bench.database import FLOOR_SQL, FLOOR_VARIABLE, floor_statements
 
-STATEMENTS: list[str] = json.loads(Path(os.environ["BENCH_FLOOR_STATEMENTS"]).read_text())
+# psycopg's ``%(name)s`` parameters in place of pgbench's ``:name`` variables.
+STATEMENTS: list[str] = [
+    FLOOR_VARIABLE.sub(r"%(\1)s", st.replace("%", "%%"))
+    for st in floor_statements(Path(os.environ.get("BENCH_FLOOR_SQL") or FLOOR_SQL))
+]
 URL = to_libpq_url(os.environ["BENCH_FLOOR_DATABASE_URL"])
 POOL_SIZE = 5  # the Mediator's database.pool_size default
 
@@ -62,9 +68,10 @@ def readyz() -> dict[str, str]:
 @app.post("/v1/runs")
 def submit() -> tuple[dict[str, Any], int]:
     doc = request.get_json()
-    key = random.getrandbits(62)
+    # The benchmark's contracts ask for a board of the client thread's slot ("s<N>").
+    params = {"bench_id": random.getrandbits(62), "slot": doc["requires"][0]["slot"][1:]}
     with _connection() as conn:
         with conn.transaction():
             for statement in STATEMENTS:
-                conn.execute(statement, {"bench_id": key})
+                conn.execute(statement, params).fetchall()
     return {"run_id": doc["run_id"], "state": "RUNNING"}, 201

@@ -3,7 +3,6 @@ which is no HTTP route) a fresh gunicorn: the lines of SPEC §16."""
 
 from __future__ import annotations
 
-import json
 import statistics
 import threading
 import time
@@ -20,11 +19,12 @@ from bench.database import (
     Databases,
     clone_run,
     connect,
+    floor_statements,
     pgbench_script,
     run_pgbench,
     vacuum_analyze,
 )
-from bench.inprocess import capture_placed_submit, client_of, floor_statements, mediator_app
+from bench.inprocess import client_of, mediator_app
 from bench.load import Load, LoadResult, Plan, Tally, closed_loop, percentile
 from bench.machine import CpuMeter
 from bench.server import Server, floor, mediator
@@ -56,7 +56,7 @@ FULL = Sizes(
     mode="full",
     warmup=3.0,
     submit_seconds=20.0,
-    submit_nodes=200,
+    submit_nodes=2000,
     pgbench_seconds=20.0,
     floor_seconds=15.0,
     queued_seconds=15.0,
@@ -77,7 +77,7 @@ QUICK = Sizes(
     mode="quick",
     warmup=1.0,
     submit_seconds=4.0,
-    submit_nodes=200,
+    submit_nodes=2000,
     pgbench_seconds=3.0,
     floor_seconds=3.0,
     queued_seconds=3.0,
@@ -215,25 +215,22 @@ class Sweeper:
 
 
 def placed_submits(b: Bench) -> dict[str, Any]:
-    """Closed loop of placed two-step submits, then pgbench replaying the same INSERTs, then the
-    floor app running them, all on one database."""
+    """Closed loop of placed two-step submits on a fleet of ``submit_nodes`` boards, then pgbench
+    replaying the statements frozen in ``bench/floor.sql``, then the floor app running them, all
+    on one database."""
     s = b.sizes
     url = b.dbs.fresh("submit")
     work = b.workdir / "submit"
     work.mkdir(parents=True, exist_ok=True)
-    statements = capture_placed_submit(url, work / "capture-records")
-    script = work / "submit.pgbench.sql"
-    script.write_text(pgbench_script(statements))
-    floor_file = work / "floor-statements.json"
-    floor_file.write_text(json.dumps(floor_statements(statements)))
+    statements = floor_statements()
     slots = b.clients
+    script = work / "submit.pgbench.sql"
+    script.write_text(pgbench_script(statements, slots))
     with b.server(url, "submit") as srv:
-        c = Client(srv.port)
-        for n in range(s.submit_nodes):
-            _ok(
-                c.post("/v1/nodes", advert(f"sp-node-{n:04d}", slot=f"s{n % slots}")), 200, "advert"
-            )
-        c.close()
+        _advertise_all(
+            srv.port,
+            [advert(f"sp-node-{n:05d}", slot=f"s{n % slots}") for n in range(s.submit_nodes)],
+        )
         say(
             f"placed submits: {b.processes}×{b.client_threads} clients, {s.submit_nodes} nodes, "
             f"{s.submit_seconds:g} s"
@@ -252,15 +249,15 @@ def placed_submits(b: Bench) -> dict[str, Any]:
     app = summary(result.tally("submit"), s.submit_seconds, (201,))
     say(f"  {app['per_s']}/s placed, p50 {app['p50_ms']} ms, p99 {app['p99_ms']} ms, {cores}")
 
-    say(f"pgbench: the placed submit's {len(statements)} INSERTs, {slots} clients")
+    say(f"pgbench: bench/floor.sql ({len(statements)} statements), {slots} clients")
     pg = run_pgbench(url, script, clients=slots, threads=2, seconds=s.pgbench_seconds)
     say(f"  {pg['tps']} TPS")
 
-    say("floor: bare Flask + psycopg 3 running the same INSERTs")
+    say("floor: bare Flask + psycopg 3 running bench/floor.sql")
     fl_work = work / "floor"
     fl_work.mkdir(exist_ok=True)
     threads = b.threads or 1000  # gunicorn.conf.py's default: the same settings as the Mediator
-    with floor(floor_file, url, fl_work, workers=b.workers, threads=threads) as fsrv:
+    with floor(url, fl_work, workers=b.workers, threads=threads) as fsrv:
         plans = closed_loop(
             fsrv.port,
             "submit",

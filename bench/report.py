@@ -112,33 +112,27 @@ def rows(doc: dict[str, Any], before: dict[str, Any] | None) -> list[Row]:
     return out + ROWS_LAST
 
 
+def _per_floor(top: str, key: str) -> Callable[[dict[str, Any] | None], Any]:
+    """A line's rate ÷ the floor measured in the same run (SPEC §16's yardstick)."""
+
+    def value(doc: dict[str, Any] | None) -> Any:
+        x, y = dig(doc, top, key), dig(doc, "floor", "per_s")
+        return round(float(x) / float(y), 3) if x is not None and y else None
+
+    return value
+
+
 ROWS = [
-    Row("pgbench replaying a placed submit's INSERTs", at("submit", "pgbench_per_s"), " TPS"),
-    Row("floor: bare Flask + psycopg 3, same INSERTs", at("floor", "per_s"), "/s"),
+    Row("pgbench replaying bench/floor.sql", at("submit", "pgbench_per_s"), " TPS"),
+    Row("floor: bare Flask + psycopg 3 running bench/floor.sql", at("floor", "per_s"), "/s"),
     Row("floor p99", at("floor", "p99_ms"), " ms"),
-    Row(
-        "placed submits (201)",
-        at("submit", "app_per_s"),
-        "/s",
-        ">=",
-        1000,
-    ),
-    Row(
-        "placed submits ÷ pgbench",
-        at("submit", "ratio"),
-        "",
-        ">=",
-        0.2,
-    ),
+    Row("placed submits (201)", at("submit", "app_per_s"), "/s"),
+    Row("placed submits ÷ pgbench", at("submit", "ratio"), ""),
+    Row("placed submits ÷ floor", _per_floor("submit", "app_per_s"), "", ">=", 0.8),
     Row("placed submit p50", at("submit", "p50_ms"), " ms"),
     Row("placed submit p99", at("submit", "p99_ms"), " ms", "<=", 50),
-    Row(
-        "queued submits (202, with the post-queue scan)",
-        at("queued", "per_s"),
-        "/s",
-        ">=",
-        500,
-    ),
+    Row("queued submits (202, with the post-queue scan)", at("queued", "per_s"), "/s"),
+    Row("queued submits ÷ floor", _per_floor("queued", "per_s"), "", ">=", 0.5),
     Row("queued submit p99", at("queued", "p99_ms"), " ms"),
     Row("wake scan, 20 shapes, one node freed: 1k queued", at("wake_scan_ms", "1000"), " ms"),
     Row(

@@ -163,13 +163,11 @@ def mediator(
     return Server("mediator", argv, env, workdir)
 
 
-def floor(
-    statements_path: Path, db_url: str, workdir: Path, *, workers: int, threads: int
-) -> Server:
-    """The stack's floor: a bare Flask app that parses the body and runs the placed submit's
-    INSERTs in one transaction through psycopg 3, under the same gunicorn settings."""
+def floor(db_url: str, workdir: Path, *, workers: int, threads: int) -> Server:
+    """The stack's floor: a bare Flask app that parses the body and runs the statements of
+    ``bench/floor.sql`` in one transaction through psycopg 3, under the same gunicorn
+    settings."""
     env = {
-        "BENCH_FLOOR_STATEMENTS": str(statements_path),
         "BENCH_FLOOR_DATABASE_URL": db_url,
         "MEDIATOR_WORKERS": str(workers),
     }
@@ -188,6 +186,8 @@ def floor(
         "gthread",
         "--threads",
         str(threads),
+        "--worker-connections",  # as gunicorn.conf.py: idle connections kept alive
+        str(2 * threads),
         "--keep-alive",
         "75",
         "--bind",

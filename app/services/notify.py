@@ -29,7 +29,7 @@ from app.store.server import notify
 
 def notify_claimable(ctx: Context, nodes: set[str]) -> None:
     """One NOTIFY naming the nodes whose claims may now find a step (best effort: a lost one is
-    caught by the claim's slow re-check)."""
+    caught by the process's safety-net pass, SPEC §8)."""
     if not nodes:
         return
     try:

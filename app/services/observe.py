@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -14,7 +15,7 @@ from app.errors import NotFound
 from app.match import Advert, Assignment, satisfies
 from app.models import Run, Step
 from app.reserve import Held, reserved_against, reserved_by
-from app.services.placement import assigned_json, node_for_role
+from app.services.placement import node_for_role
 from app.services.records import event_document, ledger_entries
 from app.states import PENDING, QUEUED, RUNNING
 from app.store.leases import holders_of
@@ -26,7 +27,40 @@ from app.store.steps import steps_of
 from app.wire import mark_declared, ts
 
 
-def _step_view(st: Step, ids: dict[int, str]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class _NewRun:
+    """What :func:`run_summary` reads of a run just created (no ORM instance on the hot path)."""
+
+    run_id: str
+    state: str
+    created_at: datetime
+    work_id: str
+    principal: str | None
+    token_name: str | None
+    principal_self_declared: bool
+    ended_at: None = None
+
+
+@dataclass(frozen=True)
+class _NewStep:
+    """What :func:`_step_view` reads of a step just created PENDING."""
+
+    seq: int
+    step_id: str
+    kind: str
+    needs: list[int]
+    uses: str | None
+    node_id: str | None
+    state: str = PENDING
+    chosen: bool = False
+    attempt: int = 0
+    started_at: None = None
+    ended_at: None = None
+    error: None = None
+    exit_code: None = None
+
+
+def _step_view(st: Step | _NewStep, ids: dict[int, str]) -> dict[str, Any]:
     out: dict[str, Any] = {
         "seq": st.seq,
         "id": st.step_id,
@@ -139,31 +173,28 @@ def new_run_view(
     """The view of a run just created RUNNING whose steps are all PENDING, built from what was
     written (:func:`render_run` would read it back): the submit's answer."""
     bound = node_for_role(assignment)
-    run = Run(
-        run_id=contract.run_id,
-        state=RUNNING,
-        created_at=created_at,
-        principal=caller.principal,
-        token_name=caller.token_name,
-        principal_self_declared=caller.self_declared,
+    view = run_summary(
+        _NewRun(
+            run_id=contract.run_id,
+            state=RUNNING,
+            created_at=created_at,
+            work_id=contract.work_id,
+            principal=caller.principal,
+            token_name=caller.token_name,
+            principal_self_declared=caller.self_declared,
+        )
     )
-    run.work_id = contract.work_id
-    run.assigned = assigned_json(assignment)
-    view = run_summary(run)
     view["assigned"] = [
         {"as": role, "nodes": [{"node": n, "label": labels.get(n)} for n in nodes]}
         for role, nodes in assignment.roles
     ]
     ids = {st.seq: st.id for st in contract.steps}
     steps = [
-        Step(
+        _NewStep(
             seq=st.seq,
             step_id=st.id,
             kind=st.kind,
-            state=PENDING,
             needs=list(st.needs),
-            chosen=False,
-            attempt=0,
             uses=st.uses,
             node_id=bound.get(st.uses) if st.uses else None,
         )
@@ -197,7 +228,7 @@ def run_page(ctx: Context, run_id: str) -> dict[str, Any]:
     return {"run": view, "events": events, "artifacts": artifacts}
 
 
-def run_summary(run: Run) -> dict[str, Any]:
+def run_summary(run: Run | _NewRun) -> dict[str, Any]:
     out: dict[str, Any] = {
         "run_id": run.run_id,
         "state": run.state,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import random
 import time
 from typing import Any
 
@@ -128,9 +127,13 @@ def _claim(
     ctx: Context, node_id: str, instance: str | None, wait_seconds: float
 ) -> dict[str, Any] | None:
     """SPEC §20.6: the claim's ticket is registered once, for the whole claim, so that a newer
-    claim of the same node can supersede it (one waiting claim per node id and process)."""
+    claim of the same node can supersede it (one waiting claim per node id and process).
+
+    SPEC §8, §16: after its first look the claim only waits on its ticket, which is set by a
+    notification naming its node, by the listener reconnecting, by the process's safety-net
+    pass finding its node claimable, or by a newer claim superseding it; it looks again only
+    then, so an idle claim costs the database nothing of its own."""
     listener = ctx.claims
-    recheck = ctx.config["claim.recheck_seconds"]
     ticket = listener.register(node_id)
     deadline = ticket.started + wait_seconds
     first = True
@@ -139,6 +142,7 @@ def _claim(
             ticket.clear()  # before the look: a notification during it wakes the wait below
             with listener.looking():
                 body, live = claim_once(ctx, node_id, instance, ask_live=first)
+            ticket.looks += 1
             if body is not None:
                 return body  # taken: a newer claim of the node does not take it away
             if not live:
@@ -148,13 +152,7 @@ def _claim(
             remaining = deadline - time.monotonic()
             if ticket.superseded or remaining <= 0:
                 return None
-            # The safety-net re-check, spread in time and never later than configured: claims
-            # that started together (a fleet restarted, every claim re-polling after the same
-            # window) would otherwise re-check all at once, and a burst of hundreds of re-checks
-            # queues every other request of the process behind them for its few pooled
-            # connections (adverts waited up to 100 ms behind 500 claims; 10 ms spread).
-            ticket.wait(min(remaining, recheck * random.uniform(0.5, 1.0)))
-            if ticket.superseded:
+            if not ticket.wait(remaining) or ticket.superseded:
                 return None
     finally:
         listener.unregister(node_id, ticket)

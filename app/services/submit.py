@@ -11,7 +11,7 @@ from app.context import Caller, Context
 from app.contract import Contract, validate_contract
 from app.errors import Conflict, Forbidden, MediatorError, NoCandidate
 from app.faults import fault
-from app.match import Assignment, Reject, match, width_exceeded
+from app.match import Assignment, Reject, match, match_firsts, width_exceeded
 from app.metrics import SUBMITS
 from app.records import record_location
 from app.reserve import Held, reserved_against
@@ -26,7 +26,7 @@ from app.services.tx import retrying
 from app.states import FAILED, QUEUED, RUNNING
 from app.store import DuplicateRun, NodeTaken, PrunedRunId
 from app.store.leases import lease_rows
-from app.store.nodes import candidate_adverts
+from app.store.nodes import candidate_adverts, first_candidates
 from app.store.runs import create_run, get_run
 from app.store.steps import step_rows
 
@@ -104,8 +104,8 @@ def _reject_body(role: str, reason: str) -> dict[str, Any]:
 def _place(
     ctx: Context, contract: Contract, caller: Caller, after: AfterCommit
 ) -> _Placed | _Refused | _Queued:
-    """SPEC §6.3–6.7 in one transaction: read the candidates (one statement, no locks), match,
-    then write the outcome in one statement — the run RUNNING with its leases and steps, the run
+    """SPEC §6.3–6.7 in one transaction: read the first candidates of each role (one statement,
+    bounded by the run's counts, not by the fleet; no locks), match, then write the outcome in one statement — the run RUNNING with its leases and steps, the run
     QUEUED with its steps, or the rejected submit FAILED with its reject and no steps.
 
     The run row goes first in that statement: a duplicate run_id fails on its key
@@ -119,8 +119,8 @@ def _place(
         "principal_self_declared": caller.self_declared,  # SPEC §20.5
     }
     with ctx.db.begin() as s:
-        found = candidate_adverts(s, contract.requires, reserved_for=_reserved_for(ctx, contract))
-        outcome = match(contract.requires, found.adverts, found.unavailable, ordered=True)
+        found = first_candidates(s, contract.requires, reserved_for=_reserved_for(ctx, contract))
+        outcome = match_firsts(contract.requires, found.firsts)
         if isinstance(outcome, Reject) and outcome.code == 422:
             reason = outcome.reason
             create_run(s, contract, state=FAILED, reject=_reject_body(outcome.role, reason), **who)
@@ -163,7 +163,7 @@ def _place(
             # nodes are what the commit leaves to do.
             after.claim_nodes |= {bound[st.uses] for st in contract.steps if st.uses in bound}
         ctx.records.open(location, _manifest(contract, caller, RUNNING, created_at))
-        labels = {a.node_id: a.label for a in found.adverts}
+        labels = {n: found.labels.get(n) for n in outcome.nodes()}
         return _Placed(created_at, outcome, labels, started)
 
 

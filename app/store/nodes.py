@@ -8,12 +8,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Boolean, Text, bindparam, func, or_, select, text, union
+from sqlalchemy import Integer, bindparam, func, or_, select, text, union
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 
 from app.contract.types import Role
-from app.match import Advert, adverts_from_rows, candidate_order
+from app.match import Advert, Firsts, adverts_from_rows, candidate_order
 from app.models import Lease, Node, Reservation, Run
 from app.reserve import Held
 
@@ -46,29 +46,25 @@ class LeaseLine:
     nonce: str
 
 
-_LOOK = text(
+_HEARTBEAT = text(
     """
-    SELECT
-      EXISTS (
-        SELECT 1 FROM steps
-        WHERE steps.node_id = :node_id AND steps.state = 'CLAIMED'
-          AND steps.claimed_instance IS NOT NULL AND steps.claimed_instance <> :instance
-      ) AS restarted,
-      prev.drain, prev.capabilities, prev.live,
-      set_config('synchronous_commit', 'off', true) AS soft
-    FROM (SELECT 1) AS one
-    LEFT JOIN LATERAL (
+    WITH prev AS (
       SELECT drain, capabilities, expires_at > now() AS live FROM nodes
       WHERE node_id = :node_id FOR UPDATE
-    ) AS prev ON true
-    """
-).columns(restarted=Boolean, drain=Text, capabilities=JSONB, live=Boolean, soft=Text)
-
-_RENEW_AND_STORE = text(
-    """
-    WITH renewed AS (
+    ), look AS (
+      SELECT
+        EXISTS (
+          SELECT 1 FROM steps
+          WHERE steps.node_id = :node_id AND steps.state = 'CLAIMED'
+            AND steps.claimed_instance IS NOT NULL AND steps.claimed_instance <> :instance
+        ) AS restarted,
+        set_config('synchronous_commit', 'off', true) AS soft
+    ), go AS (
+      SELECT 1 FROM look WHERE NOT (CAST(:check_restart AS boolean) AND look.restarted)
+    ), renewed AS (
       UPDATE leases SET not_after = now() + make_interval(secs => :window)
       WHERE leases.node_id = :node_id
+        AND EXISTS (SELECT 1 FROM go)
         AND NOT EXISTS (
           SELECT 1 FROM runs
           WHERE runs.run_id = leases.run_id AND runs.state IN ('SUCCEEDED', 'FAILED')
@@ -77,15 +73,18 @@ _RENEW_AND_STORE = text(
     ), stored AS (
       INSERT INTO nodes AS n (node_id, label, principal, instance, capabilities, attr_count, drain,
                               seen_at, expires_at)
-      VALUES (:node_id, :label, :principal, :instance, :capabilities, :attr_count, :drain,
-              now(), now() + make_interval(secs => :window))
+      SELECT :node_id, :label, :principal, :instance, :capabilities, :attr_count, :drain,
+             now(), now() + make_interval(secs => :window)
+      FROM go LEFT JOIN prev ON true  -- prev is read (and its row locked) before the upsert
       ON CONFLICT (node_id) DO UPDATE SET
         label = excluded.label, principal = excluded.principal, instance = excluded.instance,
         capabilities = excluded.capabilities, attr_count = excluded.attr_count,
         drain = excluded.drain, seen_at = excluded.seen_at, expires_at = excluded.expires_at
       RETURNING 1
     )
-    SELECT run_id, node_id, capability, not_after, nonce FROM renewed
+    SELECT look.restarted, look.soft, prev.drain, prev.capabilities, prev.live,
+           r.run_id, r.node_id, r.capability, r.not_after, r.nonce
+    FROM look LEFT JOIN prev ON true LEFT JOIN renewed AS r ON true
     """
 ).bindparams(bindparam("capabilities", type_=JSONB))
 
@@ -102,10 +101,11 @@ def heartbeat(
     window_seconds: int,
     check_restart: bool = True,
 ) -> Heartbeat:
-    """An advert in two statements (SPEC §4): (1) whether another instance holds a claim of
-    this node (a restart), with the node row locked and read as it was; (2) unless it restarted,
-    the lease renewal (``now() + window`` for every lease of a run not finished, returned as the
-    reply's lease list) and the advert stored in place of the previous one.
+    """An advert in one statement (SPEC §4): whether another instance holds a claim of this node
+    (a restart), with the node row locked and read as it was; unless it restarted (and
+    ``check_restart``), the lease renewal (``now() + window`` for every lease of a run not
+    finished, returned as the reply's lease list) and the advert stored in place of the previous
+    one. An advert that changes nothing thus costs this one statement (SPEC §16).
 
     A heartbeat is soft state: its commit does not wait for the WAL to reach the disk
     (``synchronous_commit`` off for this transaction only). A crash may forget the last
@@ -113,31 +113,39 @@ def heartbeat(
     ``renew_seconds`` and the reaper's outage grace gives every lease a full window after a
     restart (SPEC §12), so nothing that was acknowledged to a submitter is lost.
 
-    The node row is locked first here. Only adverts of the same node lock it, and none of the
-    transactions that lock runs, steps or leases waits for a node row, so this order cannot
-    deadlock with them."""
-    look = s.execute(_LOOK, {"node_id": node_id, "instance": instance}).one()
-    previous = (
-        None
-        if look.live is None
-        else PreviousAdvert(look.drain, look.capabilities, bool(look.live))
-    )
-    if check_restart and instance and look.restarted:
-        return Heartbeat(True, previous, [])
+    The node row is locked first here (``prev`` is read before the upsert, which selects from
+    it). Only adverts of the same node lock it, and none of the transactions that lock runs, steps
+    or leases waits for a node row, so this order cannot deadlock with them."""
     rows = s.execute(
-        _RENEW_AND_STORE,
+        _HEARTBEAT,
         {
             "node_id": node_id,
             "label": label,
             "principal": principal,
             "instance": instance,
+            "check_restart": bool(check_restart and instance),
             "capabilities": capabilities,
             "attr_count": sum(len(c.get("attrs") or {}) for c in capabilities),
             "drain": drain,
             "window": window_seconds,
         },
     ).all()
-    leases = sorted((LeaseLine(*r) for r in rows), key=lambda line: line.run_id)
+    head = rows[0]
+    previous = (
+        None
+        if head.live is None
+        else PreviousAdvert(head.drain, head.capabilities, bool(head.live))
+    )
+    if check_restart and instance and head.restarted:
+        return Heartbeat(True, previous, [])
+    leases = sorted(
+        (
+            LeaseLine(r.run_id, r.node_id, r.capability, r.not_after, r.nonce)
+            for r in rows
+            if r.run_id is not None
+        ),
+        key=lambda line: line.run_id,
+    )
     return Heartbeat(False, previous, leases)
 
 
@@ -211,6 +219,75 @@ def candidate_adverts(
         else {}
     )
     return Candidates(adverts, {r.node_id for r in rows if r.busy}, held)
+
+
+_FIRSTS = text(
+    """
+    SELECT k.i AS key_no, c.node_id, c.label, c.busy
+    FROM jsonb_array_elements(:wanted) WITH ORDINALITY AS k(want, i)
+    CROSS JOIN LATERAL (
+      SELECT n.node_id, n.label, n.attr_count,
+        (n.drain <> ''
+         OR EXISTS (SELECT 1 FROM leases WHERE leases.node_id = n.node_id)
+         OR (CAST(:reserved_for AS integer) IS NOT NULL AND EXISTS (
+               SELECT 1 FROM reservations JOIN runs ON runs.run_id = reservations.run_id
+               WHERE reservations.node_id = n.node_id
+                 AND runs.priority >= CAST(:reserved_for AS integer)))) AS busy
+      FROM nodes AS n
+      WHERE n.expires_at > now() AND n.capabilities @> (k.want -> 'contains')
+      ORDER BY busy, n.attr_count, n.node_id COLLATE "C"
+      LIMIT CAST(k.want ->> 'limit' AS integer)
+    ) AS c
+    ORDER BY k.i, c.busy, c.attr_count, c.node_id COLLATE "C"
+    """
+).bindparams(bindparam("wanted", type_=JSONB), bindparam("reserved_for", type_=Integer))
+
+
+@dataclass(frozen=True)
+class FirstCandidates:
+    """Per role (in the contract's order), the first satisfying nodes a placement needs to look
+    at (:class:`app.match.Firsts`, for :func:`app.match.match_firsts`), and their labels."""
+
+    firsts: list[Firsts]
+    labels: dict[str, str | None]
+
+
+def first_candidates(
+    s: Session, roles: list[Role] | tuple[Role, ...], *, reserved_for: int | None = None
+) -> FirstCandidates:
+    """One statement, bounded by the run and not by the fleet (SPEC §16: a submit's cost must not
+    follow the fleet's size): for each distinct requirement, through ``ix_nodes_capabilities``,
+    the first ``count`` live satisfying nodes (the largest count of the roles that share it) in
+    :func:`app.match.candidate_order` (``node_id`` compared by code point, as Python does), free
+    ones before unavailable ones (a lease, whatever its ``not_after``, a drain, or with
+    ``reserved_for`` a reservation of a run of that priority or higher, SPEC §7a). Containment is
+    exactly :func:`app.match.satisfies` for one role. Nothing is locked: a node taken meanwhile
+    fails the insert on ``pk_leases``."""
+    keys: dict[str, int] = {}
+    wanted: list[dict[str, Any]] = []
+    for role in roles:
+        key = containment_key(role)
+        if key not in keys:
+            keys[key] = len(wanted)
+            wanted.append({"contains": containment(role), "limit": role.count})
+        else:
+            entry = wanted[keys[key]]
+            entry["limit"] = max(entry["limit"], role.count)
+    free: list[list[str]] = [[] for _ in wanted]
+    found = [0] * len(wanted)
+    labels: dict[str, str | None] = {}
+    if wanted:
+        rows = s.connection().execute(_FIRSTS, {"wanted": wanted, "reserved_for": reserved_for})
+        for key_no, node_id, label, busy in rows:
+            found[key_no - 1] += 1
+            if not busy:
+                free[key_no - 1].append(node_id)
+            labels[node_id] = label
+    firsts = []
+    for role in roles:
+        k = keys[containment_key(role)]
+        firsts.append(Firsts(tuple(free[k]), found[k], wanted[k]["limit"]))
+    return FirstCandidates(firsts, labels)
 
 
 def live_adverts(s: Session) -> list[Advert]:

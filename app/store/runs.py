@@ -102,7 +102,9 @@ def create_run(
         "new_steps": list(steps),
     }
     try:
-        return s.execute(_create_statement(bool(leases), bool(steps)), params).scalar_one()
+        # Core on the session's connection: nothing here goes through the ORM's identity map.
+        statement = _create_statement(bool(leases), bool(steps))
+        return s.connection().execute(statement, params).scalar_one()
     except IntegrityError as exc:
         name = constraint_name(exc)
         if name == RUNS_PKEY:

@@ -22,7 +22,14 @@ def has_passed(s: Session, when: datetime) -> bool:
 def notify(s: Session | Connection, channel: str, payload: str) -> None:
     """``pg_notify``: delivered to the channel's listeners when the transaction commits (at once
     on an autocommit connection)."""
-    s.execute(select(func.pg_notify(channel, payload)))
+    if isinstance(s, Connection):
+        # Sent as it is, with no statement to build or compile: once after most requests.
+        s.exec_driver_sql(_NOTIFY, {"channel": channel, "payload": payload})
+    else:
+        s.execute(select(func.pg_notify(channel, payload)))
+
+
+_NOTIFY = "SELECT pg_notify(%(channel)s, %(payload)s)"
 
 
 def durable_commit(s: Session) -> None:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import secrets
 from collections.abc import Mapping, Sequence
+from typing import Any
 
-from sqlalchemy import case, func, select, update
+from sqlalchemy import Select, Text, and_, bindparam, case, func, select, update
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session, aliased
 
 from app.contract import is_valid_id
@@ -176,9 +179,10 @@ def reset_steps(s: Session, run_id: str, seqs: Sequence[int]) -> None:
     )
 
 
-def _claimable(node_id: str):  # type: ignore[no-untyped-def]
+def _claimable_where(node_id: Any) -> list[Any]:
     """PENDING run/agent steps bound to the node, in a RUNNING run that holds a lease on the node,
-    whose needs are all DONE or SKIPPED (SPEC §8 claim)."""
+    whose needs are all DONE or SKIPPED (SPEC §8 claim). ``node_id``: a node's id, or
+    ``Step.node_id`` (each step's own node)."""
     need = aliased(Step)
     unmet = (
         select(need.seq)
@@ -189,18 +193,40 @@ def _claimable(node_id: str):  # type: ignore[no-untyped-def]
         )
         .exists()
     )
+    return [
+        Lease.run_id == Step.run_id,
+        Lease.node_id == node_id,
+        Step.node_id == node_id,
+        Step.state == PENDING,
+        Step.kind.in_(["run", "agent"]),
+        Run.state == RUNNING,
+        ~unmet,
+    ]
+
+
+def _claimable(node_id: str):  # type: ignore[no-untyped-def]
+    """The claimable steps of the node (:func:`_claimable_where`), in claim order."""
+    where = _claimable_where(node_id)
     return (
         select(Step)
         .join(Run, Run.run_id == Step.run_id)
-        .join(Lease, (Lease.run_id == Step.run_id) & (Lease.node_id == node_id))
-        .where(
-            Step.node_id == node_id,
-            Step.state == PENDING,
-            Step.kind.in_(["run", "agent"]),
-            Run.state == RUNNING,
-            ~unmet,
-        )
+        .join(Lease, and_(*where[:2]))
+        .where(*where[2:])
         .order_by(Run.created_at, Step.run_id, Step.seq)
+    )
+
+
+@functools.cache
+def _claimable_nodes() -> Select[Any]:
+    """The nodes among ``:nodes`` with a claimable step; built once."""
+    nodes = bindparam("nodes", type_=ARRAY(Text))
+    where = _claimable_where(Step.node_id)
+    return (
+        select(Step.node_id)
+        .distinct()
+        .join(Run, Run.run_id == Step.run_id)
+        .join(Lease, and_(*where[:2]))
+        .where(Step.node_id == func.any(nodes), *where[2:])
     )
 
 
@@ -222,6 +248,15 @@ def held_step(s: Session, node_id: str, instance: str) -> Step | None:
         .limit(1)
     )
     return s.execute(q).scalar_one_or_none()
+
+
+def nodes_with_claimable_steps(s: Session, node_ids: list[str]) -> set[str]:
+    """Which of these nodes have a step :func:`claim_step` would hand out (the conditions of
+    ``_claimable``), in one statement for them all: the claims' safety net (SPEC §8). A plain
+    read; nothing is locked (the claim that looks next locks what it takes)."""
+    if not node_ids:
+        return set()
+    return set(s.connection().execute(_claimable_nodes(), {"nodes": node_ids}).scalars())
 
 
 def claim_step(s: Session, node_id: str, instance: str | None) -> Step | None:

@@ -64,6 +64,7 @@ def _settings(**env: str) -> dict[str, str]:
         ("MEDIATOR_WORKER_TIMEOUT", "0"),
         ("MEDIATOR_WORKER_TIMEOUT", "90s"),
         ("MEDIATOR_GRACEFUL_TIMEOUT", "x"),
+        ("MEDIATOR_WORKER_CONNECTIONS", "0"),
     ],
 )
 def test_a_bad_gunicorn_setting_stops_with_one_line_naming_the_variable(
@@ -90,6 +91,14 @@ def test_gunicorn_takes_its_counts_from_the_environment() -> None:
     )
     assert (given["workers"], given["threads"], given["timeout"]) == ("3", "12", "120")
     assert given["graceful_timeout"] == "20"
+
+
+def test_a_worker_keeps_as_many_idle_connections_alive_as_it_has_threads() -> None:
+    """gthread keeps an idle connection only below worker_connections - threads: gunicorn's
+    default (1,000) beside 1,000 threads would close every connection after its request."""
+    assert _settings()["worker_connections"] == "2000"
+    assert _settings(MEDIATOR_THREADS="12")["worker_connections"] == "24"
+    assert _settings(MEDIATOR_WORKER_CONNECTIONS="5000")["worker_connections"] == "5000"
 
 
 def test_gunicorn_honours_web_concurrency_unless_mediator_workers_is_set() -> None:

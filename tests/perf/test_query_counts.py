@@ -9,15 +9,18 @@ are not on the app's engine. An ``executemany`` (several rows of one INSERT) cou
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import pytest
 from flask import Flask
 from sqlalchemy import event
 
 from tests.agent import claim, claimed, report
-from tests.helpers import advertise, cap, submit, two_steps
+from tests.apps import client_of
+from tests.helpers import advertise, cap, contract, submit, two_steps
 
 # The most statements each request may issue. When a change makes a route cheaper, record its
 # lower count here in the same change: a limit only ever goes down.
@@ -25,7 +28,9 @@ MAX_STATEMENTS: dict[str, int] = {
     "submit placed": 3,
     "submit queued": 13,
     "dry-run": 1,
-    "advert heartbeat": 2,
+    # One statement: the restart look, the node row's lock, the lease renewal and the upsert
+    # together (SPEC §16: an advert that changes nothing costs one small statement).
+    "advert heartbeat": 1,
     "advert new node": 5,
     "claim with work": 5,
     # Its one look: the step its instance holds, the next claimable one, and whether the node has
@@ -39,19 +44,31 @@ MAX_STATEMENTS: dict[str, int] = {
 
 one_app_per_module = True
 
+RECHECK_SECONDS = 0.2  # the safety net's period in this module's app (SPEC §8)
+
+
+@pytest.fixture(scope="module")
+def module_config() -> dict[str, Any]:
+    return {"claim.recheck_seconds": RECHECK_SECONDS}
+
+
 INSTANCE = {"X-Enode-Instance": "boot-1"}
 
 
 @contextmanager
-def counting(app: Flask) -> Iterator[list[str]]:
-    """The statements the app's engine sends while the block runs."""
+def counting(app: Flask, *, any_thread: bool = False) -> Iterator[list[str]]:
+    """The statements the app's engine sends while the block runs: from this thread only (the
+    Flask test client serves the request in it; the claims' safety net runs in the listener's
+    thread, whenever a claim waits), or from every thread with ``any_thread``."""
     engine = app.extensions["mediator"].db.engine
     seen: list[str] = []
+    here = threading.get_ident()
 
     def on_execute(
         conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, executemany: bool
     ) -> None:
-        seen.append(" ".join(statement.split())[:160])
+        if any_thread or threading.get_ident() == here:
+            seen.append(" ".join(statement.split())[:160])
 
     event.listen(engine, "before_cursor_execute", on_execute)
     try:
@@ -176,3 +193,49 @@ def test_a_cancel_that_promotes_a_queued_run_stays_within_its_statements(
     assert resp.status_code == 200, resp.get_json()
     assert client.get("/v1/runs/r2").get_json()["state"] == "RUNNING"
     assert_within("cancel promoting a queued run", seen)
+
+
+def test_a_heartbeat_of_a_node_without_leases_is_one_statement(app: Flask, client: Any) -> None:
+    fleet_of_one(client)
+    with counting(app) as seen:
+        advertise(client, "n1", cap(), instance="boot-1")
+    assert_within("advert heartbeat", seen)
+
+
+def test_waiting_claims_cost_one_safety_net_statement_a_period_whatever_their_number(
+    app: Flask, client: Any
+) -> None:
+    """SPEC §8, §16: after its first look a waiting claim does no database work of its own; the
+    process's safety net asks once a period for all of them. Twelve claims wait over three
+    periods: at most one statement a period is sent, and no claim looks again."""
+    nodes = [f"w{i:02d}" for i in range(12)]
+    for node in nodes:
+        advertise(client, node, cap(), instance="boot-1")
+    listener = app.extensions["mediator"].claims
+    answers: list[int] = []
+
+    def wait_for_work(node: str) -> None:
+        answers.append(claim(client_of(app), node, "boot-1", wait=120).status_code)
+
+    threads = [threading.Thread(target=wait_for_work, args=(n,)) for n in nodes]
+    for t in threads:
+        t.start()
+    for _ in range(200):  # a period at a time until every claim has had its first look
+        if listener.waiting() == len(nodes) and listener.looks() == len(nodes):
+            break
+        assert listener.await_passes(listener.passes + 1, timeout=30)
+    assert listener.looks() == len(nodes)
+    with counting(app, any_thread=True) as seen:
+        start = listener.passes
+        assert listener.await_passes(start + 3, timeout=30)
+        end = listener.passes
+    assert listener.looks() == len(nodes), "a waiting claim looked again by itself"
+    assert all(st.startswith("SELECT DISTINCT steps.node_id FROM steps") for st in seen), seen
+    assert 1 <= len(seen) <= end - start + 1, seen
+    # Work for every node (each run takes a free board): the submits' notifications wake the
+    # claims, which take their steps.
+    for node in nodes:
+        submit(client, contract(f"run-{node}"), 201)
+    for t in threads:
+        t.join(timeout=60)
+    assert sorted(answers) == [200] * len(nodes)

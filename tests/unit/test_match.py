@@ -13,11 +13,13 @@ from app.match import (
     Advert,
     Assignment,
     Capability,
+    Firsts,
     Reject,
     adverts_from_rows,
     candidate_order,
     describe,
     match,
+    match_firsts,
     satisfies,
     width_exceeded,
 )
@@ -709,3 +711,41 @@ def test_property_width_cap_agrees_with_distinct_node_count(case, cap) -> None:
             else None
         )
         assert width_exceeded(result, cap) == expected
+
+
+def bounded_read(requires, fleet, unavailable) -> list[Firsts]:
+    """What ``first_candidates`` reads, computed in Python: per role, the satisfying nodes, free
+    ones first, each part in candidate order, cut at the largest count of the roles with the same
+    requirement."""
+    out = []
+    for r in requires:
+        limit = max(o.count for o in requires if (o.capability, o.attrs) == (r.capability, r.attrs))
+        ordered = sorted(
+            (a for a in fleet if satisfies(a, r)),
+            key=lambda a: (a.node_id in unavailable, a.attr_count, a.node_id),
+        )[:limit]
+        free = tuple(a.node_id for a in ordered if a.node_id not in unavailable)
+        out.append(Firsts(free, len(ordered), limit))
+    return out
+
+
+@PROPS
+@given(cases())
+def test_property_match_on_a_bounded_read_decides_as_match_on_the_whole_fleet(case) -> None:
+    requires, fleet, unavailable = case
+    assert match_firsts(requires, bounded_read(requires, fleet, unavailable)) == match(
+        requires, fleet, unavailable
+    )
+
+
+def test_match_firsts_names_the_exact_fleet_and_free_counts_below_the_limit() -> None:
+    need_two = [role("dut", count=2, soc="a")]
+    assert match_firsts(need_two, [Firsts(("n1",), 1, 2)]) == Reject(
+        422, "dut", "need 2, fleet has 1 - board soc=a"
+    )
+    assert match_firsts(need_two, [Firsts(("n1",), 2, 2)]) == Reject(
+        409, "dut", "need 2, currently 1 - board soc=a"
+    )
+    assert match_firsts(need_two, [Firsts(("n1", "n2"), 2, 2)]) == Assignment(
+        (("dut", ("n1", "n2")),)
+    )
