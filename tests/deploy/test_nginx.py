@@ -31,6 +31,7 @@ from tests.deploy.http import Answer, Http
 from tests.deploy.nginx import DOCUMENTED, Nginx, nginx_in_front
 from tests.helpers import cap, contract, one_step, role
 from tests.support.concurrency import await_condition, connect
+from tests.support.pages import csrf_of
 
 MAX_BLOB = KEYS_BY_NAME["max_blob_bytes"].default
 LONG_POLL = KEYS_BY_NAME["claim.long_poll_seconds"].default
@@ -259,8 +260,10 @@ def test_every_answer_over_https_carries_the_security_headers_once(stack) -> Non
     _, nginx, _ = stack
     with_token, without = nginx.client(TOKEN), nginx.client(None)
     answers = {
-        "the status page": (with_token.get("/"), 200),
-        "the status page asking for a token": (without.get("/"), 401),
+        "the overview, signed in": (signed_in(nginx).get("/"), 200),
+        "the overview sending a person to sign in": (without.get("/", allow_redirects=False), 303),
+        "the sign-in page": (without.get("/signin"), 200),
+        "the metrics asking for a token": (without.get("/metrics"), 401),
         "an API answer": (with_token.get("/v1/runs"), 200),
         "an API error": (with_token.get("/v1/runs/no-such-run"), 404),
         "a health check": (without.get("/healthz"), 200),
@@ -272,16 +275,21 @@ def test_every_answer_over_https_carries_the_security_headers_once(stack) -> Non
             assert answer.headers.get(name) == value, (what, name, answer.headers)
 
 
-def test_the_production_sample_asks_a_token_for_the_status_page_and_the_metrics(stack) -> None:
+def test_the_production_sample_asks_a_token_for_the_pages_and_the_metrics(stack) -> None:
     _, nginx, _ = stack
     without, with_token = nginx.client(None), nginx.client(TOKEN)
-    for path in ("/", "/metrics"):
-        asked = without.get(path)
-        assert asked.status_code == 401, path
-        assert asked.get_json() == {"error": {"code": 401, "reason": "missing or invalid token"}}
-    page = with_token.get("/")
+    asked = without.get("/metrics")
+    assert asked.status_code == 401
+    assert asked.get_json() == {"error": {"code": 401, "reason": "missing or invalid token"}}
+    # Pages take a signed-in session, never the bearer token (SPEC §21): both are sent to sign in.
+    for client in (without, with_token):
+        sent = client.get("/", allow_redirects=False)
+        assert sent.status_code == 303
+        assert sent.headers["Location"].startswith("/signin")
+    page = signed_in(nginx).get("/")
     assert page.status_code == 200
     assert page.headers["Content-Type"] == "text/html; charset=utf-8"
+    assert 'action="/signout"' in page.text  # the overview of a signed-in person
     scraped = with_token.get("/metrics")
     assert scraped.status_code == 200
     assert "mediator_" in scraped.text
@@ -347,3 +355,22 @@ def test_the_deploy_guide_shows_the_files_own_self_signed_example() -> None:
     assert example
     shown = re.search(r"^\s*(openssl req -x509 .*)$", guide, re.M)
     assert shown and shown[1].split() == example[1].split()
+
+
+def signed_in(nginx: Any) -> Any:
+    """A person signed in over nginx with the test's token: the sign-in form's CSRF token, then
+    the form posted as a browser posts it; the session cookie (``Secure``: this is https) stays
+    in the client."""
+    person = nginx.client(None)
+    form = person.get("/signin")
+    assert form.status_code == 200
+    done = person._call(
+        "POST",
+        "/signin",
+        data={"csrf_token": csrf_of(form.text), "token": TOKEN},
+        # As a browser sends it: over https the CSRF check also wants a Referer of this site.
+        headers={"Referer": nginx.url + "/signin"},
+        allow_redirects=False,
+    )
+    assert done.status_code == 303, done.text[:500]
+    return person
