@@ -11,50 +11,16 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 
-from app.config import to_libpq_url
 from app.dev.embedded import create_database, drop_database
-from tests.apps import TOKEN, LiveServer, empty_records, gunicorn_on
+from tests.apps import TOKEN, gunicorn_on
 from tests.compat.clients import EnodeClient, RunctlClient
+from tests.compat.mediator import LONG_POLL_SECONDS, SUBMITTER, Mediator
 
-LONG_POLL_SECONDS = 1
 NODE_OWNER = "owner@lab.test"
-SUBMITTER = "dev@lab.test"
-
-
-class Mediator:
-    """The served Mediator: its URL, its database and its Record store."""
-
-    def __init__(self, server: LiveServer, db_url: str) -> None:
-        self.server = server
-        self.url = server.url
-        self.db_url = db_url
-        self.records = Path(server.env["MEDIATOR_RECORDS_ROOT"])
-
-    def sql(self, query: str, *params: Any) -> list[tuple[Any, ...]]:
-        """Rows as an operator would read them (autocommit, a connection of its own)."""
-        with psycopg.connect(to_libpq_url(self.db_url), autocommit=True) as conn:
-            cur = conn.execute(query, params)
-            return cur.fetchall() if cur.description else []
-
-    def empty(self) -> None:
-        tables = [
-            row[0]
-            for row in self.sql(
-                "select tablename from pg_tables"
-                " where schemaname = 'public' and tablename <> 'alembic_version'"
-            )
-        ]
-        if tables:
-            self.sql(
-                "truncate " + ", ".join(f'"{t}"' for t in tables) + " restart identity cascade"
-            )
-        empty_records(self.records)
 
 
 @pytest.fixture(scope="package")

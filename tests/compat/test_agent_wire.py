@@ -9,7 +9,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from tests.compat.clients import EnodeClient, RunctlClient
-from tests.compat.conftest import LONG_POLL_SECONDS, SUBMITTER, Mediator
 from tests.compat.gowire import (
     ADVERT_RESPONSE,
     FAIL,
@@ -23,6 +22,7 @@ from tests.compat.gowire import (
     decode,
     decode_value,
 )
+from tests.compat.mediator import LONG_POLL_SECONDS, SUBMITTER, Mediator
 from tests.compat.scenario import (
     NODE,
     advert,

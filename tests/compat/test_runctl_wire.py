@@ -13,8 +13,8 @@ import pytest
 
 from tests.apps import TOKEN
 from tests.compat.clients import EnodeClient, RunctlClient
-from tests.compat.conftest import SUBMITTER, Mediator
 from tests.compat.gowire import ASKS, CAPABILITIES, FAIL, RUN, RUNS, VERDICT, decode, decode_value
+from tests.compat.mediator import SUBMITTER, Mediator
 from tests.compat.scenario import (
     LABEL,
     NODE,

@@ -7,15 +7,13 @@ A backend joins by adding a factory to ``BACKENDS``: a context manager that is g
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import io
 import json
 import os
 import tarfile
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,46 +30,11 @@ from app.records import (
     record_location,
 )
 from app.records.interface import location_name
-from app.records.s3 import S3Records
-from tests.records.common import RUN, seal_example
-from tests.s3 import new_bucket, s3_client, shared_server
+from tests.records.common import BACKENDS, MULTIPART, RUN, Backend, seal_example
 
 NOTE = b"\n[mediator: log truncated at %d bytes]\n"
 CAPPED = b'{"type":"enode.capped","bytes":%d}\n'
 WHOLE = 1 << 30  # a read_log limit past any log here: the whole log, never cut
-
-Backend = Callable[[Path], AbstractContextManager[RecordStore]]
-
-
-@contextlib.contextmanager
-def filesystem(tmp_path: Path) -> Iterator[RecordStore]:
-    yield FilesystemRecords(tmp_path / "records")
-    for dirpath, _dirs, _files in os.walk(
-        tmp_path
-    ):  # sealed dirs are 0555: let cleanup remove them
-        os.chmod(dirpath, 0o755)
-
-
-@contextlib.contextmanager
-def s3(tmp_path: Path) -> Iterator[RecordStore]:
-    """A fresh bucket on moto's S3 server on 127.0.0.1; a low multipart threshold (S3's smallest
-    part) so that the suite's larger blobs go multipart."""
-    server = shared_server()
-    bucket = new_bucket(server.url)
-    yield S3Records(
-        bucket,
-        "records",
-        client=s3_client(server.url),
-        multipart_threshold=MULTIPART,
-    )
-
-
-MULTIPART = 5 * 1024 * 1024
-
-BACKENDS: list[Any] = [
-    pytest.param(filesystem, id="filesystem"),
-    pytest.param(s3, id="s3"),
-]
 
 
 @pytest.fixture(params=BACKENDS)

@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 
 from app.records import FilesystemRecords, RecordStore
-from tests.records.common import RUN, seal_example
-from tests.records.test_backends import BACKENDS, Backend
+from tests.records.common import BACKENDS, RUN, Backend, seal_example
 
 OTHER = "run-0002"
 

@@ -17,8 +17,7 @@ from app.config import to_libpq_url
 from app.records.s3 import S3Records
 from tests.s3 import s3_client
 from tests.scaleout.hosts import store_keys
-from tests.storm.storm import Plan, run_storm
-from tests.storm.test_storm import storm_seed
+from tests.storm.storm import Plan, run_storm, storm_seed
 
 pytestmark = pytest.mark.slow
 

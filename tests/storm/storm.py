@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -272,3 +273,7 @@ def _storm(
         server.proc.send_signal(signal.SIGINT)  # quick shutdown: nothing is left to serve
     for server in live:
         server.proc.wait(20)
+
+
+def storm_seed() -> int:
+    return int(os.environ.get("STORM_SEED") or random.SystemRandom().randrange(1_000_000))

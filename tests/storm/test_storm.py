@@ -12,18 +12,13 @@ tests/storm/__init__.py), or ``STORM_SOAK_SECONDS=600`` for this test.
 from __future__ import annotations
 
 import os
-import random
 from pathlib import Path
 
 import pytest
 
-from tests.storm.storm import Plan, run_storm
+from tests.storm.storm import Plan, run_storm, storm_seed
 
 pytestmark = pytest.mark.slow
-
-
-def storm_seed() -> int:
-    return int(os.environ.get("STORM_SEED") or random.SystemRandom().randrange(1_000_000))
 
 
 def test_a_storm_keeps_every_invariant_and_answers_only_documented_statuses(
