@@ -89,9 +89,20 @@ def fresh_db_url(pg_admin_url: str, template_db: tuple[str, str]) -> Iterator[st
         drop_database(pg_admin_url, name)
 
 
+def marked_config(node: Any) -> dict[str, Any]:
+    """The configuration keys of the test's ``config`` markers (``pytest.mark.config({...})`` on
+    the test, its class or its module's ``pytestmark``), the closest winning."""
+    keys: dict[str, Any] = {}
+    for mark in reversed(list(node.iter_markers("config"))):
+        keys.update(*mark.args, **mark.kwargs)
+    return keys
+
+
 @pytest.fixture
 def config_overrides() -> dict[str, Any]:
-    """Override in a test module to change configuration keys."""
+    """Configuration keys that need another fixture's value (a hook's URL, an S3 server's): a
+    module overrides this fixture (or a test parametrizes it); these win over the markers. Keys
+    that are constants go in a ``config`` marker."""
     return {}
 
 
@@ -122,7 +133,8 @@ def app(
         empty_records(Path(shared.extensions["mediator"].config["records.root"]))
         yield shared
         return
-    with app_on(db_url, tmp_path / "records", **config_overrides) as application:
+    keys = {**marked_config(request.node), **config_overrides}
+    with app_on(db_url, tmp_path / "records", **keys) as application:
         yield application
 
 

@@ -40,9 +40,7 @@ WAITING = (
 )
 
 
-@pytest.fixture
-def config_overrides() -> dict[str, Any]:
-    return {"max_blob_bytes": MAX_BLOB}
+pytestmark = pytest.mark.config({"max_blob_bytes": MAX_BLOB})
 
 
 @pytest.fixture

@@ -33,9 +33,7 @@ from tests.support.concurrency import apps_on, connect, race, waiting_lock_held
 RECHECK = 30.0
 
 
-@pytest.fixture
-def config_overrides() -> dict[str, Any]:
-    return {"claim.recheck_seconds": RECHECK}
+pytestmark = pytest.mark.config({"claim.recheck_seconds": RECHECK})
 
 
 # ---------------------------------------------------------------- helpers

@@ -31,9 +31,7 @@ RESULT_SCHEMA = {
 }
 
 
-@pytest.fixture
-def config_overrides() -> dict[str, Any]:
-    return {"max_blob_bytes": MAX_BLOB}
+pytestmark = pytest.mark.config({"max_blob_bytes": MAX_BLOB})
 
 
 # ---------------------------------------------------------------- builders

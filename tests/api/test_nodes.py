@@ -23,9 +23,7 @@ SLACK = 5.0  # seconds of tolerance against the database clock (a slow shared ma
 RESTARTED = "node restarted; in-flight step cannot be trusted"
 
 
-@pytest.fixture
-def config_overrides() -> dict[str, Any]:
-    return {"lease.renew_seconds": RENEW, "lease.not_after_factor": FACTOR}
+pytestmark = pytest.mark.config({"lease.renew_seconds": RENEW, "lease.not_after_factor": FACTOR})
 
 
 # ---------------------------------------------------------------- rows, as an operator reads them

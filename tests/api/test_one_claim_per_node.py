@@ -25,10 +25,8 @@ WINDOW = 30.0  # what each claim asks to wait; answered long before it, or the r
 PROMPT = 10.0  # a loose bound for "at once" on a loaded machine, far below WINDOW
 
 
-@pytest.fixture
-def config_overrides() -> dict[str, Any]:
-    # The safety-net re-check far above every bound here: only the rule answers a claim early.
-    return {"claim.recheck_seconds": 60.0}
+# The safety-net re-check far above every bound here: only the rule answers a claim early.
+pytestmark = pytest.mark.config({"claim.recheck_seconds": 60.0})
 
 
 def two_free_steps(run_id: str) -> dict[str, Any]:

@@ -27,13 +27,13 @@ NOTE = b"\n[mediator: log truncated at %d bytes]\n"
 CAPPED = b'{"type":"enode.capped","bytes":%d}\n'
 
 
-@pytest.fixture
-def config_overrides() -> dict[str, Any]:
-    return {
+pytestmark = pytest.mark.config(
+    {
         "records.max_run_bytes": MAX_RUN_BYTES,
         "records.max_step_files": MAX_STEP_FILES,
         "max_blob_bytes": 4096,
     }
+)
 
 
 def error_of(resp: Any) -> str:

@@ -314,9 +314,7 @@ def test_an_unknown_step_is_404_and_a_finished_run_410_before_409(client):
     assert (log.status_code, log.get_json()) == (410, GONE)
 
 
-@pytest.fixture
-def config_overrides() -> dict[str, Any]:
-    return {"tokens": ENTRIES}
+pytestmark = pytest.mark.config({"tokens": ENTRIES})
 
 
 def test_a_token_bound_to_another_node_is_403_before_409(app, sql):

@@ -24,9 +24,7 @@ MAX_BLOB = 16384
 DEEP = 5000  # far deeper than any bound, and far deeper than Python's recursion limit
 
 
-@pytest.fixture
-def config_overrides() -> dict[str, Any]:
-    return {"max_body_bytes": MAX_BODY, "max_blob_bytes": MAX_BLOB}
+pytestmark = pytest.mark.config({"max_body_bytes": MAX_BODY, "max_blob_bytes": MAX_BLOB})
 
 
 # ------------------------------------------------------------------ helpers

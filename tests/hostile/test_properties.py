@@ -29,10 +29,8 @@ SETTINGS = settings(
 )
 
 
-@pytest.fixture
-def config_overrides() -> dict[str, Any]:
-    # A claim that asks for a long wait must not hold the test for the default 30 s window.
-    return {"claim.long_poll_seconds": 0.2, "claim.recheck_seconds": 0.1}
+# A claim that asks for a long wait must not hold the test for the default 30 s window.
+pytestmark = pytest.mark.config({"claim.long_poll_seconds": 0.2, "claim.recheck_seconds": 0.1})
 
 
 def encoded(doc: Any) -> bytes:

@@ -6,7 +6,6 @@ from outside (404, its id refused, the work ledger without it). Real PostgreSQL,
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import pytest
 
@@ -16,10 +15,7 @@ from tests.helpers import advertise, cap, contract, role, submit
 from tests.retention.common import age, finished_run, no_rows, rejected_run, rows_of, tombstone
 from tests.rows import run_row, scalar
 
-
-@pytest.fixture
-def config_overrides() -> dict[str, Any]:
-    return {"retention.days": 30}
+pytestmark = pytest.mark.config({"retention.days": 30})
 
 
 def far_future() -> datetime:
