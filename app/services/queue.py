@@ -35,6 +35,7 @@ from app.services.settle import settle_committed
 from app.services.tx import retrying
 from app.states import QUEUED, RUNNING
 from app.store import NodeTaken, NotQueued
+from app.store.gate import GateLost, cover_marks, last_mark, take_mark
 from app.store.leases import insert_leases
 from app.store.nodes import candidate_adverts, containment_key, unavailable_node_ids
 from app.store.queue import (
@@ -214,6 +215,7 @@ def _ordinary_pass(
     retried_taken: set[str] = set()
     held = reservations.held
     while heap:
+        ctx.gate.check()  # SPEC §7: a scan whose session lost the scanning lock stops
         _, _, run = heapq.heappop(heap)
         report.looked += 1
         looked.add(run.run_id)
@@ -270,31 +272,50 @@ def _ordinary_pass(
             heapq.heappush(heap, (nxt.order, next(tie), nxt))
 
 
-def wake_queued(ctx: Context, cause: str, *, notify: bool = True) -> ScanReport:
-    """One wake scan through the scan gate. Raises on a database failure (see
-    :func:`wake_after_commit` for the wake points). ``notify=False``: the caller sends the one
-    claim notification of its request, with ``report.claim_nodes`` in it."""
+def wake_queued(
+    ctx: Context, cause: str, *, notify: bool = True, direct: bool = False
+) -> ScanReport:
+    """One wake scan through the scan gate. Raises on a database failure, after leaving a wake
+    debt (see :func:`wake_after_commit` for the wake points). ``notify=False``: the caller sends
+    the one claim notification of its request, with ``report.claim_nodes`` in it. ``direct``:
+    the reaper's scan, which takes the scanning lock whatever the waiting lock says, under
+    ``lock_timeout`` = ``gate.idle_seconds`` (SPEC §7); ``skipped`` then means that timed out."""
     if ctx.config["lease.ttl_seconds"] <= 0:
         raise ConfigError("lease.ttl_seconds: must be greater than 0 (no unbounded leases)")
     report = ScanReport(cause)
     label = cause_label(cause)
     started = time.monotonic()
     try:
-        entered = ctx.gate.enter()
+        if direct:
+            entered = ctx.gate.enter_directly(ctx.config["gate.idle_seconds"])
+        else:
+            entered = ctx.gate.enter()
     except Exception:
         WAKE_FAILED.labels(label).inc()
         raise
     if not entered:
         report.skipped = True
         WAKE_SKIPPED.labels(label).inc()
-        log.debug("wake scan skipped: another is waiting", cause=cause)
+        log.debug("wake scan skipped: another is waiting", cause=cause, direct=direct)
         return report
     try:
+        # The marks this scan covers: every one taken before its first queue read (SPEC §7).
+        with ctx.db.autocommit() as conn:
+            mark = last_mark(conn)
         _scan(ctx, report)
         while report.again and report.passes < MAX_PASSES:
             _scan(ctx, report)
-    except Exception:
+        if not (report.errors or report.again):
+            with ctx.db.autocommit() as conn:
+                cover_marks(conn, mark)
+    except Exception as exc:
         WAKE_FAILED.labels(label).inc()
+        if isinstance(exc, GateLost):
+            # Another scan may have started without us: ours stops, and what it did not look at
+            # is owed (a fresh mark, paid by the reaper if no later scan covers it).
+            log.warning("wake scan lost its gate", cause=cause, reason=str(exc))
+            mark_wake(ctx)
+        _record_debt(ctx, f"{cause}: the scan raised {type(exc).__name__}")
         raise
     finally:
         ctx.gate.leave()
@@ -322,6 +343,17 @@ def wake_queued(ctx: Context, cause: str, *, notify: bool = True) -> ScanReport:
     return report
 
 
+def mark_wake(ctx: Context) -> None:
+    """A wake point's mark (SPEC §7): right after the freeing commit, before anything else that
+    can fail (a settle that reads the database, the wake itself). Best effort: if even this
+    fails, the database is out of reach and the wake that follows leaves a debt or fails too."""
+    try:
+        with ctx.db.autocommit() as conn:
+            take_mark(conn)
+    except Exception:
+        log.exception("could not take a wake mark")
+
+
 def _record_debt(ctx: Context, why: str) -> None:
     try:
         with ctx.db.begin() as s:
@@ -330,9 +362,15 @@ def _record_debt(ctx: Context, why: str) -> None:
         log.exception("could not record the wake debt", why=why)
 
 
-def wake_after_commit(ctx: Context, cause: str, *, notify: bool = True) -> ScanReport | None:
-    """A wake point: after the freeing transaction committed. Never raises and never changes the
-    caller's answer; a failed wake leaves a wake-debt marker for the reaper (SPEC §7)."""
+def wake_after_commit(
+    ctx: Context, cause: str, *, notify: bool = True, marked: bool = False
+) -> ScanReport | None:
+    """A wake point: after the freeing transaction committed. Takes the wake mark first (unless
+    the caller did: ``marked``), then scans. Never raises and never changes the caller's answer;
+    a failed wake leaves a wake-debt marker for the reaper, and a skipped one an uncovered mark
+    (SPEC §7)."""
+    if not marked:
+        mark_wake(ctx)
     try:
         return wake_queued(ctx, cause, notify=notify)
     except Exception as exc:

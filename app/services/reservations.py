@@ -126,6 +126,7 @@ def reserve(ctx: Context, inputs: Inputs | None, adverts: list[Advert]) -> Reser
     )
     ended: set[str] = set()
     if plan != inputs.stored:
+        ctx.gate.check(now=True)  # SPEC §7: never write reservations without the gate
         written = _write(ctx, inputs.stored, plan)
         ended = written.not_queued
         for run_id, nodes in written.changed.items():
