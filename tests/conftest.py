@@ -36,6 +36,9 @@ settings.register_profile("long", max_examples=2000, deadline=None, print_blob=T
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
+# The wake marks (SPEC §7) are sequences, which TRUNCATE leaves alone: back to "none taken".
+RESET_WAKE_MARKS = "SELECT setval('wake_mark', 1, false), setval('wake_covered', 0)"
+
 @pytest.fixture(scope="session")
 def pg_admin_url() -> Iterator[str]:
     url, embedded = resolve_admin_url()
@@ -74,6 +77,7 @@ def db_url(session_db: str) -> str:
     """The session database, emptied: each test starts from no rows."""
     with psycopg.connect(to_libpq_url(session_db), autocommit=True) as conn:
         conn.execute(f"TRUNCATE {TABLES} RESTART IDENTITY CASCADE")
+        conn.execute(RESET_WAKE_MARKS)
     return session_db
 
 
@@ -152,6 +156,7 @@ def live_server(request: Any) -> Iterator[LiveServer]:
         server, url = request.getfixturevalue("module_live_server")
         with psycopg.connect(to_libpq_url(url), autocommit=True) as conn:
             conn.execute(f"TRUNCATE {TABLES} RESTART IDENTITY CASCADE")
+        conn.execute(RESET_WAKE_MARKS)
         empty_records(Path(server.env["MEDIATOR_RECORDS_ROOT"]))
         yield server
         return
