@@ -5,6 +5,7 @@ settle that fails before its wake."""
 from __future__ import annotations
 
 import pytest
+from sqlalchemy.exc import DBAPIError
 
 from app.services.finish import finish
 from app.services.notify import AfterCommit
@@ -32,7 +33,7 @@ def test_a_reaper_wake_that_raises_leaves_a_wake_debt(fresh_db_url, tmp_path):
             # under its statement timeout and raises.
             blocker.execute("begin")
             blocker.execute("lock table reservations in access exclusive mode")
-            with pytest.raises(Exception):
+            with pytest.raises(DBAPIError):
                 reap_pass(app.extensions["mediator"])
             blocker.execute("rollback")
         assert states(sql, ["run-a", "run-b"]) == {"run-a": "FAILED", "run-b": "QUEUED"}
@@ -76,7 +77,7 @@ def test_a_settle_that_fails_before_its_wake_still_wakes_or_leaves_something_owe
         # fails; reading the queue does not.
         sql.execute("alter table runs rename column verdict to verdict_moved")
         try:
-            with pytest.raises(Exception):
+            with pytest.raises(DBAPIError):
                 finish(ctx, after)
         finally:
             sql.execute("alter table runs rename column verdict_moved to verdict")
