@@ -39,6 +39,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 # The wake marks (SPEC §7) are sequences, which TRUNCATE leaves alone: back to "none taken".
 RESET_WAKE_MARKS = "SELECT setval('wake_mark', 1, false), setval('wake_covered', 0)"
 
+
 @pytest.fixture(scope="session")
 def pg_admin_url() -> Iterator[str]:
     url, embedded = resolve_admin_url()

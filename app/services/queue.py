@@ -44,7 +44,11 @@ from app.store.queue import (
     queued_shape_heads,
     set_statement_timeout,
 )
-from app.store.reservations import queue_depth_and_probe, release_reservations
+from app.store.reservations import (
+    place_unreserved,
+    queue_depth_and_probe,
+    release_reservations,
+)
 from app.store.runs import add_event, promote_run, set_wake_debt
 from app.store.steps import bind_steps
 
@@ -122,6 +126,9 @@ def promote(
         with ctx.db.begin() as s:
             set_statement_timeout(s, ctx.config["database.statement_timeout_seconds"])
             waited = promote_run(s, run.run_id, assigned_json(assignment))
+            if ctx.config["queue.reserve_after_seconds"] > 0:
+                # A reservation written since the scan's read is honoured (SPEC §7a).
+                place_unreserved(s, run.run_id, run.priority, [g.node_id for g in taken])
             insert_leases(s, run.run_id, taken, ctx.config["lease.ttl_seconds"])
             if reserved:
                 release_reservations(s, run.run_id)

@@ -27,6 +27,7 @@ from app.states import FAILED, QUEUED, RUNNING
 from app.store import DuplicateRun, NodeTaken, PrunedRunId
 from app.store.leases import lease_rows
 from app.store.nodes import candidate_adverts
+from app.store.reservations import place_unreserved
 from app.store.runs import create_run, get_run
 from app.store.steps import step_rows
 
@@ -141,6 +142,9 @@ def _place(
             create_run(s, contract, state=FAILED, reject=_reject_body("", over), **who)
             return _Refused(over)
         bound = node_for_role(outcome)
+        if _reserved_for(ctx, contract) is not None:
+            # A reservation written after our read must not be passed (SPEC §7a): NodeTaken.
+            place_unreserved(s, contract.run_id, contract.priority, outcome.nodes())
         created_at = create_run(
             s,
             contract,

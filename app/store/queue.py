@@ -151,6 +151,28 @@ def aged_queued_runs(s: Session, seconds: int, per_shape: Mapping[str, int]) -> 
     return [QueuedRun(*row) for row in s.execute(q).all()]
 
 
+def overtaken_queued_runs(
+    s: Session, requires_key: str, placed: Mapping[int, datetime], limit: int
+) -> list[QueuedRun]:
+    """The QUEUED runs of one shape overtaken by a placement (SPEC §7a): a run of priority p
+    created at t is overtaken when ``placed`` (priority q -> the last placement of priority q on a
+    candidate of the shape) has some q < p with a time after t. For each priority that is a
+    created_at prefix; the first ``limit`` in queue order, through ``ix_runs_queued_shape``."""
+    if not placed or limit <= 0:
+        return []
+    q = (
+        select(*_queued_columns())
+        .where(
+            IS_QUEUED,
+            Run.requires_key == requires_key,
+            or_(*(and_(Run.priority > p, Run.created_at < at) for p, at in placed.items())),
+        )
+        .order_by(*QUEUE_ORDER)
+        .limit(limit)
+    )
+    return [QueuedRun(*row) for row in s.execute(q).all()]
+
+
 def queue_depth(s: Session) -> int:
     return s.execute(select(func.count()).select_from(Run).where(IS_QUEUED)).scalar_one()
 
