@@ -46,8 +46,8 @@ from app.store.queue import (
 )
 from app.store.reservations import (
     place_unreserved,
-    queue_depth_and_probe,
     release_reservations,
+    scan_probe,
 )
 from app.store.runs import add_event, promote_run, set_wake_debt
 from app.store.steps import bind_steps
@@ -80,7 +80,6 @@ class ScanReport:
     looked: int = 0
     promoted: list[str] = field(default_factory=list)
     claim_nodes: set[str] = field(default_factory=set)  # to notify once, after the scan
-    queued: int = 0  # QUEUED runs when the scan began
     errors: int = 0
     seconds: float = 0.0
     # A promotion of this pass freed nodes again (a run that ended inside its promotion) or a run
@@ -189,7 +188,8 @@ def _scan(ctx: Context, report: ScanReport) -> None:
         heads = queued_shape_heads(s)
         if not heads:
             return
-        report.queued, probe = queue_depth_and_probe(s, ctx.config["queue.reserve_after_seconds"])
+        top = max(h.priority for h in heads)
+        _, probe = scan_probe(s, ctx.config["queue.reserve_after_seconds"], top)
         # Once per scan, not per run: a scan costs O(shapes + promoted), not 2N queries. Only the
         # adverts that can satisfy a head's roles are read (the runs behind a head have its
         # requirements), not the whole fleet.
@@ -339,7 +339,6 @@ def wake_queued(
     log.info(
         "wake scan",
         cause=cause,
-        queued=report.queued,
         shapes=report.shapes,
         looked=report.looked,
         promoted=len(report.promoted),

@@ -57,20 +57,16 @@ class Probe:
     overtaken: bool  # some run holding a lease was placed after a higher-priority run queued
 
 
-def queue_depth_and_probe(s: Session, seconds: int) -> tuple[int, Probe]:
-    """One statement: the number of QUEUED runs, and whether a scan's reservation step has
-    anything to do (SPEC §7a: it runs when a reserving run exists or the table is not empty).
-    ``overtaken`` is a cheap filter over every queued run's priority and arrival; the scan
-    checks each shape's first run against the placements themselves. ``seconds`` <= 0:
-    reservations are off, and no run is aged."""
-    queued = (
-        select(
-            func.count().label("n"),
-            func.max(Run.priority).label("top"),
-            func.min(Run.created_at).label("oldest"),
-        )
-        .where(IS_QUEUED)
-        .cte("queued")
+def scan_probe(s: Session, seconds: int, top: int) -> tuple[datetime | None, Probe]:
+    """One statement of index probes, never a read of every queued run (a scan's reads are
+    bounded by shapes): the oldest QUEUED run's arrival (``ix_runs_queued_age``), and whether a
+    scan's reservation step has anything to do (SPEC §7a: it runs when a reserving run exists or
+    the table is not empty). ``top`` is the highest priority queued (the shapes' first runs
+    have it). ``overtaken`` is a cheap filter over the record of placements; the scan checks
+    each shape against the placements themselves. ``seconds`` <= 0: reservations are off, and
+    no run is aged."""
+    oldest = (
+        select(Run.created_at).where(IS_QUEUED).order_by(Run.created_at).limit(1).scalar_subquery()
     )
     held = exists().where(Reservation.node_id.is_not(None))
     aged: ColumnElement[bool] = false()
@@ -80,11 +76,11 @@ def queue_depth_and_probe(s: Session, seconds: int) -> tuple[int, Probe]:
         aged = exists().where(IS_QUEUED, Run.created_at <= waited)
         placed = (
             select(Placement.node_id)
-            .where(Placement.priority < queued.c.top, Placement.last_at > queued.c.oldest)
+            .where(Placement.priority < top, Placement.last_at > oldest)
             .exists()
         )
-    row = s.execute(select(queued.c.n, held, aged, placed).select_from(queued)).one()
-    return int(row[0]), Probe(bool(row[1]), bool(row[2]), bool(row[3]))
+    row = s.execute(select(oldest, held, aged, placed)).one()
+    return row[0], Probe(bool(row[1]), bool(row[2]), bool(row[3]))
 
 
 def lower_priority_placements(
