@@ -266,11 +266,12 @@ def _ordinary_pass(
             for node in own:
                 del held[node]  # its reservation went with its promotion
             if freed or set(own) - set(nodes):
-                # The run ended inside its promotion, or left reserved nodes it did not take:
-                # those nodes are free for the runs after it, and the shapes this pass already
-                # gave up on get another look.
-                unavailable -= freed
+                # The run ended inside its promotion, or left reserved nodes it did not take.
+                # Those nodes go to the oldest eligible run first: the runs this pass already
+                # passed over may want them more than the next one, so the scan starts a fresh
+                # pass from the top of the queue instead of going on with this one.
                 report.again = True
+                break
         with ctx.db.begin() as s:
             nxt = next_queued_of_shape(s, run.requires_key, run)
             while nxt is not None and nxt.run_id in looked:  # a holder looked at out of turn
