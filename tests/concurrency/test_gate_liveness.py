@@ -16,6 +16,8 @@ import sys
 import time
 
 import pytest
+from sqlalchemy import func
+from sqlalchemy.exc import DBAPIError
 
 from app.services.queue import wake_queued
 from app.services.reaper import reap_pass
@@ -164,3 +166,24 @@ def test_the_reaper_takes_the_scanning_lock_from_a_hung_scanner_within_idle_seco
                 assert states(sql, ["waiter"]) == {"waiter": "RUNNING"}
         finally:
             _end(proc)
+
+
+def test_a_failed_gate_statement_on_a_live_session_keeps_the_scanning_lock_of_a_running_scan(
+    fresh_db_url, tmp_path
+):
+    with (
+        apps_on(fresh_db_url, tmp_path / "records", 1, **KEYS) as apps,
+        connect(fresh_db_url) as sql,
+    ):
+        gate = apps.ctx(0).gate
+        assert gate.enter()  # a scan of this process is running
+        try:
+            # Another thread's statement on the shared session fails, the session lives on
+            # (here: a key the database refuses).
+            with pytest.raises(DBAPIError):
+                gate._call(func.pg_try_advisory_lock, "not a key")
+            assert lock_holders(sql, SCANNING_LOCK) == 1
+            gate.check(now=True)  # the running scan still holds its turn
+        finally:
+            gate.leave()
+        assert lock_holders(sql, SCANNING_LOCK) == 0
