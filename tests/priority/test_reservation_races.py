@@ -6,8 +6,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from app.services.queue import wake_queued
 from tests.apps import app_on, client_of
-from tests.concurrency.common import Background, await_condition, connect, states
+from tests.concurrency.common import (
+    Background,
+    apps_on,
+    await_condition,
+    connect,
+    states,
+    waiting_lock_held,
+)
 from tests.helpers import advertise, cap, submit
 from tests.invariants import check
 from tests.priority.common import reservations, single, wide
@@ -79,3 +87,25 @@ def test_an_undecodable_requires_does_not_stall_the_reservation_step(fresh_db_ur
         submit(c, single("good"), 202)
         assert c.post("/v1/runs/b0/cancel").status_code == 200
         assert states(sql, ["good", "bad"]) == {"good": "RUNNING", "bad": "QUEUED"}
+
+
+def test_every_overtaken_run_of_a_shape_reserves_not_only_its_first(fresh_db_url, tmp_path):
+    with (
+        apps_on(fresh_db_url, tmp_path / "r", 1) as apps,
+        connect(fresh_db_url) as sql,
+    ):
+        c = apps.client(0)
+        advertise(c, "n1", cap())
+        advertise(c, "n2", cap())
+        submit(c, single("x"), 201)
+        submit(c, single("y"), 201)
+        submit(c, single("top1", priority=10), 202)
+        submit(c, single("top2", priority=10), 202)
+        with waiting_lock_held(sql):
+            # n1 frees with no scan after it, and a priority-0 submit is placed there at once:
+            # both waiting priority-10 runs were overtaken on a candidate of theirs.
+            assert c.post("/v1/runs/x/cancel").status_code == 200
+            submit(c, single("z"), 201)
+        wake_queued(apps.ctx(0), "test")
+        assert reservations(sql) == {"n1": "top1", "n2": "top2"}
+        assert check(sql) == []
