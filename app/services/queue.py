@@ -45,6 +45,7 @@ from app.store.queue import (
     set_statement_timeout,
 )
 from app.store.reservations import (
+    QUEUED_COUNTED,
     place_unreserved,
     release_reservations,
     scan_probe,
@@ -76,6 +77,7 @@ class Promotion(NamedTuple):
 class ScanReport:
     cause: str
     skipped: bool = False  # the gate said another scan is waiting and will start after us
+    queued: int = 0  # QUEUED runs when the scan began, counted up to QUEUED_COUNTED + 1
     shapes: int = 0
     looked: int = 0
     promoted: list[str] = field(default_factory=list)
@@ -189,7 +191,7 @@ def _scan(ctx: Context, report: ScanReport) -> None:
         if not heads:
             return
         top = max(h.priority for h in heads)
-        _, probe = scan_probe(s, ctx.config["queue.reserve_after_seconds"], top)
+        report.queued, probe = scan_probe(s, ctx.config["queue.reserve_after_seconds"], top)
         # Once per scan, not per run: a scan costs O(shapes + promoted), not 2N queries. Only the
         # adverts that can satisfy a head's roles are read (the runs behind a head have its
         # requirements), not the whole fleet.
@@ -340,6 +342,7 @@ def wake_queued(
     log.info(
         "wake scan",
         cause=cause,
+        queued=report.queued if report.queued <= QUEUED_COUNTED else f"more than {QUEUED_COUNTED}",
         shapes=report.shapes,
         looked=report.looked,
         promoted=len(report.promoted),

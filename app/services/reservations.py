@@ -84,7 +84,9 @@ def read_inputs(
         return None
     top = max(h.priority for h in heads)
     by_node = {a.node_id: a for a in adverts}
-    oldest = min(h.created_at for h in heads)
+    # Placements after the oldest queued run's arrival (not only the shapes' first runs': an
+    # older run of a lower priority may be behind a younger first run of its shape).
+    oldest = probe.oldest or min(h.created_at for h in heads)
     stored, holders = stored_reservations(s)
     reserving = (
         aged_queued_runs(s, seconds, _worth_reading(heads, holders, adverts)) if probe.aged else []
