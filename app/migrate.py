@@ -62,10 +62,10 @@ def database_problem(url: str) -> str | None:
 MINIMUM_SERVER = (14,)
 
 
-def server_problem(version: tuple[int, ...] | None) -> str | None:
+def server_problem(version: tuple[int | str, ...] | None) -> str | None:
     """None when the PostgreSQL server (``version`` as SQLAlchemy's dialect read it when it
     connected: no round trip of its own) is new enough, else why not."""
-    if version is None or tuple(version[:1]) >= MINIMUM_SERVER:
+    if version is None or not isinstance(version[0], int) or (version[0],) >= MINIMUM_SERVER:
         return None
     shown = ".".join(str(v) for v in version)
     return f"PostgreSQL {shown} is too old: the Mediator needs PostgreSQL 14 or newer"
