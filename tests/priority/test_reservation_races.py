@@ -109,3 +109,42 @@ def test_every_overtaken_run_of_a_shape_reserves_not_only_its_first(fresh_db_url
         wake_queued(apps.ctx(0), "test")
         assert reservations(sql) == {"n1": "top1", "n2": "top2"}
         assert check(sql) == []
+
+
+def test_a_reserved_node_its_holder_left_goes_to_the_oldest_run_that_wants_it(
+    fresh_db_url, tmp_path
+):
+    """A holder promoted on another node leaves its reserved node in the middle of a scan: the
+    older run the reservation kept from it gets it, not the next run of the pass."""
+    with (
+        apps_on(fresh_db_url, tmp_path / "r", 1) as apps,
+        connect(fresh_db_url) as sql,
+    ):
+        c = apps.client(0)
+        advertise(c, "b1", cap())
+        advertise(c, "bx", cap(slot="x"))
+        submit(c, single("r1"), 201)  # on b1 (fewer attributes first)
+        submit(c, single("r2", slot="x"), 201)  # on bx
+        submit(c, single("old", slot="x"), 202)  # only bx fits it
+        submit(c, single("holder"), 202)  # any board
+        with waiting_lock_held(sql):
+            assert c.post("/v1/runs/r1/cancel").status_code == 200
+            submit(c, single("neg", priority=-5), 201)  # on b1: overtakes holder
+            advertise(c, "b1", cap(), policy={"drain": "graceful"})
+        submit(c, single("young"), 202)  # any board, after holder (and not overtaken)
+        wake_queued(apps.ctx(0), "test")
+        assert reservations(sql) == {"bx": "holder"}  # b1 drains: holder reserves bx
+        with waiting_lock_held(sql):
+            # Both boards free at once, the drain lifted, no scan yet.
+            assert c.post("/v1/runs/r2/cancel").status_code == 200
+            assert c.post("/v1/runs/neg/cancel").status_code == 200
+            advertise(c, "b1", cap(), policy={"drain": ""})
+        wake_queued(apps.ctx(0), "test")
+        # holder takes b1 (first in candidate order) and leaves bx: old, kept from it by the
+        # reservation and older than young, gets it.
+        assert states(sql, ["holder", "old", "young"]) == {
+            "holder": "RUNNING",
+            "old": "RUNNING",
+            "young": "QUEUED",
+        }
+        assert check(sql) == []
