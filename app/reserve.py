@@ -131,25 +131,3 @@ def plan_reservations(
         planned.add(run.run_id)
         priority[run.run_id] = run.priority
     return plan
-
-
-def overtaken(
-    run_priority: int,
-    run_created_at: object,
-    roles: Sequence[Role],
-    placements: Iterable[tuple[str, int, object]],
-    adverts: Mapping[str, Advert],
-) -> bool:
-    """A run of lower priority was placed on a node that could fill one of this run's roles while
-    it waited: ``placements`` are (node, priority, placed at) of the runs holding leases."""
-    for node, priority, placed_at in placements:
-        advert = adverts.get(node)
-        if (
-            priority < run_priority
-            and placed_at is not None
-            and placed_at > run_created_at  # type: ignore[operator]
-            and advert is not None
-            and any(satisfies(advert, r) for r in roles)
-        ):
-            return True
-    return False
