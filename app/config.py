@@ -138,6 +138,9 @@ KEYS: tuple[Key, ...] = (
     Key("max_body_bytes", 1024 * 1024, _int, _positive),
     Key("claim.long_poll_seconds", 30.0, _float, _not_negative),
     Key("claim.recheck_seconds", 5.0, _float, _positive),
+    # The scan gate's session is dropped by PostgreSQL after this long idle, and a stalled
+    # scanner loses its turn: the longest a hung process keeps every other from scanning.
+    Key("gate.idle_seconds", 30.0, _float, _positive),
     Key("lease.ttl_seconds", 3600, _int, _positive),
     Key("lease.renew_seconds", 60, _int, _positive),
     Key("lease.not_after_factor", 3, _int, _at_least_one),

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.config import Config
-from app.db import Database
+from app.db import Database, gate_options
 from app.listener import ClaimListener
 from app.logs import log
 from app.metrics import count_auth
@@ -20,7 +20,10 @@ class Context:
     def __init__(self, config: Config) -> None:
         self.config = config
         self.db = Database(config)
-        self.gate = ScanGate(self.db.dedicated_connection)
+        idle = config["gate.idle_seconds"]
+        self.gate = ScanGate(
+            lambda: self.db.dedicated_connection(options=gate_options(idle)), idle_seconds=idle
+        )
         self.records: RecordStore = record_store(config)
         self.claims = ClaimListener(config, safety_net=self._claimable_nodes)
         # With the process's caches of checked and refused secrets.

@@ -37,6 +37,21 @@ def _drop_if_server_spoke(dbapi_conn: Any, record: Any, proxy: Any) -> None:
         raise DisconnectionError("the database server ended this connection")
 
 
+def gate_options(idle_seconds: float) -> str:
+    """The scan gate's session settings (SPEC §7, "A waiter that never scans"): server-side TCP
+    keepalives and a user timeout drop the session of a host that lost power or its network, and
+    ``idle_session_timeout`` the session of a process that hangs (a scan keeps its session busy
+    by checking its lock every ``idle_seconds``/3). ``idle_session_timeout`` needs PostgreSQL 14."""
+    settings = {
+        "tcp_keepalives_idle": "10",
+        "tcp_keepalives_interval": "5",
+        "tcp_keepalives_count": "3",
+        "tcp_user_timeout": "30000",
+        "idle_session_timeout": str(max(1, int(idle_seconds * 1000))),
+    }
+    return " ".join(f"-c {k}={v}" for k, v in settings.items())
+
+
 class Database:
     """The process's engine (a small pool) and its session factory."""
 
@@ -102,13 +117,15 @@ class Database:
         with self.engine.connect() as conn:
             yield conn.execution_options(isolation_level="AUTOCOMMIT")
 
-    def dedicated_connection(self) -> Connection:
+    def dedicated_connection(self, *, options: str | None = None) -> Connection:
         """A connection outside the request pool, in autocommit, for session-level advisory locks
-        and LISTEN; the caller owns it and closes it."""
+        and LISTEN; the caller owns it and closes it. ``options``: libpq's server-side settings
+        of the session (:func:`gate_options`)."""
+        connect_args: dict[str, Any] = {"application_name": "mediator-gate"}
+        if options:
+            connect_args["options"] = options
         engine = create_engine(
-            self.config.sqlalchemy_url,
-            poolclass=pool.NullPool,
-            connect_args={"application_name": "mediator-gate"},
+            self.config.sqlalchemy_url, poolclass=pool.NullPool, connect_args=connect_args
         )
         return engine.connect().execution_options(isolation_level="AUTOCOMMIT")
 

@@ -58,9 +58,26 @@ def database_problem(url: str) -> str | None:
         engine.dispose()
 
 
+# SPEC §7: the scan gate's session needs ``idle_session_timeout`` (PostgreSQL 14).
+MINIMUM_SERVER = (14,)
+
+
+def server_problem(version: tuple[int | str, ...] | None) -> str | None:
+    """None when the PostgreSQL server (``version`` as SQLAlchemy's dialect read it when it
+    connected: no round trip of its own) is new enough, else why not."""
+    if version is None or not isinstance(version[0], int) or (version[0],) >= MINIMUM_SERVER:
+        return None
+    shown = ".".join(str(v) for v in version)
+    return f"PostgreSQL {shown} is too old: the Mediator needs PostgreSQL 14 or newer"
+
+
 def schema_problem(engine: Engine) -> str | None:
-    """None when the database is at this code's head revision, else why not."""
+    """None when the database is at this code's head revision on a server new enough, else why
+    not."""
     current = database_revision(engine)
+    too_old = server_problem(engine.dialect.server_version_info)
+    if too_old:
+        return too_old
     if current == head_revision():
         return None
     if current is None:

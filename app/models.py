@@ -236,6 +236,17 @@ class Lease(Base):
     )
 
 
+class Placement(Base):
+    """When a run of ``priority`` was last placed on ``node_id`` (a lease insert: submit,
+    promotion, acquire). "Overtaken" is read from here, not from leases still held (SPEC §7a)."""
+
+    __tablename__ = "placements"
+
+    node_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    priority: Mapped[int] = mapped_column(Integer, primary_key=True)
+    last_at: Mapped[datetime] = mapped_column(server_default=func.now())
+
+
 class Reservation(Base):
     """A node a long-waiting QUEUED run holds back from runs of its priority or lower (SPEC §7a).
     Rewritten by every wake scan; deleted with the holder's promotion, cancel or queue timeout."""
@@ -344,6 +355,8 @@ class ReaperState(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     last_pass_at: Mapped[datetime | None] = mapped_column()
+    # The ``wake_mark`` this pass read: the next pass scans when it exceeds ``wake_covered`` (SPEC §7).
+    wake_mark: Mapped[int | None] = mapped_column(BigInteger)
 
     __table_args__ = (CheckConstraint("id = 1", name="one_row"),)
 

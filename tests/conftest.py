@@ -25,7 +25,7 @@ from tests.support.webhooks import HangingHook
 
 TABLES = (
     "nodes, runs, steps, leases, reservations, run_events, blobs, wake_debt, reaper_state,"
-    " run_tombstones, auth_failures, log_files, ui_sessions"
+    " run_tombstones, auth_failures, log_files, ui_sessions, placements"
 )
 
 # Property tests: ``ci`` (the default) keeps each one bounded for .ci/run; ``long``
@@ -35,6 +35,10 @@ TABLES = (
 settings.register_profile("ci", max_examples=100, deadline=None, print_blob=True)
 settings.register_profile("long", max_examples=2000, deadline=None, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+# The wake marks (SPEC §7) are sequences, which TRUNCATE leaves alone: back to "none taken".
+RESET_WAKE_MARKS = "SELECT setval('wake_mark', 1, false), setval('wake_covered', 0)"
 
 
 @pytest.fixture(scope="session")
@@ -75,6 +79,7 @@ def db_url(session_db: str) -> str:
     """The session database, emptied: each test starts from no rows."""
     with psycopg.connect(to_libpq_url(session_db), autocommit=True) as conn:
         conn.execute(f"TRUNCATE {TABLES} RESTART IDENTITY CASCADE")
+        conn.execute(RESET_WAKE_MARKS)
     return session_db
 
 
@@ -165,6 +170,7 @@ def live_server(request: Any) -> Iterator[LiveServer]:
         server, url = request.getfixturevalue("module_live_server")
         with psycopg.connect(to_libpq_url(url), autocommit=True) as conn:
             conn.execute(f"TRUNCATE {TABLES} RESTART IDENTITY CASCADE")
+        conn.execute(RESET_WAKE_MARKS)
         empty_records(Path(server.env["MEDIATOR_RECORDS_ROOT"]))
         yield server
         return

@@ -32,9 +32,11 @@ from app.states import (
     STEP_SETTLED,
     VERIFYING,
 )
+from app.store import NodeTaken
 from app.store.blobs import accepted_blob_names
 from app.store.leases import Grant, delete_leases, insert_lease_if_free, run_not_after
 from app.store.nodes import candidate_adverts
+from app.store.reservations import place_unreserved
 from app.store.runs import add_event, lock_run, set_run_fields, set_run_state
 from app.store.steps import bind_steps, lock_steps, update_step
 from app.verdict import StepFacts, changed_paths
@@ -83,6 +85,18 @@ def _skip(s: Session, pic: Picture, step_id: str | None) -> None:
         pic.change(s, target, [PENDING], state=SKIPPED, ended_at=func.now())
 
 
+def _unreserved(s: Session, ctx: Context, run_id: str, priority: int, node: str) -> bool:
+    """An acquire honours a reservation written after its read (SPEC §7a): False means the node
+    is unavailable to it. Nothing is written then, and the transaction goes on."""
+    if ctx.config["queue.reserve_after_seconds"] <= 0:
+        return True
+    try:
+        place_unreserved(s, run_id, priority, [node])
+    except NodeTaken:
+        return False
+    return True
+
+
 def run_acquire(s: Session, ctx: Context, pic: Picture, st: Step, after: AfterCommit) -> None:
     """Grab one more node mid-run (SPEC §8 acquire): live adverts minus unavailable nodes; the lease
     insert is ``ON CONFLICT DO NOTHING`` so a node taken meanwhile just means "unavailable"."""
@@ -97,7 +111,9 @@ def run_acquire(s: Session, ctx: Context, pic: Picture, st: Step, after: AfterCo
         candidate = outcome.roles[0][1][0]
         grant = Grant(candidate, want.name, want.capability)
         not_after = run_not_after(s, pic.run.run_id)
-        if insert_lease_if_free(
+        if _unreserved(
+            s, ctx, pic.run.run_id, pic.run.priority, candidate
+        ) and insert_lease_if_free(
             s, pic.run.run_id, grant, not_after, ctx.config["lease.ttl_seconds"]
         ):
             node = candidate

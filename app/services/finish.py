@@ -8,7 +8,7 @@ from typing import Any
 
 from app.context import Context
 from app.services.notify import AfterCommit, notify_claimable
-from app.services.queue import wake_after_commit
+from app.services.queue import mark_wake, wake_after_commit
 from app.services.settle import settle_committed
 from app.states import RUN_FINISHED
 from app.store.runs import get_run
@@ -18,12 +18,20 @@ def finish(ctx: Context, after: AfterCommit, *, wake: bool = True) -> None:
     """Settle what the commit left, wake the queue once for its causes, then notify the claims of
     the request's nodes and of the wake's promotions. ``wake=False``: the caller wakes itself (the
     reaper's pass wakes once, at its end)."""
-    settle_committed(ctx, after)
-    causes = after.causes()
-    if wake and causes:
-        report = wake_after_commit(ctx, "; ".join(causes), notify=False)
-        if report is not None:
-            after.claim_nodes |= report.claim_nodes
+    # SPEC §7: the mark right after the freeing commit, before the settle, which reads the
+    # database (verdicts, webhooks, seals) and can fail; and a failed settle still wakes.
+    marked = wake and bool(after.causes() or after.verifying)
+    if marked:
+        mark_wake(ctx)
+    try:
+        settle_committed(ctx, after)
+    finally:
+        # Even when the settle raised: its freeing commit is followed by a scan.
+        causes = after.causes()
+        if wake and causes:
+            report = wake_after_commit(ctx, "; ".join(causes), notify=False, marked=marked)
+            if report is not None:
+                after.claim_nodes |= report.claim_nodes
     notify_claimable(ctx, after.claim_nodes)
 
 

@@ -35,6 +35,7 @@ from app.services.settle import settle_committed
 from app.services.tx import retrying
 from app.states import QUEUED, RUNNING
 from app.store import NodeTaken, NotQueued
+from app.store.gate import GateLost, cover_marks, last_mark, take_mark
 from app.store.leases import insert_leases
 from app.store.nodes import candidate_adverts, containment_key, unavailable_node_ids
 from app.store.queue import (
@@ -43,7 +44,12 @@ from app.store.queue import (
     queued_shape_heads,
     set_statement_timeout,
 )
-from app.store.reservations import queue_depth_and_probe, release_reservations
+from app.store.reservations import (
+    QUEUED_COUNTED,
+    place_unreserved,
+    release_reservations,
+    scan_probe,
+)
 from app.store.runs import add_event, promote_run, set_wake_debt
 from app.store.steps import bind_steps
 
@@ -71,11 +77,11 @@ class Promotion(NamedTuple):
 class ScanReport:
     cause: str
     skipped: bool = False  # the gate said another scan is waiting and will start after us
+    queued: int = 0  # QUEUED runs when the scan began, counted up to QUEUED_COUNTED + 1
     shapes: int = 0
     looked: int = 0
     promoted: list[str] = field(default_factory=list)
     claim_nodes: set[str] = field(default_factory=set)  # to notify once, after the scan
-    queued: int = 0  # QUEUED runs when the scan began
     errors: int = 0
     seconds: float = 0.0
     # A promotion of this pass freed nodes again (a run that ended inside its promotion) or a run
@@ -121,6 +127,9 @@ def promote(
         with ctx.db.begin() as s:
             set_statement_timeout(s, ctx.config["database.statement_timeout_seconds"])
             waited = promote_run(s, run.run_id, assigned_json(assignment))
+            if ctx.config["queue.reserve_after_seconds"] > 0:
+                # A reservation written since the scan's read is honoured (SPEC §7a).
+                place_unreserved(s, run.run_id, run.priority, [g.node_id for g in taken])
             insert_leases(s, run.run_id, taken, ctx.config["lease.ttl_seconds"])
             if reserved:
                 release_reservations(s, run.run_id)
@@ -181,7 +190,8 @@ def _scan(ctx: Context, report: ScanReport) -> None:
         heads = queued_shape_heads(s)
         if not heads:
             return
-        report.queued, probe = queue_depth_and_probe(s, ctx.config["queue.reserve_after_seconds"])
+        top = max(h.priority for h in heads)
+        report.queued, probe = scan_probe(s, ctx.config["queue.reserve_after_seconds"], top)
         # Once per scan, not per run: a scan costs O(shapes + promoted), not 2N queries. Only the
         # adverts that can satisfy a head's roles are read (the runs behind a head have its
         # requirements), not the whole fleet.
@@ -214,6 +224,7 @@ def _ordinary_pass(
     retried_taken: set[str] = set()
     held = reservations.held
     while heap:
+        ctx.gate.check()  # SPEC §7: a scan whose session lost the scanning lock stops
         _, _, run = heapq.heappop(heap)
         report.looked += 1
         looked.add(run.run_id)
@@ -257,11 +268,12 @@ def _ordinary_pass(
             for node in own:
                 del held[node]  # its reservation went with its promotion
             if freed or set(own) - set(nodes):
-                # The run ended inside its promotion, or left reserved nodes it did not take:
-                # those nodes are free for the runs after it, and the shapes this pass already
-                # gave up on get another look.
-                unavailable -= freed
+                # The run ended inside its promotion, or left reserved nodes it did not take.
+                # Those nodes go to the oldest eligible run first: the runs this pass already
+                # passed over may want them more than the next one, so the scan starts a fresh
+                # pass from the top of the queue instead of going on with this one.
                 report.again = True
+                break
         with ctx.db.begin() as s:
             nxt = next_queued_of_shape(s, run.requires_key, run)
             while nxt is not None and nxt.run_id in looked:  # a holder looked at out of turn
@@ -270,31 +282,50 @@ def _ordinary_pass(
             heapq.heappush(heap, (nxt.order, next(tie), nxt))
 
 
-def wake_queued(ctx: Context, cause: str, *, notify: bool = True) -> ScanReport:
-    """One wake scan through the scan gate. Raises on a database failure (see
-    :func:`wake_after_commit` for the wake points). ``notify=False``: the caller sends the one
-    claim notification of its request, with ``report.claim_nodes`` in it."""
+def wake_queued(
+    ctx: Context, cause: str, *, notify: bool = True, direct: bool = False
+) -> ScanReport:
+    """One wake scan through the scan gate. Raises on a database failure, after leaving a wake
+    debt (see :func:`wake_after_commit` for the wake points). ``notify=False``: the caller sends
+    the one claim notification of its request, with ``report.claim_nodes`` in it. ``direct``:
+    the reaper's scan, which takes the scanning lock whatever the waiting lock says, under
+    ``lock_timeout`` = ``gate.idle_seconds`` (SPEC §7); ``skipped`` then means that timed out."""
     if ctx.config["lease.ttl_seconds"] <= 0:
         raise ConfigError("lease.ttl_seconds: must be greater than 0 (no unbounded leases)")
     report = ScanReport(cause)
     label = cause_label(cause)
     started = time.monotonic()
     try:
-        entered = ctx.gate.enter()
+        if direct:
+            entered = ctx.gate.enter_directly(ctx.config["gate.idle_seconds"])
+        else:
+            entered = ctx.gate.enter()
     except Exception:
         WAKE_FAILED.labels(label).inc()
         raise
     if not entered:
         report.skipped = True
         WAKE_SKIPPED.labels(label).inc()
-        log.debug("wake scan skipped: another is waiting", cause=cause)
+        log.debug("wake scan skipped: another is waiting", cause=cause, direct=direct)
         return report
     try:
+        # The marks this scan covers: every one taken before its first queue read (SPEC §7).
+        with ctx.db.autocommit() as conn:
+            mark = last_mark(conn)
         _scan(ctx, report)
         while report.again and report.passes < MAX_PASSES:
             _scan(ctx, report)
-    except Exception:
+        if not (report.errors or report.again):
+            with ctx.db.autocommit() as conn:
+                cover_marks(conn, mark)
+    except Exception as exc:
         WAKE_FAILED.labels(label).inc()
+        if isinstance(exc, GateLost):
+            # Another scan may have started without us: ours stops, and what it did not look at
+            # is owed (a fresh mark, paid by the reaper if no later scan covers it).
+            log.warning("wake scan lost its gate", cause=cause, reason=str(exc))
+            mark_wake(ctx)
+        _record_debt(ctx, f"{cause}: the scan raised {type(exc).__name__}")
         raise
     finally:
         ctx.gate.leave()
@@ -311,7 +342,7 @@ def wake_queued(ctx: Context, cause: str, *, notify: bool = True) -> ScanReport:
     log.info(
         "wake scan",
         cause=cause,
-        queued=report.queued,
+        queued=report.queued if report.queued <= QUEUED_COUNTED else f"more than {QUEUED_COUNTED}",
         shapes=report.shapes,
         looked=report.looked,
         promoted=len(report.promoted),
@@ -322,6 +353,17 @@ def wake_queued(ctx: Context, cause: str, *, notify: bool = True) -> ScanReport:
     return report
 
 
+def mark_wake(ctx: Context) -> None:
+    """A wake point's mark (SPEC §7): right after the freeing commit, before anything else that
+    can fail (a settle that reads the database, the wake itself). Best effort: if even this
+    fails, the database is out of reach and the wake that follows leaves a debt or fails too."""
+    try:
+        with ctx.db.autocommit() as conn:
+            take_mark(conn)
+    except Exception:
+        log.exception("could not take a wake mark")
+
+
 def _record_debt(ctx: Context, why: str) -> None:
     try:
         with ctx.db.begin() as s:
@@ -330,9 +372,15 @@ def _record_debt(ctx: Context, why: str) -> None:
         log.exception("could not record the wake debt", why=why)
 
 
-def wake_after_commit(ctx: Context, cause: str, *, notify: bool = True) -> ScanReport | None:
-    """A wake point: after the freeing transaction committed. Never raises and never changes the
-    caller's answer; a failed wake leaves a wake-debt marker for the reaper (SPEC §7)."""
+def wake_after_commit(
+    ctx: Context, cause: str, *, notify: bool = True, marked: bool = False
+) -> ScanReport | None:
+    """A wake point: after the freeing transaction committed. Takes the wake mark first (unless
+    the caller did: ``marked``), then scans. Never raises and never changes the caller's answer;
+    a failed wake leaves a wake-debt marker for the reaper, and a skipped one an uncovered mark
+    (SPEC §7)."""
+    if not marked:
+        mark_wake(ctx)
     try:
         return wake_queued(ctx, cause, notify=notify)
     except Exception as exc:

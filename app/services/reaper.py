@@ -21,7 +21,7 @@ from app.services.ending import end_run_failed
 from app.services.execution import Picture, settle
 from app.services.finish import finish
 from app.services.notify import AfterCommit
-from app.services.queue import wake_queued
+from app.services.queue import mark_wake, wake_queued
 from app.services.records import seal_run
 from app.services.retention import prune_expired
 from app.services.settle import complete_verdict
@@ -51,6 +51,8 @@ class PassReport:
     queue_timeouts: list[str] = field(default_factory=list)
     sealed: int = 0
     woke: bool = False
+    # The marks the previous pass saw were not covered by any scan since (SPEC §7, §12 step 7).
+    uncovered: bool = False
     pruned: int = 0  # runs deleted by retention (SPEC §11) in this pass
     crossed_age: bool = False  # a QUEUED run crossed the reservation age since the last pass
 
@@ -200,7 +202,9 @@ def _crossed_age(ctx: Context, s: Any, previous: Any) -> bool:
 def _pass(ctx: Context, report: PassReport, previous_failed: bool) -> None:
     window = timedelta(seconds=ctx.lease_window_seconds)
     with ctx.db.begin() as s:
-        now, previous = q.begin_pass(s)
+        start = q.begin_pass(s)
+        now, previous = start.now, start.previous
+        report.uncovered = start.previous_mark is not None and start.previous_mark > start.covered
         forget_old_failures(s)  # the 429 counts of addresses whose minute is long over
         forget_expired_sessions(s)  # the pages' sessions past their expiry (SPEC §21)
         report.crossed_age = _crossed_age(ctx, s, previous)
@@ -248,6 +252,8 @@ def _pass(ctx: Context, report: PassReport, previous_failed: bool) -> None:
         after.wake("queue timeout of " + ", ".join(report.queue_timeouts))
     # The wake of step 6 happens once, below; ``finish`` must not wake a second time.
     causes = list(after.wake_causes)
+    if report.freed or causes:
+        mark_wake(ctx)  # SPEC §7: right after the freeing commits, before anything that can fail
     finish(ctx, after, wake=False)
     with ctx.db.read() as s:
         unsealed = q.unsealed_finished_runs(s)
@@ -255,14 +261,21 @@ def _pass(ctx: Context, report: PassReport, previous_failed: bool) -> None:
     with ctx.db.read() as s:
         debt = wake_debt_set(s)
         started = database_now(s)
-    if report.freed or causes or debt or previous_failed or report.crossed_age:
+    owed = bool(debt or previous_failed or report.uncovered)
+    if report.freed or causes or owed or report.crossed_age:
         if report.freed or causes:
             why = "reaper: freed nodes"
+        elif report.uncovered:
+            why = "reaper: uncovered wake marks"
         else:
-            why = "reaper: " + ("wake debt" if debt or previous_failed else "reservation age")
-        wake_queued(ctx, why)  # raises on failure: the debt stays for the next pass
-        report.woke = True
-        if debt:
+            why = "reaper: " + ("wake debt" if owed else "reservation age")
+        # Paying what is owed takes the scanning lock directly: the waiter the skipped wakes
+        # counted on may never scan (SPEC §7, §12 step 7). A scan that raises leaves its debt.
+        scan = wake_queued(ctx, why, direct=owed)
+        report.woke = not scan.skipped
+        if scan.skipped:
+            log.warning("reaper: the scanning lock was not free in time; next pass", why=why)
+        elif debt and not (scan.errors or scan.again):
             with ctx.db.begin() as s:
                 clear_wake_debt(s, set_before=started)
     # Retention last: it frees nothing a queued run waits for, and a failure of it fails no other
@@ -287,16 +300,23 @@ def _pass(ctx: Context, report: PassReport, previous_failed: bool) -> None:
     )
 
 
+def reap_once(ctx: Context, *, previous_failed: bool) -> bool:
+    """One turn of the reaper's loop; returns whether a debt is still owed by this reaper (its
+    pass failed, or it was skipped while one was owed: a pass that could not take the reaper's
+    lock does not forget the debt it saw, SPEC §7)."""
+    try:
+        report = reap_pass(ctx, previous_failed=previous_failed)
+    except Exception:
+        log.exception("reaper pass failed")
+        return True
+    return previous_failed and report.skipped
+
+
 def run_reaper(ctx: Context, stop: threading.Event) -> None:
     """``mediator reaper`` and the development server's thread: a pass every renew_seconds."""
     period = ctx.config["lease.renew_seconds"]
     failed = False
     while not stop.is_set():
         started = time.monotonic()
-        try:
-            reap_pass(ctx, previous_failed=failed)
-            failed = False
-        except Exception:
-            log.exception("reaper pass failed")
-            failed = True
+        failed = reap_once(ctx, previous_failed=failed)
         stop.wait(max(0.0, period - (time.monotonic() - started)))

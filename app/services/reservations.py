@@ -4,6 +4,7 @@ the difference, and hand the ordinary pass what is reserved against whom."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from sqlalchemy.orm import Session
 
@@ -12,10 +13,15 @@ from app.context import Context
 from app.contract.types import role_from_wire
 from app.logs import log
 from app.match import Advert, satisfies
-from app.reserve import Held, Reserving, overtaken, plan_reservations
+from app.reserve import Held, Reserving, plan_reservations
 from app.services.tx import retrying
 from app.store.nodes import draining_node_ids
-from app.store.queue import QueuedRun, aged_queued_runs, set_statement_timeout
+from app.store.queue import (
+    QueuedRun,
+    aged_queued_runs,
+    overtaken_queued_runs,
+    set_statement_timeout,
+)
 from app.store.reservations import (
     Probe,
     Written,
@@ -44,7 +50,24 @@ class Inputs:
 
 
 def _reserving(run: QueuedRun) -> Reserving:
-    return Reserving(run.run_id, run.requires_key, tuple(role_from_wire(r) for r in run.requires))
+    return Reserving(
+        run.run_id,
+        run.requires_key,
+        tuple(role_from_wire(r) for r in run.requires),
+        run.priority,
+    )
+
+
+def _decoded(runs: list[QueuedRun]) -> dict[str, Reserving]:
+    """run_id -> its Reserving, for the runs whose stored requirements decode: one that does not
+    is left to fail on its own in promotion (failure isolation), never to stop every scan."""
+    out: dict[str, Reserving] = {}
+    for run in runs:
+        try:
+            out[run.run_id] = _reserving(run)
+        except (KeyError, TypeError, ValueError, AttributeError):
+            log.warning("queued run with undecodable requirements", run_id=run.run_id)
+    return out
 
 
 def read_inputs(
@@ -60,23 +83,34 @@ def read_inputs(
     if not (probe.held or probe.aged or probe.overtaken):
         return None
     top = max(h.priority for h in heads)
-    oldest = min(h.created_at for h in heads)
+    by_node = {a.node_id: a for a in adverts}
+    # Placements after the oldest queued run's arrival (not only the shapes' first runs': an
+    # older run of a lower priority may be behind a younger first run of its shape).
+    oldest = probe.oldest or min(h.created_at for h in heads)
     stored, holders = stored_reservations(s)
     reserving = (
         aged_queued_runs(s, seconds, _worth_reading(heads, holders, adverts)) if probe.aged else []
     )
     if probe.overtaken:
-        # A run of lower priority was placed on a node that could fill one of a waiting run's
-        # roles: that run reserves at once (looked at for each shape's first run).
+        # A run of lower priority was placed (the record of placements, whether that run still
+        # holds its lease or not) on a node that could fill one of a waiting run's roles: every
+        # such run reserves at once, found per shape as a prefix, never by reading every run.
         placed = lower_priority_placements(s, top, oldest)
-        by_node = {a.node_id: a for a in adverts}
+        limits = _worth_reading(heads, holders, adverts)
         seen = {r.run_id for r in reserving}
         for head in heads:
+            if head.requires_key not in limits:
+                continue  # undecodable: left to fail on its own
             roles = [role_from_wire(r) for r in head.requires]
-            if head.run_id not in seen and overtaken(
-                head.priority, head.created_at, roles, placed, by_node
-            ):
-                reserving.append(head)
+            last: dict[int, datetime] = {}
+            for node, priority, at in placed:
+                advert = by_node.get(node)
+                if advert is not None and any(satisfies(advert, r) for r in roles):
+                    last[priority] = max(at, last.get(priority, at))
+            for run in overtaken_queued_runs(s, head.requires_key, last, limits[head.requires_key]):
+                if run.run_id not in seen:
+                    seen.add(run.run_id)
+                    reserving.append(run)
         reserving.sort(key=lambda r: r.order)
     return Inputs(stored, holders, reserving, draining_node_ids(s))
 
@@ -116,16 +150,18 @@ def reserve(ctx: Context, inputs: Inputs | None, adverts: list[Advert]) -> Reser
     if inputs is None:
         return Reservations()
     known = {**{r.run_id: r for r in inputs.reserving}, **inputs.holders}
+    decoded = _decoded(list(known.values()))
     plan = plan_reservations(
-        inputs.stored,
-        {run_id: _reserving(r) for run_id, r in inputs.holders.items()},
-        [_reserving(r) for r in inputs.reserving],
+        {n: r for n, r in inputs.stored.items() if r in decoded or r not in inputs.holders},
+        {run_id: decoded[run_id] for run_id in inputs.holders if run_id in decoded},
+        [decoded[r.run_id] for r in inputs.reserving if r.run_id in decoded],
         adverts,
         inputs.draining,
         ctx.config["lease.max_per_run"],
     )
     ended: set[str] = set()
     if plan != inputs.stored:
+        ctx.gate.check(now=True)  # SPEC §7: never write reservations without the gate
         written = _write(ctx, inputs.stored, plan)
         ended = written.not_queued
         for run_id, nodes in written.changed.items():

@@ -27,6 +27,7 @@ from app.states import FAILED, QUEUED, RUNNING
 from app.store import DuplicateRun, NodeTaken, PrunedRunId
 from app.store.leases import lease_rows
 from app.store.nodes import candidate_adverts, first_candidates
+from app.store.reservations import place_unreserved
 from app.store.runs import create_run, get_run
 from app.store.steps import step_rows
 
@@ -154,6 +155,11 @@ def _place(
             steps=step_rows(contract.run_id, contract.steps, bound),
             **who,
         )
+        if _reserved_for(ctx, contract) is not None:
+            # A reservation written after our read must not be passed (SPEC §7a): NodeTaken
+            # rolls the creation back whole. After the run's insert, so a duplicate run_id waits
+            # on its key before this transaction holds any node or placement row.
+            place_unreserved(s, contract.run_id, contract.priority, outcome.nodes())
         fault("submit.after_insert")
         started = starts_anything(contract.steps)
         if started:
@@ -246,7 +252,10 @@ def _submit_run(ctx: Context, doc: Any, caller: Caller) -> Submitted:
     # QUEUED row was visible, is seen by this scan (SPEC §7).
     wake_after_commit(ctx, f"submit of {contract.run_id}")
     view = _view(ctx, contract.run_id)
-    return Submitted(201 if view["state"] == RUNNING else 202, view, queued=True)
+    # Still QUEUED -> 202. Anything else left the queue by a promotion (that scan's or another's)
+    # and may have ended since: it was placed, so 201 with the run as it is, never a 202 that
+    # carries a final state.
+    return Submitted(202 if view["state"] == QUEUED else 201, view, queued=True)
 
 
 def dry_run(ctx: Context, doc: Any, caller: Caller) -> dict[str, Any]:

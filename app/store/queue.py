@@ -120,33 +120,53 @@ def next_queued_of_shape(s: Session, requires_key: str, after: QueuedRun) -> Que
 
 def aged_queued_runs(s: Session, seconds: int, per_shape: Mapping[str, int]) -> list[QueuedRun]:
     """QUEUED runs that have waited ``seconds`` or longer, in queue order (SPEC §7a): of each
-    shape in ``per_shape`` (requires_key -> how many), only its first ones in queue order; the
-    rest of a shape cannot matter to this scan's reservation step, and reading them would make
-    its cost grow with the queue instead of with the shapes."""
+    shape in ``per_shape`` (requires_key -> how many), only its first ones in queue order, each
+    shape by one LATERAL probe of ``ix_runs_queued_shape`` with its own LIMIT; the rest of a
+    shape cannot matter to this scan's reservation step, and reading (or ranking) them would
+    make its cost grow with the queue instead of with the shapes."""
     if not per_shape:
         return []
-    ranked = (
-        select(
-            *_queued_columns(),
-            func.row_number()
-            .over(partition_by=Run.requires_key, order_by=QUEUE_ORDER)
-            .label("rank"),
-        )
-        .where(
-            IS_QUEUED,
-            Run.created_at <= func.now() - func.make_interval(0, 0, 0, 0, 0, 0, seconds),
-            Run.requires_key.in_(list(per_shape)),
-        )
-        .subquery("ranked")
-    )
     limits = values(
         column("k", String), column("n", Integer), name="limits", literal_binds=False
     ).data(list(per_shape.items()))
+    first = (
+        select(*_queued_columns())
+        .where(
+            IS_QUEUED,
+            Run.requires_key == limits.c.k,
+            Run.created_at <= func.now() - func.make_interval(0, 0, 0, 0, 0, 0, seconds),
+        )
+        .order_by(*QUEUE_ORDER)
+        .limit(limits.c.n)
+        .lateral("first")
+    )
     q = (
-        select(*(ranked.c[col.key] for col in _queued_columns()))
-        .join(limits, limits.c.k == ranked.c.requires_key)
-        .where(ranked.c.rank <= limits.c.n)
-        .order_by(ranked.c.priority.desc(), ranked.c.created_at, ranked.c.run_id)
+        select(*(first.c[col.key] for col in _queued_columns()))
+        .select_from(limits)
+        .join(first, literal_column("true"))
+        .order_by(first.c.priority.desc(), first.c.created_at, first.c.run_id)
+    )
+    return [QueuedRun(*row) for row in s.execute(q).all()]
+
+
+def overtaken_queued_runs(
+    s: Session, requires_key: str, placed: Mapping[int, datetime], limit: int
+) -> list[QueuedRun]:
+    """The QUEUED runs of one shape overtaken by a placement (SPEC §7a): a run of priority p
+    created at t is overtaken when ``placed`` (priority q -> the last placement of priority q on a
+    candidate of the shape) has some q < p with a time after t. For each priority that is a
+    created_at prefix; the first ``limit`` in queue order, through ``ix_runs_queued_shape``."""
+    if not placed or limit <= 0:
+        return []
+    q = (
+        select(*_queued_columns())
+        .where(
+            IS_QUEUED,
+            Run.requires_key == requires_key,
+            or_(*(and_(Run.priority > p, Run.created_at < at) for p, at in placed.items())),
+        )
+        .order_by(*QUEUE_ORDER)
+        .limit(limit)
     )
     return [QueuedRun(*row) for row in s.execute(q).all()]
 

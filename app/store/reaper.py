@@ -3,6 +3,7 @@ handled in its own transaction that locks the run and re-checks the condition.""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from sqlalchemy import Connection, delete, func, literal_column, select, text, update
@@ -25,18 +26,38 @@ def release_reaper_lock(conn: Connection) -> None:
     conn.execute(select(func.pg_advisory_unlock(REAPER_LOCK)))
 
 
-def begin_pass(s: Session) -> tuple[datetime, datetime | None]:
-    """Record this pass and return (now, the previous pass's time) (``reaper_state``)."""
+@dataclass(frozen=True)
+class PassStart:
+    now: datetime
+    previous: datetime | None  # the previous pass's time
+    previous_mark: int | None  # the wake mark the previous pass read (SPEC §7)
+    covered: int  # the highest mark a successful scan has covered, read now
+
+
+_LAST_MARK = text("(SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM wake_mark)")
+
+
+def begin_pass(s: Session) -> PassStart:
+    """Record this pass, with the ``wake_mark`` it reads, and return what the previous pass
+    stored (``reaper_state``, locked: several reapers take turns)."""
     now = s.execute(select(func.now())).scalar_one()
-    previous = s.execute(
-        select(ReaperState.last_pass_at).where(ReaperState.id == 1).with_for_update()
-    ).scalar_one_or_none()
+    row = s.execute(
+        select(ReaperState.last_pass_at, ReaperState.wake_mark)
+        .where(ReaperState.id == 1)
+        .with_for_update()
+    ).first()
+    covered = int(s.execute(text("SELECT last_value FROM wake_covered")).scalar_one())
     s.execute(
         pg_insert(ReaperState)
-        .values(id=1, last_pass_at=func.now())
-        .on_conflict_do_update(index_elements=[ReaperState.id], set_={"last_pass_at": func.now()})
+        .values(id=1, last_pass_at=func.now(), wake_mark=_LAST_MARK)
+        .on_conflict_do_update(
+            index_elements=[ReaperState.id],
+            set_={"last_pass_at": func.now(), "wake_mark": _LAST_MARK},
+        )
     )
-    return now, previous
+    if row is None:
+        return PassStart(now, None, None, covered)
+    return PassStart(now, row.last_pass_at, row.wake_mark, covered)
 
 
 def extend_leases(s: Session, window: timedelta) -> int:

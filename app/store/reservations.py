@@ -4,7 +4,7 @@ holder's wait; lock order: the holder's run row first, then its reservation rows
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -17,14 +17,16 @@ from sqlalchemy import (
     func,
     literal_column,
     select,
+    text,
     union_all,
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
-from app.models import Lease, Node, Reservation, Run
+from app.models import Node, Placement, Reservation, Run
 from app.reserve import Held
 from app.states import QUEUED
+from app.store import NodeTaken
 from app.store.queue import IS_QUEUED, QueuedRun
 from app.store.runs import add_event
 
@@ -52,23 +54,25 @@ def draining_and_reserved(s: Session) -> tuple[set[str], dict[str, Held]]:
 class Probe:
     held: bool  # the table is not empty
     aged: bool  # some QUEUED run has waited reserve_after_seconds
-    overtaken: bool  # some run holding a lease was placed after a higher-priority run queued
+    overtaken: bool  # a lower-priority placement was made after the oldest queued run arrived
+    oldest: datetime | None = None  # the oldest queued run's arrival
 
 
-def queue_depth_and_probe(s: Session, seconds: int) -> tuple[int, Probe]:
-    """One statement: the number of QUEUED runs, and whether a scan's reservation step has
-    anything to do (SPEC §7a: it runs when a reserving run exists or the table is not empty).
-    ``overtaken`` is a cheap filter over every queued run's priority and arrival; the scan
-    checks each shape's first run against the placements themselves. ``seconds`` <= 0:
-    reservations are off, and no run is aged."""
-    queued = (
-        select(
-            func.count().label("n"),
-            func.max(Run.priority).label("top"),
-            func.min(Run.created_at).label("oldest"),
-        )
-        .where(IS_QUEUED)
-        .cte("queued")
+# A scan logs how many runs are queued (SPEC §15) counting at most this many: the count costs a
+# constant, never a read of a long queue (the metrics' queue depth counts them all, on a scrape).
+QUEUED_COUNTED = 1000
+
+
+def scan_probe(s: Session, seconds: int, top: int) -> tuple[int, Probe]:
+    """One statement of index probes, never a read of every queued run (a scan's reads are
+    bounded by shapes): how many runs are queued, counted up to ``QUEUED_COUNTED`` + 1, and whether a
+    scan's reservation step has anything to do (SPEC §7a: it runs when a reserving run exists or
+    the table is not empty). ``top`` is the highest priority queued (the shapes' first runs
+    have it). ``overtaken`` is a cheap filter over the record of placements; the scan checks
+    each shape against the placements themselves. ``seconds`` <= 0: reservations are off, and
+    no run is aged."""
+    oldest = (
+        select(Run.created_at).where(IS_QUEUED).order_by(Run.created_at).limit(1).scalar_subquery()
     )
     held = exists().where(Reservation.node_id.is_not(None))
     aged: ColumnElement[bool] = false()
@@ -77,26 +81,30 @@ def queue_depth_and_probe(s: Session, seconds: int) -> tuple[int, Probe]:
         waited = func.now() - func.make_interval(0, 0, 0, 0, 0, 0, seconds)
         aged = exists().where(IS_QUEUED, Run.created_at <= waited)
         placed = (
-            select(Lease.node_id)
-            .join(Run, Run.run_id == Lease.run_id)
-            .where(Run.priority < queued.c.top, Run.promoted_at > queued.c.oldest)
+            select(Placement.node_id)
+            .where(Placement.priority < top, Placement.last_at > oldest)
             .exists()
         )
-    row = s.execute(select(queued.c.n, held, aged, placed).select_from(queued)).one()
-    return int(row[0]), Probe(bool(row[1]), bool(row[2]), bool(row[3]))
+    counted = select(func.count()).select_from(
+        select(Run.run_id).where(IS_QUEUED).limit(QUEUED_COUNTED + 1).subquery()
+    )
+    row = s.execute(select(counted.scalar_subquery(), held, aged, placed, oldest)).one()
+    return int(row[0]), Probe(bool(row[1]), bool(row[2]), bool(row[3]), row[4])
 
 
 def lower_priority_placements(
     s: Session, top_priority: int, oldest: datetime
 ) -> list[tuple[str, int, datetime]]:
-    """(node, priority, placed at) of the leased runs of priority below ``top_priority`` placed
-    after ``oldest``: what can make a waiting run of higher priority reserve at once."""
+    """(node, priority, last placed at) from the record of placements, of priority below
+    ``top_priority`` and after ``oldest``: what can make a waiting run of higher priority reserve
+    at once, whether the run placed there still holds its lease or has ended (SPEC §7a). At most
+    nodes × priorities rows."""
     rows = s.execute(
-        select(Lease.node_id, Run.priority, Run.promoted_at)
-        .join(Run, Run.run_id == Lease.run_id)
-        .where(Run.priority < top_priority, Run.promoted_at > oldest)
+        select(Placement.node_id, Placement.priority, Placement.last_at).where(
+            Placement.priority < top_priority, Placement.last_at > oldest
+        )
     ).all()
-    return [(r.node_id, r.priority, r.promoted_at) for r in rows]
+    return [(r.node_id, r.priority, r.last_at) for r in rows]
 
 
 def stored_reservations(s: Session) -> tuple[dict[str, str], dict[str, QueuedRun]]:
@@ -146,9 +154,18 @@ def write_reservations(s: Session, stored: Mapping[str, str], plan: Mapping[str,
             .with_for_update(read=True)
         ).scalars()
     )
+    rows = [{"node_id": n, "run_id": run} for n, run in sorted(new.items()) if run in queued]
+    if rows:
+        # SPEC §7a: the nodes it reserves, after the holders' run rows, so a lease insert that
+        # read before this commit waits here and then sees the reservation (place_unreserved).
+        s.execute(
+            select(Node.node_id)
+            .where(Node.node_id.in_([r["node_id"] for r in rows]))
+            .order_by(Node.node_id)
+            .with_for_update(key_share=True)  # FOR NO KEY UPDATE
+        )
     if gone:
         s.execute(delete(Reservation).where(Reservation.node_id.in_(sorted(gone))))
-    rows = [{"node_id": n, "run_id": run} for n, run in sorted(new.items()) if run in queued]
     if rows:
         s.execute(pg_insert(Reservation).values(rows).on_conflict_do_nothing())
     changed: dict[str, list[str]] = {}
@@ -160,6 +177,43 @@ def write_reservations(s: Session, stored: Mapping[str, str], plan: Mapping[str,
         cause = RESERVING + ", ".join(nodes) if nodes else RELEASED
         add_event(s, run, QUEUED, QUEUED, cause, None)
     return Written(changed, set(touched) - queued)
+
+
+_CHECK_AND_PLACE = text(
+    "WITH blocked AS ("
+    " SELECT r.node_id FROM reservations r JOIN runs h ON h.run_id = r.run_id"
+    " WHERE r.node_id = ANY(CAST(:nodes AS text[])) AND r.run_id <> :run_id"
+    " AND h.priority >= :priority),"
+    " placed AS ("
+    " INSERT INTO placements (node_id, priority, last_at)"
+    " SELECT n, :priority, now() FROM unnest(CAST(:nodes AS text[])) AS n"
+    " WHERE NOT EXISTS (SELECT 1 FROM blocked)"
+    " ON CONFLICT (node_id, priority)"
+    " DO UPDATE SET last_at = GREATEST(placements.last_at, excluded.last_at))"
+    " SELECT count(*) FROM blocked"
+)
+
+
+def place_unreserved(s: Session, run_id: str, priority: int, node_ids: Collection[str]) -> None:
+    """Before a lease insert (submit, promotion, acquire; SPEC §7a): ``FOR SHARE`` on the nodes'
+    rows (node_id order), then, in a new statement and so a new snapshot, whether a reservation
+    is held against the run on one of them; if none is, the placements are recorded
+    (``placements (node_id, priority) -> last_at``) in that same statement. A reservation
+    written after the caller's read is found: its writer holds ``FOR NO KEY UPDATE`` on those
+    rows until it commits (:func:`write_reservations`). Raises :class:`NodeTaken`: the caller's
+    transaction is rolled back whole (a submit queues, an acquire answers unavailable)."""
+    nodes = sorted(set(node_ids))
+    if not nodes:
+        return
+    s.execute(
+        select(Node.node_id)
+        .where(Node.node_id.in_(nodes))
+        .order_by(Node.node_id)
+        .with_for_update(read=True)
+    )
+    params = {"nodes": nodes, "run_id": run_id, "priority": priority}
+    if s.execute(_CHECK_AND_PLACE, params).scalar_one():
+        raise NodeTaken(run_id)
 
 
 def release_reservations(s: Session, run_id: str) -> list[str]:

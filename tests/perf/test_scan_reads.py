@@ -1,0 +1,128 @@
+"""A wake scan's reads are bounded by shapes, not by the queue (SPEC §7 step 5, §7a "Cost"):
+every read statement one scan sends is replayed under ``EXPLAIN (ANALYZE, BUFFERS)`` and the rows
+each plan node touched (returned plus removed by a filter, times its loops) are summed. With 1k
+and then 100k QUEUED runs of the same three shapes, no statement may touch more rows at 100k
+than at 1k, give or take a few (an index one level deeper, ties in the planner's estimates).
+
+The 100k rows are copies of real queued runs, made by one ``INSERT … SELECT generate_series``;
+every node is busy, so the scans promote nothing and the two measurements send the same
+statements; the oldest runs have waited past ``queue.reserve_after_seconds`` so the reservation
+step runs too.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sqlalchemy import event
+
+from app.services.queue import wake_queued
+from tests.apps import app_on, client_of
+from tests.helpers import advertise, cap, contract, role, submit
+from tests.support.concurrency import connect
+
+SLACK = 16  # rows: what a deeper index or a different tie may add, far below any growth
+
+
+def _touched(plan: dict[str, Any]) -> int:
+    loops = plan.get("Actual Loops", 1) or 1
+    here = (
+        plan.get("Actual Rows", 0)
+        + plan.get("Rows Removed by Filter", 0)
+        + plan.get("Rows Removed by Index Recheck", 0)
+        + plan.get("Rows Removed by Join Filter", 0)
+    ) * loops
+    return int(here) + sum(_touched(p) for p in plan.get("Plans", []))
+
+
+def _is_read(statement: str) -> bool:
+    s = statement.lstrip().upper()
+    side_effects = ("NEXTVAL", "SETVAL", "PG_NOTIFY", "SET_CONFIG", "INSERT", "UPDATE", "DELETE")
+    return s.startswith(("SELECT", "WITH")) and not any(w in s for w in side_effects)
+
+
+def scan_reads(app: Any) -> list[tuple[str, int]]:
+    """(statement, rows touched) of every read one wake scan sends, in order."""
+    ctx = app.extensions["mediator"]
+    engine = ctx.db.engine
+    sent: list[tuple[str, Any]] = []
+
+    def on_execute(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
+        if _is_read(statement):
+            sent.append((statement, parameters))
+
+    event.listen(engine, "before_cursor_execute", on_execute)
+    try:
+        report = wake_queued(ctx, "measure")
+    finally:
+        event.remove(engine, "before_cursor_execute", on_execute)
+    assert not report.skipped and report.promoted == [] and report.errors == 0
+    out = []
+    with engine.connect() as conn:
+        for statement, parameters in sent:
+            explained = conn.exec_driver_sql(
+                "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + statement, parameters
+            ).scalar_one()
+            plan = (explained if isinstance(explained, list) else json.loads(explained))[0]
+            out.append((" ".join(statement.split())[:100], _touched(plan["Plan"])))
+        conn.rollback()
+    return out
+
+
+def _copy_queued(sql: Any, template: str, start: int, n: int, *, aged: bool) -> None:
+    """``n`` copies of the queued run ``template``, named ``<template>-<start>`` onwards."""
+    cols = [
+        r[0]
+        for r in sql.execute(
+            "select column_name from information_schema.columns where table_name = 'runs'"
+            " and column_name not in ('run_id', 'created_at') order by ordinal_position"
+        )
+    ]
+    listed = ", ".join(cols)
+    age = "interval '1 hour'" if aged else "interval '0'"
+    sql.execute(
+        f"insert into runs (run_id, created_at, {listed})"
+        f" select %s || '-' || g, now() - {age} + g * interval '1 microsecond', {listed}"
+        " from runs, generate_series(%s::int, %s::int) as g where run_id = %s",
+        (template, start, start + n - 1, template),
+    )
+    sql.execute("analyze runs")
+
+
+def test_a_scan_reads_no_more_rows_with_100k_queued_runs_than_with_1k(fresh_db_url, tmp_path):
+    with app_on(fresh_db_url, tmp_path / "r", **{"queue.reserve_after_seconds": 60}) as app:
+        client = client_of(app)
+        with connect(fresh_db_url) as sql:
+            advertise(client, "b1", cap())
+            advertise(client, "b2", cap())
+            advertise(client, "s1", cap("scope"))
+            submit(client, contract("busy-1", role("dut")), 201)
+            submit(client, contract("busy-2", role("dut")), 201)
+            submit(client, contract("busy-s", role("m", "scope")), 201)
+            shapes = {
+                "one": contract("one", role("dut")),
+                "two": contract("two", role("duts", count=2)),
+                "scope": contract("scope", role("m", "scope")),
+            }
+            for doc in shapes.values():
+                submit(client, doc, 202)
+
+            def grow(total: int) -> None:
+                for i, name in enumerate(shapes):
+                    have = sql.execute(
+                        "select count(*) from runs where run_id like %s", (name + "%",)
+                    ).fetchone()[0]
+                    _copy_queued(sql, name, have, total // 3 - have, aged=(i == 0))
+
+            grow(1_000)
+            wake_queued(app.extensions["mediator"], "warm up")  # writes the reservations
+            small = scan_reads(app)
+            grow(100_000)
+            wake_queued(app.extensions["mediator"], "warm up")
+            large = scan_reads(app)
+            queued = sql.execute("select count(*) from runs where state = 'QUEUED'").fetchone()[0]
+            assert queued >= 99_000
+        assert [s for s, _ in large] == [s for s, _ in small]
+        grown = [(s, a, b) for (s, a), (_, b) in zip(small, large, strict=True) if b > a + SLACK]
+        assert grown == [], "\n".join(f"{a} -> {b} rows: {s}" for s, a, b in grown)
