@@ -33,6 +33,8 @@ from tests.helpers import cap, contract, one_step, role
 from tests.support.concurrency import await_condition, connect
 from tests.support.pages import csrf_of
 
+pytestmark = pytest.mark.needs_nginx
+
 MAX_BLOB = KEYS_BY_NAME["max_blob_bytes"].default
 LONG_POLL = KEYS_BY_NAME["claim.long_poll_seconds"].default
 SAMPLE = ROOT / "deploy" / "mediator.yaml"

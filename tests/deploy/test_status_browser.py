@@ -12,11 +12,15 @@ import struct
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.apps import ROOT, TOKEN, gunicorn_on
 from tests.deploy.nginx import nginx_in_front
 from tests.deploy.page import element_text, rows
 from tests.deploy.programs import require_program
 from tests.deploy.scenes import build_fleet
+
+pytestmark = [pytest.mark.needs_nginx, pytest.mark.needs_chromium]
 
 ARTIFACTS = ROOT / "tests" / "artifacts"
 PHONE = (412, 1500)  # CSS pixels: a phone held upright, the page's length

@@ -24,6 +24,8 @@ from tests.deploy.scenes import advertise, submit
 from tests.helpers import cap, contract, one_step, role
 from tests.support.browser import BrowserUser, chromium
 
+pytestmark = pytest.mark.needs_chromium
+
 one_server_per_module = True
 live_server_env = {"MEDIATOR_TOKENS": json.dumps(ENTRIES), "MEDIATOR_UI_INSECURE_COOKIE": "1"}
 
