@@ -170,7 +170,7 @@ def live_server(request: Any) -> Iterator[LiveServer]:
         server, url = request.getfixturevalue("module_live_server")
         with psycopg.connect(to_libpq_url(url), autocommit=True) as conn:
             conn.execute(f"TRUNCATE {TABLES} RESTART IDENTITY CASCADE")
-        conn.execute(RESET_WAKE_MARKS)
+            conn.execute(RESET_WAKE_MARKS)
         empty_records(Path(server.env["MEDIATOR_RECORDS_ROOT"]))
         yield server
         return
