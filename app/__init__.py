@@ -78,6 +78,7 @@ class SchemaGuard:
         self._ok = False
         self._lock = threading.Lock()
         self._checked_at = 0.0
+        self._problem = "the database schema has not been checked yet"
         # The start-up wake this process skipped on a schema that was not ready: owed to the
         # first check that finds it ready (ops migrated while the worker was serving 503).
         self.wake_owed = False  # set by start-up before its first check
@@ -88,13 +89,16 @@ class SchemaGuard:
         with self._lock:
             if self._ok or time.monotonic() - self._checked_at < 1.0:
                 if not self._ok:
-                    raise Unavailable(
-                        "database schema is not this Mediator's: run `mediator db upgrade`"
-                    )
+                    raise Unavailable(self._problem)  # what the last check, under 1 s ago, found
                 return
             self._checked_at = time.monotonic()
-            problem = schema_problem(self.context.db.engine)
+            try:
+                problem = schema_problem(self.context.db.engine)
+            except Exception as exc:
+                self._problem = f"database unreachable ({type(exc).__name__})"
+                raise
             if problem:
+                self._problem = problem
                 log.error("refusing to serve", reason=problem)
                 raise Unavailable(problem)
             self._ok = True

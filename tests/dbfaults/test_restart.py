@@ -6,10 +6,12 @@ restart of gunicorn, no reaper — and every run placed before the restart goes 
 
 from __future__ import annotations
 
+import json
 import signal
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +40,9 @@ SERVER_ENV = {
     # A reaper pass every 5 s; a lease lives 15 s past its last renewal, far longer than the
     # outage (the agents renew every second).
     "MEDIATOR_LEASE_RENEW_SECONDS": "5",
+    "MEDIATOR_LOG_LEVEL": "info",  # each worker's "process ready" line
 }
+WORKERS = 2  # gunicorn_on's default
 
 
 @pytest.fixture
@@ -55,8 +59,27 @@ def db_url(server: RestartablePostgres) -> str:
 
 @pytest.fixture
 def live(db_url: str, tmp_path: Path) -> Iterator[LiveServer]:
+    """gunicorn once every worker has finished its start-up (its schema check and start-up
+    wake): a restart while a worker is still starting would test that worker's start-up, not a
+    serving process's first requests after it (seen on a loaded machine)."""
     with gunicorn_on(db_url, tmp_path, **SERVER_ENV) as live_server:
+        await_true(
+            lambda: len(ready_workers(live_server)) >= WORKERS,
+            60,
+            "every worker to finish its start-up",
+        )
         yield live_server
+
+
+def ready_workers(server: LiveServer) -> set[int]:
+    """The workers that have logged that their start-up is over."""
+    assert server.log is not None
+    said = set()
+    for line in server.log.read_text().splitlines():
+        if "process ready" in line:
+            with suppress(ValueError):
+                said.add(json.loads(line).get("pid"))
+    return said
 
 
 def sql(db_url: str, query: str, *args: Any) -> list[tuple[Any, ...]]:
