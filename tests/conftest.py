@@ -21,12 +21,9 @@ from app.config import to_libpq_url
 from app.dev.embedded import create_database, drop_database, resolve_admin_url
 from app.migrate import upgrade
 from tests.apps import LiveServer, app_on, client_of, empty_records, gunicorn_on
+from tests.support.tables import empty_tables
 from tests.support.webhooks import HangingHook
 
-TABLES = (
-    "nodes, runs, steps, leases, reservations, run_events, blobs, wake_debt, reaper_state,"
-    " run_tombstones, auth_failures, log_files, ui_sessions, placements"
-)
 
 # Property tests: ``ci`` (the default) keeps each one bounded for .ci/run; ``long``
 # (HYPOTHESIS_PROFILE=long) tries twenty times as many inputs, outside CI. A test's own
@@ -35,10 +32,6 @@ TABLES = (
 settings.register_profile("ci", max_examples=100, deadline=None, print_blob=True)
 settings.register_profile("long", max_examples=2000, deadline=None, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
-
-
-# The wake marks (SPEC §7) are sequences, which TRUNCATE leaves alone: back to "none taken".
-RESET_WAKE_MARKS = "SELECT setval('wake_mark', 1, false), setval('wake_covered', 0)"
 
 
 @pytest.fixture(scope="session")
@@ -78,8 +71,7 @@ def session_db(pg_admin_url: str, template_db: tuple[str, str]) -> Iterator[str]
 def db_url(session_db: str) -> str:
     """The session database, emptied: each test starts from no rows."""
     with psycopg.connect(to_libpq_url(session_db), autocommit=True) as conn:
-        conn.execute(f"TRUNCATE {TABLES} RESTART IDENTITY CASCADE")
-        conn.execute(RESET_WAKE_MARKS)
+        empty_tables(conn)
     return session_db
 
 
@@ -169,8 +161,7 @@ def live_server(request: Any) -> Iterator[LiveServer]:
     if getattr(request.module, "one_server_per_module", False):
         server, url = request.getfixturevalue("module_live_server")
         with psycopg.connect(to_libpq_url(url), autocommit=True) as conn:
-            conn.execute(f"TRUNCATE {TABLES} RESTART IDENTITY CASCADE")
-            conn.execute(RESET_WAKE_MARKS)
+            empty_tables(conn)
         empty_records(Path(server.env["MEDIATOR_RECORDS_ROOT"]))
         yield server
         return

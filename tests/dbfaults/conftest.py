@@ -10,6 +10,7 @@ import pytest
 
 from app.config import to_libpq_url
 from tests.dbfaults.server import RestartablePostgres
+from tests.support.tables import empty_tables
 
 
 @pytest.fixture(scope="module")
@@ -31,8 +32,5 @@ def module_db(own_server: RestartablePostgres) -> str:
 def clean_db(module_db: str) -> str:
     """The module's database, emptied: each test starts from no rows."""
     with psycopg.connect(to_libpq_url(module_db), autocommit=True) as conn:
-        conn.execute(
-            "TRUNCATE nodes, runs, steps, leases, run_events, blobs, wake_debt, reaper_state"
-            " RESTART IDENTITY CASCADE"
-        )
+        empty_tables(conn)
     return module_db
