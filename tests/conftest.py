@@ -24,7 +24,6 @@ from tests.apps import LiveServer, app_on, client_of, empty_records, gunicorn_on
 from tests.support.tables import empty_tables
 from tests.support.webhooks import HangingHook
 
-
 # Property tests: ``ci`` (the default) keeps each one bounded for .ci/run; ``long``
 # (HYPOTHESIS_PROFILE=long) tries twenty times as many inputs, outside CI. A test's own
 # ``@settings(max_examples=...)`` wins over both. No deadline: a request to a real database on

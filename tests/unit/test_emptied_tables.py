@@ -9,7 +9,9 @@ KEPT = {"alembic_version", "ui_secret"}
 
 
 def test_every_table_of_the_schema_is_emptied_except_the_kept_ones(sql):
-    names = {row[0] for row in sql.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")}
+    names = {
+        row[0] for row in sql.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+    }
     assert names - KEPT == set(TABLES)
 
 
@@ -21,6 +23,9 @@ def test_emptying_leaves_no_rows_and_restarts_the_sequences_and_the_wake_marks(s
     empty_tables(sql)
 
     assert sql.execute("SELECT count(*) FROM wake_debt").fetchone()[0] == 0
-    assert sql.execute("SELECT last_value, is_called FROM wake_debt_id_seq").fetchone() == (1, False)
+    assert sql.execute("SELECT last_value, is_called FROM wake_debt_id_seq").fetchone() == (
+        1,
+        False,
+    )
     assert sql.execute("SELECT nextval('wake_mark')").fetchone()[0] == 1
     assert sql.execute("SELECT last_value FROM wake_covered").fetchone()[0] == 0
