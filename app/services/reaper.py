@@ -200,6 +200,25 @@ def _crossed_age(ctx: Context, s: Any, previous: Any) -> bool:
 
 
 def _pass(ctx: Context, report: PassReport, previous_failed: bool) -> None:
+    """The steps of SPEC §12, in its order; each step's runs in their own transactions."""
+    _begin_pass(ctx, report)
+    after = AfterCommit()
+    _expire_asks(ctx, report, after)  # 1
+    _expire_leases(ctx, report, after)  # 2
+    _fail_steps_of_finished_runs(ctx, report)  # 3
+    _delete_leases_of_finished_runs(ctx, report)  # 4
+    _settle_verifying_and_time_out_queued(ctx, report, after)  # 5
+    causes = _mark_and_finish(ctx, report, after)  # 6 marks now; its wake is below
+    _seal_finished_runs(ctx, report)  # 5, last part: after the ends above are announced
+    _wake_or_pay(ctx, report, causes, previous_failed)  # 6 and 7
+    _prune(ctx, report)
+    _log_pass(report)
+
+
+def _begin_pass(ctx: Context, report: PassReport) -> None:
+    """Record the pass and read what the previous one left (its time, its wake marks); forget
+    stale 429 counts and page sessions; note a run crossing the reservation age; after an outage
+    longer than a lease window, give every lease a full window before anything is reaped."""
     window = timedelta(seconds=ctx.lease_window_seconds)
     with ctx.db.begin() as s:
         start = q.begin_pass(s)
@@ -216,12 +235,19 @@ def _pass(ctx: Context, report: PassReport, previous_failed: bool) -> None:
                 gap_s=round((now - previous).total_seconds()),
                 leases=report.extended,
             )
-    after = AfterCommit()
+
+
+def _expire_asks(ctx: Context, report: PassReport, after: AfterCommit) -> None:
+    """Step 1: asks past their deadline fail (``ask deadline passed``) and their runs settle."""
     with ctx.db.read() as s:
         asks = q.expired_asks(s)
     report.asks_expired = _row_by_row(
         asks, lambda a: _expire_ask(ctx, a[0], a[1], after), "ask expiry"
     )
+
+
+def _expire_leases(ctx: Context, report: PassReport, after: AfterCommit) -> None:
+    """Step 2: runs whose lease's ``not_after`` passed, with no ASKED step, become FAILED (410)."""
     with ctx.db.read() as s:
         expired = q.runs_with_expired_leases(s)
     report.lease_expired = [
@@ -229,14 +255,29 @@ def _pass(ctx: Context, report: PassReport, previous_failed: bool) -> None:
         for r in expired
         if _row_by_row([r], lambda r: _fail_expired(ctx, r, after), "lease expiry")
     ]
+
+
+def _fail_steps_of_finished_runs(ctx: Context, report: PassReport) -> None:
+    """Step 3: open steps of finished runs become FAILED."""
     with ctx.db.read() as s:
         open_runs = q.open_steps_of_finished_runs(s)
     report.steps_failed = _row_by_row(open_runs, lambda r: _fail_open_steps(ctx, r), "open steps")
+
+
+def _delete_leases_of_finished_runs(ctx: Context, report: PassReport) -> None:
+    """Step 4: leases of finished runs go (runs that ended while the Mediator was down)."""
     with ctx.db.read() as s:
         leased = q.leases_of_finished_runs(s)
     report.leases_deleted = _row_by_row(
         leased, lambda r: _delete_finished_leases(ctx, r), "lease cleanup"
     )
+
+
+def _settle_verifying_and_time_out_queued(
+    ctx: Context, report: PassReport, after: AfterCommit
+) -> None:
+    """Step 5: runs left in VERIFYING get their verdict; QUEUED runs past their ``queue.timeout``
+    fail (``queue timeout``), and their reservations go with them, so the queue is woken."""
     with ctx.db.read() as s:
         verifying = q.verifying_runs(s)
         timed_out = timed_out_queued(s)
@@ -250,41 +291,67 @@ def _pass(ctx: Context, report: PassReport, previous_failed: bool) -> None:
     if report.queue_timeouts:
         # A timed-out run's reservations went with it: the wake hands those nodes on (SPEC §7a).
         after.wake("queue timeout of " + ", ".join(report.queue_timeouts))
-    # The wake of step 6 happens once, below; ``finish`` must not wake a second time.
+
+
+def _mark_and_finish(ctx: Context, report: PassReport, after: AfterCommit) -> list[str]:
+    """Mark the wake right after the freeing commits when steps 1, 2, 4 or 5 changed anything,
+    then announce the runs that ended; returns the wake causes the steps gave."""
+    # The wake of step 6 happens once, in _wake_or_pay; ``finish`` must not wake a second time.
     causes = list(after.wake_causes)
     if report.freed or causes:
         mark_wake(ctx)  # SPEC §7: right after the freeing commits, before anything that can fail
     finish(ctx, after, wake=False)
+    return causes
+
+
+def _seal_finished_runs(ctx: Context, report: PassReport) -> None:
+    """Step 5, last part: seal the Records of finished runs that are not sealed yet."""
     with ctx.db.read() as s:
         unsealed = q.unsealed_finished_runs(s)
     report.sealed = sum(1 for run_id in unsealed if seal_run(ctx, run_id))
+
+
+def _wake_or_pay(
+    ctx: Context, report: PassReport, causes: list[str], previous_failed: bool
+) -> None:
+    """Steps 6 and 7: wake the queue once when the pass freed something or a run crossed the
+    reservation age, and pay what is owed (a wake debt, uncovered marks, a failed pass) with a
+    scan that takes the scanning lock directly."""
     with ctx.db.read() as s:
         debt = wake_debt_set(s)
         started = database_now(s)
     owed = bool(debt or previous_failed or report.uncovered)
-    if report.freed or causes or owed or report.crossed_age:
-        if report.freed or causes:
-            why = "reaper: freed nodes"
-        elif report.uncovered:
-            why = "reaper: uncovered wake marks"
-        else:
-            why = "reaper: " + ("wake debt" if owed else "reservation age")
-        # Paying what is owed takes the scanning lock directly: the waiter the skipped wakes
-        # counted on may never scan (SPEC §7, §12 step 7). A scan that raises leaves its debt.
-        scan = wake_queued(ctx, why, direct=owed)
-        report.woke = not scan.skipped
-        if scan.skipped:
-            log.warning("reaper: the scanning lock was not free in time; next pass", why=why)
-        elif debt and not (scan.errors or scan.again):
-            with ctx.db.begin() as s:
-                clear_wake_debt(s, set_before=started)
-    # Retention last: it frees nothing a queued run waits for, and a failure of it fails no other
-    # work of the pass (the next pass tries again).
+    if not (report.freed or causes or owed or report.crossed_age):
+        return
+    if report.freed or causes:
+        why = "reaper: freed nodes"
+    elif report.uncovered:
+        why = "reaper: uncovered wake marks"
+    else:
+        why = "reaper: " + ("wake debt" if owed else "reservation age")
+    # Paying what is owed takes the scanning lock directly: the waiter the skipped wakes
+    # counted on may never scan (SPEC §7, §12 step 7). A scan that raises leaves its debt.
+    scan = wake_queued(ctx, why, direct=owed)
+    report.woke = not scan.skipped
+    if scan.skipped:
+        log.warning("reaper: the scanning lock was not free in time; next pass", why=why)
+    elif debt and not (scan.errors or scan.again):
+        with ctx.db.begin() as s:
+            clear_wake_debt(s, set_before=started)
+
+
+def _prune(ctx: Context, report: PassReport) -> None:
+    """Retention last: it frees nothing a queued run waits for, and a failure of it fails no other
+    work of the pass (the next pass tries again)."""
     try:
         pruned = prune_expired(ctx)
         report.pruned = pruned.runs if pruned is not None else 0
     except Exception:
         log.exception("reaper: retention failed")
+
+
+def _log_pass(report: PassReport) -> None:
+    """The one ``reaper pass`` line: what the pass did."""
     log.info(
         "reaper pass",
         extended=report.extended,
