@@ -10,15 +10,25 @@ a ``MEDIATOR_*`` variable that nothing reads is a warning naming it.
 from __future__ import annotations
 
 import difflib
-import json
 import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import structlog
 
+from app.config_loader import (
+    FileMessages,
+    as_bool,
+    as_float,
+    as_int,
+    as_str,
+    as_str_list,
+    coerce,
+    from_environment,
+    one_of,
+    read_mapping,
+)
 from app.errors import ConfigError
 from app.logs import configure_logging, log
 from app.tokens import Token, parse_tokens
@@ -37,63 +47,12 @@ class Key:
         return "MEDIATOR_" + self.name.upper().replace(".", "_")
 
 
-def _int(name: str, v: Any) -> int:
-    if isinstance(v, bool):
-        raise ValueError("must be an integer")
-    if isinstance(v, int):
-        return v
-    if isinstance(v, str) and v.strip().lstrip("-").isdigit():
-        return int(v.strip())
-    raise ValueError("must be an integer")
-
-
-def _float(name: str, v: Any) -> float:
-    if isinstance(v, bool):
-        raise ValueError("must be a number")
-    if isinstance(v, (int, float)):
-        return float(v)
-    try:
-        return float(str(v).strip())
-    except ValueError:
-        raise ValueError("must be a number") from None
-
-
-def _str(name: str, v: Any) -> str | None:
-    if v is None:
-        return None
-    if not isinstance(v, str):
-        raise ValueError("must be a string")
-    return v or None
-
-
-def _bool(name: str, v: Any) -> bool:
-    if isinstance(v, bool):
-        return v
-    if isinstance(v, str) and v.strip().lower() in {"1", "true", "yes", "on"}:
-        return True
-    if isinstance(v, str) and v.strip().lower() in {"0", "false", "no", "off", ""}:
-        return False
-    raise ValueError("must be true or false")
-
-
-def _str_list(name: str, v: Any) -> tuple[str, ...]:
-    if isinstance(v, str):
-        text = v.strip()
-        if text.startswith("["):
-            v = json.loads(text)
-        else:
-            v = [part.strip() for part in text.split(",") if part.strip()]
-    if not isinstance(v, (list, tuple)) or not all(isinstance(x, str) for x in v):
-        raise ValueError("must be a list of strings")
-    return tuple(v)
-
-
 def _tokens(name: str, v: Any) -> tuple[Token, ...]:
     return parse_tokens(name, v)  # a wrong entry is a ConfigError naming it and its field
 
 
 def _database_url(name: str, v: Any) -> str | None:
-    url = _str(name, v)
+    url = as_str(name, v)
     if url is None:
         return None
     scheme = url.split("://", 1)[0] if "://" in url else ""
@@ -114,73 +73,70 @@ def _at_least_one(v: Any) -> str | None:
     return None if v >= 1 else "must be at least 1"
 
 
-def _one_of(*allowed: str) -> Callable[[Any], str | None]:
-    return lambda v: None if v in allowed else "must be one of " + ", ".join(allowed)
-
-
 KEYS: tuple[Key, ...] = (
     Key("database.url", None, _database_url, secret=True),
-    Key("database.pool_size", 5, _int, _at_least_one),
-    Key("database.pool_timeout", 5.0, _float, _positive),
-    Key("database.statement_timeout_seconds", 10.0, _float, _positive),
-    Key("records.root", "./var/records", _str),
+    Key("database.pool_size", 5, as_int, _at_least_one),
+    Key("database.pool_timeout", 5.0, as_float, _positive),
+    Key("database.statement_timeout_seconds", 10.0, as_float, _positive),
+    Key("records.root", "./var/records", as_str),
     # Where the Records live: a local directory (records.root) or an S3-compatible bucket, which
     # several hosts need. The store's credentials come from the AWS chain, never from here.
-    Key("records.backend", "filesystem", _str, _one_of("filesystem", "s3")),
-    Key("records.s3.bucket", None, _str),
-    Key("records.s3.prefix", None, _str),
-    Key("records.s3.endpoint_url", None, _str),
+    Key("records.backend", "filesystem", as_str, one_of("filesystem", "s3")),
+    Key("records.s3.bucket", None, as_str),
+    Key("records.s3.prefix", None, as_str),
+    Key("records.s3.endpoint_url", None, as_str),
     # What the steps of one run may store, at most (SPEC §20.6): bytes of every file a node
     # uploaded (logs, their progress, blobs), and distinct files of one step.
-    Key("records.max_run_bytes", 1 << 30, _int, _at_least_one),
-    Key("records.max_step_files", 1000, _int, _at_least_one),
-    Key("max_blob_bytes", 10 * 1024 * 1024, _int, _positive),
-    Key("max_body_bytes", 1024 * 1024, _int, _positive),
-    Key("claim.long_poll_seconds", 30.0, _float, _not_negative),
-    Key("claim.recheck_seconds", 5.0, _float, _positive),
+    Key("records.max_run_bytes", 1 << 30, as_int, _at_least_one),
+    Key("records.max_step_files", 1000, as_int, _at_least_one),
+    Key("max_blob_bytes", 10 * 1024 * 1024, as_int, _positive),
+    Key("max_body_bytes", 1024 * 1024, as_int, _positive),
+    Key("claim.long_poll_seconds", 30.0, as_float, _not_negative),
+    Key("claim.recheck_seconds", 5.0, as_float, _positive),
     # The scan gate's session is dropped by PostgreSQL after this long idle, and a stalled
     # scanner loses its turn: the longest a hung process keeps every other from scanning.
-    Key("gate.idle_seconds", 30.0, _float, _positive),
-    Key("lease.ttl_seconds", 3600, _int, _positive),
-    Key("lease.renew_seconds", 60, _int, _positive),
-    Key("lease.not_after_factor", 3, _int, _at_least_one),
-    Key("lease.max_per_run", 0, _int, _not_negative),
+    Key("gate.idle_seconds", 30.0, as_float, _positive),
+    Key("lease.ttl_seconds", 3600, as_int, _positive),
+    Key("lease.renew_seconds", 60, as_int, _positive),
+    Key("lease.not_after_factor", 3, as_int, _at_least_one),
+    Key("lease.max_per_run", 0, as_int, _not_negative),
     # A QUEUED run waiting this long reserves the nodes it needs (0: no reservations).
-    Key("queue.reserve_after_seconds", 900, _int, _not_negative),
-    Key("notify.asks_url", None, _str),
-    Key("notify.runs_url", None, _str),
+    Key("queue.reserve_after_seconds", 900, as_int, _not_negative),
+    Key("notify.asks_url", None, as_str),
+    Key("notify.runs_url", None, as_str),
     # Webhooks waiting for a sender, at most: past it they are dropped and counted.
-    Key("notify.queue_size", 1000, _int, _at_least_one),
-    Key("notify.timeout_seconds", 3.0, _float, _positive),
-    Key("contract.capabilities", (), _str_list),
+    Key("notify.queue_size", 1000, as_int, _at_least_one),
+    Key("notify.timeout_seconds", 3.0, as_float, _positive),
+    Key("contract.capabilities", (), as_str_list),
     Key("tokens", (), _tokens, secret=True),
-    Key("token", None, _str, secret=True),
+    Key("token", None, as_str, secret=True),
     # argon2 entries without an id are tried for secrets no id or sha256 names (one release more).
-    Key("tokens.legacy_argon2", True, _bool),
+    Key("tokens.legacy_argon2", True, as_bool),
     # A legacy token shorter than 32 characters is refused unless this is set (then it warns).
-    Key("token_allow_short", False, _bool),
+    Key("token_allow_short", False, as_bool),
     # Slow (argon2) verifications at once per process; more wait up to database.pool_timeout.
-    Key("auth.slow_concurrency", 2, _int, _at_least_one),
+    Key("auth.slow_concurrency", 2, as_int, _at_least_one),
     # Failed authentications from one address in a minute before it is answered 429 (0: never).
-    Key("auth.max_failures_per_minute", 30, _int, _not_negative),
+    Key("auth.max_failures_per_minute", 30, as_int, _not_negative),
     # Whether that limit also holds for loopback addresses (local tools; a proxy not trusted).
-    Key("auth.limit_loopback", False, _bool),
+    Key("auth.limit_loopback", False, as_bool),
     # Proxies in front of the Mediator whose X-Forwarded-For names the client (nginx: 1).
-    Key("http.trusted_proxies", 0, _int, _not_negative),
-    Key("metrics.require_token", False, _bool),
-    Key("ui.require_token", False, _bool),
+    Key("http.trusted_proxies", 0, as_int, _not_negative),
+    Key("metrics.require_token", False, as_bool),
+    Key("ui.require_token", False, as_bool),
     # The pages' sessions (SPEC §21): how long a sign-in lasts, and a cookie without Secure
     # (plain HTTP on a developer's machine: `mediator demo`).
-    Key("ui.session_hours", 12.0, _float, _positive),
-    Key("ui.insecure_cookie", False, _bool),
+    Key("ui.session_hours", 12.0, as_float, _positive),
+    Key("ui.insecure_cookie", False, as_bool),
     # Where people reach the pages: ask notifications carry a page_url under it.
-    Key("ui.public_url", None, _str),
+    Key("ui.public_url", None, as_str),
     # Finished runs older than this many days are pruned by the reaper; 0 keeps every run.
-    Key("retention.days", 0, _int, _not_negative),
-    Key("log.format", "json", _str, _one_of("json", "console")),
-    Key("log.level", "info", _str, _one_of("debug", "info", "warning", "error")),
+    Key("retention.days", 0, as_int, _not_negative),
+    Key("log.format", "json", as_str, one_of("json", "console")),
+    Key("log.level", "info", as_str, one_of("debug", "info", "warning", "error")),
 )
 KEYS_BY_NAME = {k.name: k for k in KEYS}
+ENV_VARIABLES = {k.name: (k.env,) for k in KEYS}
 
 
 class Config(Mapping[str, Any]):
@@ -236,26 +192,16 @@ def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
+FILE_MESSAGES = FileMessages(
+    cannot_read="config: cannot read {path}: {reason}",
+    cannot_parse="config: cannot parse {path}: {reason}",
+    not_a_mapping="config: {path} must hold a mapping of keys",
+)
+
+
 def read_file(path: str | os.PathLike[str]) -> dict[str, Any]:
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"config: cannot read {p}: {exc.strerror}") from None
-    try:
-        if p.suffix.lower() == ".toml":
-            import tomllib
-
-            data = tomllib.loads(text)
-        else:
-            import yaml
-
-            data = yaml.safe_load(text) or {}
-    except Exception as exc:  # the parser's own message names the line
-        raise ConfigError(f"config: cannot parse {p}: {exc}".splitlines()[0]) from None
-    if not isinstance(data, Mapping):
-        raise ConfigError(f"config: {p} must hold a mapping of keys")
-    return flatten(data)
+    """The keys of a YAML or TOML configuration file (by its suffix), flattened."""
+    return flatten(read_mapping(path, FILE_MESSAGES, ConfigError))
 
 
 # MEDIATOR_* variables read outside the configuration keys: the config file's name, gunicorn's
@@ -331,11 +277,11 @@ def load_config(
     path = path or env.get("MEDIATOR_CONFIG") or None
     if path:
         raw.update(read_file(path))
-    if env.get("DATABASE_URL"):
-        raw["database.url"] = env["DATABASE_URL"]
-    for key in KEYS:
-        if key.env in env:
-            raw[key.name] = env[key.env]
+    # DATABASE_URL only when not empty; a MEDIATOR_* variable set empty clears its key.
+    variables = [({"database.url": ("DATABASE_URL",)}, True), (ENV_VARIABLES, False)]
+    for names, empty_is_unset in variables:
+        found = from_environment(env, names, empty_is_unset=empty_is_unset)
+        raw.update((key, value) for key, (value, _) in found.items())
     if overrides:
         raw.update(flatten(overrides))
     unknown = sorted(set(raw) - set(KEYS_BY_NAME))
@@ -346,10 +292,7 @@ def load_config(
         value = raw.get(key.name, key.default)
         if value is not key.default or key.name in raw:
             shown = "" if key.secret else f" (got {value!r})"
-            try:
-                value = key.parse(key.name, value)
-            except (ValueError, TypeError) as exc:
-                raise ConfigError(f"{key.name}: {exc}{shown}") from None
+            value = coerce(key.name, value, key.parse, ConfigError, shown=shown)
             problem = key.check(value) if value is not None else None
             if problem:
                 raise ConfigError(f"{key.name}: {problem}{shown}")

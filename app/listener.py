@@ -151,8 +151,8 @@ class ClaimListener:
             started = sorted(t.started for t in self._waiters.get(node_id, ()))
         return [now - s for s in started]
 
-    def wake(self, nodes: list[str] | None) -> None:
-        """Wake the claims of these nodes (None: every waiting claim)."""
+    def nudge_claims(self, nodes: list[str] | None) -> None:
+        """Nudge the claims of these nodes (None: every waiting claim)."""
         with self._lock:
             if nodes is None:
                 tickets = [t for ts in self._waiters.values() for t in ts]
@@ -186,7 +186,7 @@ class ClaimListener:
                     conn.execute(f"LISTEN {CLAIM_CHANNEL}")
                     self.connected.set()
                     backoff = 0.2
-                    self.wake(None)  # anything notified while we were away: look again now
+                    self.nudge_claims(None)  # anything notified while we were away: look again now
                     next_pass = time.monotonic() + self._recheck
                     while not self._stop.is_set():
                         # A short turn so close() (a worker shutting down) ends the thread
@@ -206,7 +206,7 @@ class ClaimListener:
         self.connected.clear()
 
     def _handle(self, payload: str) -> None:
-        self.wake(claim_nodes(payload))
+        self.nudge_claims(claim_nodes(payload))
 
     def _safety_net_pass(self) -> None:
         """SPEC §8: one query for all the claims waiting in this process, never one per claim;
@@ -221,7 +221,7 @@ class ClaimListener:
                 log.warning("claim safety net failed", error=type(exc).__name__)
             else:
                 if found:
-                    self.wake(sorted(found))
+                    self.nudge_claims(sorted(found))
         with self._passes:
             self.passes += 1
             self._passes.notify_all()

@@ -18,7 +18,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
+from app.config_loader import (
+    FileMessages,
+    as_bool,
+    as_str,
+    coerce,
+    from_environment,
+    one_of,
+    read_mapping,
+)
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 # What a step's PATH is unless its contract names PATH among its ``env``: enough to find the
@@ -192,45 +200,43 @@ def _names(where: str, value: Any) -> tuple[str, ...]:
 
 
 def _text(where: str, value: Any) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise AgentConfigError(f"{where}: must be a string")
-    return value or None
+    return coerce(where, value, as_str, AgentConfigError)
+
+
+def _as_seconds(name: str, value: Any) -> float:
+    # Stricter than the server's numbers: the agent's seconds come from its file and flags only.
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise ValueError("must be a number of seconds (0 or more)")
+    return float(value)
 
 
 def _seconds(where: str, value: Any, default: float) -> float:
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise AgentConfigError(f"{where}: must be a number of seconds (0 or more)")
-    return float(value)
+    return default if value is None else coerce(where, value, _as_seconds, AgentConfigError)
 
 
 def _choice(where: str, value: Any, default: str, allowed: Sequence[str]) -> str:
     if value is None:
         return default
-    if value not in allowed:
-        raise AgentConfigError(f"{where}: must be one of {', '.join(allowed)}, got {value!r}")
+    problem = one_of(*allowed)(value)
+    if problem:
+        raise AgentConfigError(f"{where}: {problem}, got {value!r}")
     return str(value)
 
 
+FILE_MESSAGES = FileMessages(
+    cannot_read="--config: cannot read {path}: {reason}",
+    cannot_parse="--config: cannot parse {path}: {reason}",
+    not_a_mapping="--config: {path} must hold a mapping of keys",
+)
+
+
 def read_file(path: str | os.PathLike[str]) -> dict[str, Any]:
-    p = Path(path)
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise AgentConfigError(f"--config: cannot read {p}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise AgentConfigError(f"--config: cannot parse {p}: {str(exc).splitlines()[0]}") from None
-    if data is None:
-        return {}
-    if not isinstance(data, Mapping):
-        raise AgentConfigError(f"--config: {p} must hold a mapping of keys")
+    """The keys of the agent's YAML file (whatever its suffix), each one the agent knows."""
+    data = read_mapping(path, FILE_MESSAGES, AgentConfigError, syntax="yaml")
     unknown = sorted(set(data) - FILE_KEYS)
     if unknown:
-        raise AgentConfigError(f"{unknown[0]}: unknown key in {p}")
-    return dict(data)
+        raise AgentConfigError(f"{unknown[0]}: unknown key in {Path(path)}")
+    return data
 
 
 # ---------------------------------------------------------------- the whole
@@ -246,10 +252,7 @@ def load_agent_config(
     file's list when non-empty)."""
     env = os.environ if env is None else env
     raw: dict[str, Any] = read_file(path) if path else {}
-    for key, names in VARIABLES.items():
-        found = next((env[name] for name in names if env.get(name)), None)
-        if found:
-            raw[key] = found
+    raw.update((key, value) for key, (value, _) in from_environment(env, VARIABLES).items())
     for key, value in flags.items():
         if value is None or (key == "capabilities" and not value):
             continue
@@ -273,9 +276,7 @@ def load_agent_config(
         raise AgentConfigError(f"url: must be an http:// or https:// URL, got {url!r}")
     work_dir = _text("work_dir", raw.get("work_dir"))
     drain_file = _text("drain_file", raw.get("drain_file"))
-    keep = raw.get("keep_work_dirs", False)
-    if not isinstance(keep, bool):
-        raise AgentConfigError("keep_work_dirs: must be true or false")
+    keep = coerce("keep_work_dirs", raw.get("keep_work_dirs", False), as_bool, AgentConfigError)
     return AgentConfig(
         node_id=node_id,
         capabilities=capabilities,

@@ -29,11 +29,12 @@ from __future__ import annotations
 
 import os
 import stat
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from app.config_loader import FileMessages, from_environment, read_mapping
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 FIELDS = ("url", "token", "principal")
@@ -76,18 +77,16 @@ def config_path(env: Mapping[str, str]) -> Path:
     return base.expanduser() / "mediator" / "client.toml"
 
 
+FILE_MESSAGES = FileMessages(
+    cannot_read="{path}: cannot read it: {reason}",
+    cannot_parse="{path}: not valid TOML: {reason}",
+    not_a_mapping="{path}: must hold a mapping of keys",  # TOML always does
+)
+
+
 def read_profiles(path: Path) -> tuple[dict[str, dict[str, Any]], str | None]:
     """The profiles of ``path`` by name and its ``default``; none when there is no file."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return {}, None
-    except OSError as exc:
-        raise SettingsError(f"{path}: cannot read it: {exc.strerror}") from None
-    try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise SettingsError(f"{path}: not valid TOML: {exc}") from None
+    doc = read_mapping(path, FILE_MESSAGES, SettingsError, syntax="toml", missing_ok=True)
     unknown = sorted(set(doc) - {"default", "profiles"})
     if unknown:
         raise SettingsError(f"{path}: {unknown[0]}: unknown key (default, profiles)")
@@ -151,14 +150,11 @@ def resolve(
     ``principal`` (None when not given), ``profile`` the command line's ``--profile``."""
     values: dict[str, str | None] = {}
     sources: dict[str, str] = {}
+    for name, (value, variable) in from_environment(env, VARIABLES).items():
+        values[name], sources[name] = value, variable
     for name in FIELDS:
         if given.get(name):
             values[name], sources[name] = given[name], f"--{name}"
-            continue
-        for variable in VARIABLES[name]:
-            if env.get(variable):
-                values[name], sources[name] = env[variable], variable
-                break
     path = config_path(env)
     chosen, chosen_by = profile, "--profile"
     holder: Path | None = None  # the file the token was read from

@@ -10,10 +10,10 @@ from app.contract.violations import schema_violation
 from app.errors import BadRequest, Conflict, Forbidden, Unprocessable
 from app.models import Run, Step
 from app.services.execution import Picture
-from app.services.finish import finish_reply
 from app.services.notify import AfterCommit
 from app.services.records import record_of, store_blob
 from app.services.results import complete_step
+from app.services.settle_and_wake import settle_and_reply
 from app.services.tx import retrying
 from app.states import ASKED, RUNNING
 from app.store.blobs import newest_blob
@@ -175,4 +175,4 @@ def answer(ctx: Context, run_id: str, seq: int, raw: bytes, caller: Caller) -> d
     _validated(ctx, run_id, seq, doc, caller)
     after = AfterCommit()
     reply = _answer(ctx, run_id, seq, raw, caller, after)
-    return finish_reply(ctx, after, reply)
+    return settle_and_reply(ctx, after, reply)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from app.context import Caller, Context
 from app.errors import Forbidden, NotFound
 from app.faults import fault
-from app.services.ending import cancel_run_failed
-from app.services.finish import finish
 from app.services.notify import AfterCommit
+from app.services.settle_and_wake import settle_and_wake
+from app.services.settle_failed import settle_cancelled
 from app.services.tx import retrying
 from app.states import RUN_FINISHED
 from app.store.runs import lock_run
@@ -24,10 +24,10 @@ def _cancel(ctx: Context, run_id: str, caller: Caller, after: AfterCommit) -> st
         # Re-read under the lock: it may have been promoted, or have ended, a moment ago.
         if run.state in RUN_FINISHED:
             return run.state
-        freed = cancel_run_failed(
+        freed = settle_cancelled(
             s, run, caller.by, f"cancelled by {caller.by}", caller.declared_token
         )
-        after.ended.append(run_id)
+        after.settled.append(run_id)
         after.released(run_id, freed)
         after.wake_anyway = f"cancel of {run_id}"
         fault("cancel.before_commit")
@@ -40,5 +40,5 @@ def cancel_run(ctx: Context, run_id: str, caller: Caller) -> dict[str, str]:
     after = AfterCommit()
     state = _cancel(ctx, run_id, caller, after)
     fault("cancel.after_commit")
-    finish(ctx, after)
+    settle_and_wake(ctx, after)
     return {"run_id": run_id, "state": state}

@@ -18,9 +18,9 @@ from app.contract import parse_duration, parse_requirement
 from app.contract.types import StepDef
 from app.match import Assignment, match
 from app.models import Run, Step
-from app.services.ending import end_run_failed, step_did_not_complete
 from app.services.notify import AfterCommit
 from app.services.records import store_blob
+from app.services.settle_failed import settle_failed, step_did_not_complete
 from app.states import (
     ASKED,
     DONE,
@@ -199,7 +199,7 @@ def settle(s: Session, pic: Picture, after: AfterCommit) -> None:
         return
     failed = [st for st in pic.ordered() if st.state == FAILED]
     if failed:
-        freed = end_run_failed(
+        freed = settle_failed(
             s,
             run,
             checks=[step_did_not_complete(st.step_id) for st in failed],
@@ -208,7 +208,7 @@ def settle(s: Session, pic: Picture, after: AfterCommit) -> None:
             by=None,
         )
         run.state = FAILED
-        after.ended.append(run.run_id)
+        after.settled.append(run.run_id)
         after.released(run.run_id, freed)
         return
     if any(st.state in STEP_OPEN for st in pic.steps.values()):

@@ -10,9 +10,9 @@ from sqlalchemy.orm import Session
 
 from app.context import Context
 from app.models import Lease
-from app.services.ending import end_run_failed, step_did_not_complete
-from app.services.finish import finish
 from app.services.notify import AfterCommit
+from app.services.settle_and_wake import settle_and_wake
+from app.services.settle_failed import settle_failed, step_did_not_complete
 from app.services.tx import retrying
 from app.states import CLAIMED, RUNNING
 from app.store.leases import leases_of_node
@@ -75,7 +75,7 @@ def _restart(s: Session, advert: Advert, after: AfterCommit, causes: list[str]) 
         step_id = next(
             (c["id"] for i, c in enumerate(run.contract["steps"], 1) if i == seq), str(seq)
         )
-        end_run_failed(
+        settle_failed(
             s,
             run,
             checks=[step_did_not_complete(step_id)],
@@ -84,7 +84,7 @@ def _restart(s: Session, advert: Advert, after: AfterCommit, causes: list[str]) 
             by=f"node:{advert.node_id}",
         )
         causes.append(f"node restarted: {advert.node_id} failed {run_id}")
-        after.ended.append(run_id)
+        after.settled.append(run_id)
 
 
 @retrying
@@ -136,7 +136,7 @@ def advertise(ctx: Context, body: dict[str, Any], principal: str | None) -> dict
     stored = _store_advert(ctx, advert, principal, after)
     for cause in stored.causes:
         after.wake(cause)
-    finish(ctx, after)
+    settle_and_wake(ctx, after)
     # After a wake, read again: a run promoted onto this node by it is in this very reply.
     leases = _leases_reply(ctx, advert.node_id) if after.causes() else stored.leases
     return {

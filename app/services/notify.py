@@ -283,7 +283,7 @@ class AfterCommit:
     # result); its cause is used only when no other cause was recorded.
     wake_anyway: str | None = None
     verifying: list[str] = field(default_factory=list)  # runs to settle (VERIFYING committed)
-    ended: list[str] = field(default_factory=list)  # runs to seal and announce
+    settled: list[str] = field(default_factory=list)  # runs to seal and announce
 
     def wake(self, cause: str) -> None:
         self.wake_causes.append(cause)

@@ -17,17 +17,17 @@ from sqlalchemy import func
 from app.context import Context
 from app.logs import log
 from app.metrics import LEASE_EXPIRIES, REAPER_DONE, REAPER_PASSES
-from app.services.ending import end_run_failed
 from app.services.execution import Picture, settle
-from app.services.finish import finish
 from app.services.notify import AfterCommit
 from app.services.queue import mark_wake, wake_queued
 from app.services.records import seal_run
 from app.services.retention import prune_expired
 from app.services.settle import complete_verdict
+from app.services.settle_and_wake import settle_and_wake
+from app.services.settle_failed import settle_failed
 from app.services.tx import retrying
 from app.states import ASKED, FAILED, QUEUED, RUN_FINISHED, RUNNING
-from app.store import reaper as q
+from app.store import reaper as reaper_store
 from app.store.auth import forget_old_failures
 from app.store.queue import timed_out_queued
 from app.store.reservations import queued_crossed_age
@@ -84,9 +84,13 @@ def _expire_ask(ctx: Context, run_id: str, seq: int, after: AfterCommit) -> bool
 def _fail_expired(ctx: Context, run_id: str, after: AfterCommit) -> bool:
     with ctx.db.begin() as s:
         run = lock_run(s, run_id)
-        if run is None or run.state != RUNNING or not q.runs_with_expired_leases(s, run_id):
+        if (
+            run is None
+            or run.state != RUNNING
+            or not reaper_store.runs_with_expired_leases(s, run_id)
+        ):
             return False  # renewed, ended or an ask was raised meanwhile
-        end_run_failed(
+        settle_failed(
             s,
             run,
             checks=[{"what": "lease", "ok": False, "note": LEASE_EXPIRED}],
@@ -95,7 +99,7 @@ def _fail_expired(ctx: Context, run_id: str, after: AfterCommit) -> bool:
             by="reaper",
             reject={"Code": 410, "Reason": LEASE_EXPIRED},
         )
-        after.ended.append(run_id)
+        after.settled.append(run_id)
         return True
 
 
@@ -114,7 +118,7 @@ def _delete_finished_leases(ctx: Context, run_id: str) -> int:
         run = lock_run(s, run_id)
         if run is None or run.state not in RUN_FINISHED:
             return 0
-        return q.delete_run_leases(s, run_id)
+        return reaper_store.delete_run_leases(s, run_id)
 
 
 @retrying
@@ -124,7 +128,7 @@ def _queue_timeout(ctx: Context, run_id: str) -> bool:
         if run is None or run.state != QUEUED or not timed_out_queued(s, run_id):
             return False
         # Locked and re-read as QUEUED: the guarded end cannot miss.
-        end_run_failed(
+        settle_failed(
             s,
             run,
             checks=[{"what": "queue", "ok": False, "note": "queue timeout"}],
@@ -153,14 +157,14 @@ def reap_pass(ctx: Context, *, previous_failed: bool = False) -> PassReport:
     try:
         gate = ctx.db.dedicated_connection()
         try:
-            if not q.try_reaper_lock(gate):
+            if not reaper_store.try_reaper_lock(gate):
                 report.skipped = True
                 REAPER_PASSES.labels("skipped").inc()
                 return report
             try:
                 _pass(ctx, report, previous_failed)
             finally:
-                q.release_reaper_lock(gate)
+                reaper_store.release_reaper_lock(gate)
         finally:
             gate.close()
     except Exception:
@@ -200,9 +204,28 @@ def _crossed_age(ctx: Context, s: Any, previous: Any) -> bool:
 
 
 def _pass(ctx: Context, report: PassReport, previous_failed: bool) -> None:
+    """The steps of SPEC §12, in its order; each step's runs in their own transactions."""
+    _begin_pass(ctx, report)
+    after = AfterCommit()
+    _expire_asks(ctx, report, after)  # 1
+    _expire_leases(ctx, report, after)  # 2
+    _fail_steps_of_finished_runs(ctx, report)  # 3
+    _delete_leases_of_finished_runs(ctx, report)  # 4
+    _settle_verifying_and_time_out_queued(ctx, report, after)  # 5
+    causes = _mark_and_settle(ctx, report, after)  # 6 marks now; its wake is below
+    _seal_finished_runs(ctx, report)  # 5, last part: after the ends above are announced
+    _wake_or_pay(ctx, report, causes, previous_failed)  # 6 and 7
+    _prune(ctx, report)
+    _log_pass(report)
+
+
+def _begin_pass(ctx: Context, report: PassReport) -> None:
+    """Record the pass and read what the previous one left (its time, its wake marks); forget
+    stale 429 counts and page sessions; note a run crossing the reservation age; after an outage
+    longer than a lease window, give every lease a full window before anything is reaped."""
     window = timedelta(seconds=ctx.lease_window_seconds)
     with ctx.db.begin() as s:
-        start = q.begin_pass(s)
+        start = reaper_store.begin_pass(s)
         now, previous = start.now, start.previous
         report.uncovered = start.previous_mark is not None and start.previous_mark > start.covered
         forget_old_failures(s)  # the 429 counts of addresses whose minute is long over
@@ -210,35 +233,57 @@ def _pass(ctx: Context, report: PassReport, previous_failed: bool) -> None:
         report.crossed_age = _crossed_age(ctx, s, previous)
         if previous is not None and now - previous > window:
             # The Mediator was down: no node could renew. Give every lease a full window first.
-            report.extended = q.extend_leases(s, window)
+            report.extended = reaper_store.extend_leases(s, window)
             log.warning(
                 "reaper: outage grace",
                 gap_s=round((now - previous).total_seconds()),
                 leases=report.extended,
             )
-    after = AfterCommit()
+
+
+def _expire_asks(ctx: Context, report: PassReport, after: AfterCommit) -> None:
+    """Step 1: asks past their deadline fail (``ask deadline passed``) and their runs settle."""
     with ctx.db.read() as s:
-        asks = q.expired_asks(s)
+        asks = reaper_store.expired_asks(s)
     report.asks_expired = _row_by_row(
         asks, lambda a: _expire_ask(ctx, a[0], a[1], after), "ask expiry"
     )
+
+
+def _expire_leases(ctx: Context, report: PassReport, after: AfterCommit) -> None:
+    """Step 2: runs whose lease's ``not_after`` passed, with no ASKED step, become FAILED (410)."""
     with ctx.db.read() as s:
-        expired = q.runs_with_expired_leases(s)
+        expired = reaper_store.runs_with_expired_leases(s)
     report.lease_expired = [
         r
         for r in expired
         if _row_by_row([r], lambda r: _fail_expired(ctx, r, after), "lease expiry")
     ]
+
+
+def _fail_steps_of_finished_runs(ctx: Context, report: PassReport) -> None:
+    """Step 3: open steps of finished runs become FAILED."""
     with ctx.db.read() as s:
-        open_runs = q.open_steps_of_finished_runs(s)
+        open_runs = reaper_store.open_steps_of_finished_runs(s)
     report.steps_failed = _row_by_row(open_runs, lambda r: _fail_open_steps(ctx, r), "open steps")
+
+
+def _delete_leases_of_finished_runs(ctx: Context, report: PassReport) -> None:
+    """Step 4: leases of finished runs go (runs that ended while the Mediator was down)."""
     with ctx.db.read() as s:
-        leased = q.leases_of_finished_runs(s)
+        leased = reaper_store.leases_of_finished_runs(s)
     report.leases_deleted = _row_by_row(
         leased, lambda r: _delete_finished_leases(ctx, r), "lease cleanup"
     )
+
+
+def _settle_verifying_and_time_out_queued(
+    ctx: Context, report: PassReport, after: AfterCommit
+) -> None:
+    """Step 5: runs left in VERIFYING get their verdict; QUEUED runs past their ``queue.timeout``
+    fail (``queue timeout``), and their reservations go with them, so the queue is woken."""
     with ctx.db.read() as s:
-        verifying = q.verifying_runs(s)
+        verifying = reaper_store.verifying_runs(s)
         timed_out = timed_out_queued(s)
     report.verdicts = _row_by_row(
         verifying, lambda r: complete_verdict(ctx, r, after) is not None, "verdict"
@@ -246,45 +291,71 @@ def _pass(ctx: Context, report: PassReport, previous_failed: bool) -> None:
     report.queue_timeouts = [
         r for r in timed_out if _row_by_row([r], lambda r: _queue_timeout(ctx, r), "queue timeout")
     ]
-    after.ended += report.queue_timeouts
+    after.settled += report.queue_timeouts
     if report.queue_timeouts:
         # A timed-out run's reservations went with it: the wake hands those nodes on (SPEC §7a).
         after.wake("queue timeout of " + ", ".join(report.queue_timeouts))
-    # The wake of step 6 happens once, below; ``finish`` must not wake a second time.
+
+
+def _mark_and_settle(ctx: Context, report: PassReport, after: AfterCommit) -> list[str]:
+    """Mark the wake right after the freeing commits when steps 1, 2, 4 or 5 changed anything,
+    then announce the runs that ended; returns the wake causes the steps gave."""
+    # Step 6 wakes once, in _wake_or_pay; ``settle_and_wake`` must not wake a second time.
     causes = list(after.wake_causes)
     if report.freed or causes:
         mark_wake(ctx)  # SPEC §7: right after the freeing commits, before anything that can fail
-    finish(ctx, after, wake=False)
+    settle_and_wake(ctx, after, wake=False)
+    return causes
+
+
+def _seal_finished_runs(ctx: Context, report: PassReport) -> None:
+    """Step 5, last part: seal the Records of finished runs that are not sealed yet."""
     with ctx.db.read() as s:
-        unsealed = q.unsealed_finished_runs(s)
+        unsealed = reaper_store.unsealed_finished_runs(s)
     report.sealed = sum(1 for run_id in unsealed if seal_run(ctx, run_id))
+
+
+def _wake_or_pay(
+    ctx: Context, report: PassReport, causes: list[str], previous_failed: bool
+) -> None:
+    """Steps 6 and 7: wake the queue once when the pass freed something or a run crossed the
+    reservation age, and pay what is owed (a wake debt, uncovered marks, a failed pass) with a
+    scan that takes the scanning lock directly."""
     with ctx.db.read() as s:
         debt = wake_debt_set(s)
         started = database_now(s)
     owed = bool(debt or previous_failed or report.uncovered)
-    if report.freed or causes or owed or report.crossed_age:
-        if report.freed or causes:
-            why = "reaper: freed nodes"
-        elif report.uncovered:
-            why = "reaper: uncovered wake marks"
-        else:
-            why = "reaper: " + ("wake debt" if owed else "reservation age")
-        # Paying what is owed takes the scanning lock directly: the waiter the skipped wakes
-        # counted on may never scan (SPEC §7, §12 step 7). A scan that raises leaves its debt.
-        scan = wake_queued(ctx, why, direct=owed)
-        report.woke = not scan.skipped
-        if scan.skipped:
-            log.warning("reaper: the scanning lock was not free in time; next pass", why=why)
-        elif debt and not (scan.errors or scan.again):
-            with ctx.db.begin() as s:
-                clear_wake_debt(s, set_before=started)
-    # Retention last: it frees nothing a queued run waits for, and a failure of it fails no other
-    # work of the pass (the next pass tries again).
+    if not (report.freed or causes or owed or report.crossed_age):
+        return
+    if report.freed or causes:
+        why = "reaper: freed nodes"
+    elif report.uncovered:
+        why = "reaper: uncovered wake marks"
+    else:
+        why = "reaper: " + ("wake debt" if owed else "reservation age")
+    # Paying what is owed takes the scanning lock directly: the waiter the skipped wakes
+    # counted on may never scan (SPEC §7, §12 step 7). A scan that raises leaves its debt.
+    scan = wake_queued(ctx, why, direct=owed)
+    report.woke = not scan.skipped
+    if scan.skipped:
+        log.warning("reaper: the scanning lock was not free in time; next pass", why=why)
+    elif debt and not (scan.errors or scan.again):
+        with ctx.db.begin() as s:
+            clear_wake_debt(s, set_before=started)
+
+
+def _prune(ctx: Context, report: PassReport) -> None:
+    """Retention last: it frees nothing a queued run waits for, and a failure of it fails no other
+    work of the pass (the next pass tries again)."""
     try:
         pruned = prune_expired(ctx)
         report.pruned = pruned.runs if pruned is not None else 0
     except Exception:
         log.exception("reaper: retention failed")
+
+
+def _log_pass(report: PassReport) -> None:
+    """The one ``reaper pass`` line: what the pass did."""
     log.info(
         "reaper pass",
         extended=report.extended,

@@ -16,16 +16,16 @@ from app.faults import fault
 from app.logs import log
 from app.metrics import CLAIMS_WAITING
 from app.models import Run, Step
-from app.services.ending import cancel_run_failed
 from app.services.execution import (
     Picture,
     advance,
     release_roles,
     settle,
 )
-from app.services.finish import finish_reply
 from app.services.notify import AfterCommit
 from app.services.records import ledger_entries, record_of
+from app.services.settle_and_wake import settle_and_reply
+from app.services.settle_failed import settle_cancelled
 from app.services.tx import retrying
 from app.states import CLAIMED, DONE, FAILED, PENDING, RUN_FINISHED, RUNNING, SKIPPED
 from app.store.blobs import accepted_blob_names
@@ -421,13 +421,13 @@ def _drains_at_boundary(s: Session, node_id: str | None) -> bool:
 
 def _cancel_for_drain(s: Session, run: Run, node: str | None, after: AfterCommit) -> None:
     """SPEC §4 at-boundary: the run is cancelled by ``drain:<node>`` in the result's transaction."""
-    after.released(run.run_id, cancel_run_failed(s, run, f"drain:{node}", f"drain:{node}"))
+    after.released(run.run_id, settle_cancelled(s, run, f"drain:{node}", f"drain:{node}"))
     run.state = FAILED
-    after.ended.append(run.run_id)
+    after.settled.append(run.run_id)
 
 
 def report_result(ctx: Context, run_id: str, seq: int, body: dict[str, Any]) -> dict[str, Any]:
     after = AfterCommit()
     reply = _report(ctx, run_id, seq, body, after)
     fault("result.after_commit")
-    return finish_reply(ctx, after, reply)
+    return settle_and_reply(ctx, after, reply)

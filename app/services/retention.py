@@ -27,7 +27,7 @@ from app.logs import log
 from app.metrics import PRUNED_RUNS
 from app.records import location_of
 from app.services.tx import retrying
-from app.store import retention as q
+from app.store import retention as retention_store
 from app.wire import ts
 
 BATCH_RUNS = 100  # runs per transaction
@@ -54,7 +54,7 @@ class PruneReport:
     run_ids: list[str] = field(default_factory=list)
     more: bool = False
 
-    def add(self, d: q.Deleted) -> None:
+    def add(self, d: retention_store.Deleted) -> None:
         self.runs += len(d.run_ids)
         self.steps += d.steps
         self.events += d.events
@@ -65,10 +65,10 @@ class PruneReport:
 
 
 @retrying
-def _prune_batch(ctx: Context, before: datetime, batch_size: int) -> q.Deleted:
+def _prune_batch(ctx: Context, before: datetime, batch_size: int) -> retention_store.Deleted:
     with ctx.db.begin() as s:
-        ids = q.lock_prunable(s, before, batch_size)
-        deleted = q.delete_runs(s, ids)
+        ids = retention_store.lock_prunable(s, before, batch_size)
+        deleted = retention_store.delete_runs(s, ids)
         fault("prune.before_commit")
     return deleted
 
@@ -88,7 +88,7 @@ def _delete_records(ctx: Context, runs: list[tuple[str, str | None]]) -> int:
                 "retention: deleting a Record failed; the next pass retries", run_id=run_id
             )
     with ctx.db.begin() as s:
-        q.records_deleted(s, done)
+        retention_store.records_deleted(s, done)
     return found
 
 
@@ -96,7 +96,7 @@ def sweep_records(ctx: Context, limit: int = SWEEP_RECORDS) -> int:
     """Delete the Records a crash left after their rows were pruned (tombstones still
     ``record_pending``). Returns how many were found."""
     with ctx.db.read() as s:
-        pending = q.pending_records(s, limit)
+        pending = retention_store.pending_records(s, limit)
     return _delete_records(ctx, pending) if pending else 0
 
 
@@ -153,11 +153,11 @@ def _dry_run(ctx: Context, report: PruneReport) -> None:
     after: tuple[datetime, str] | None = None
     with ctx.db.read(snapshot=True) as s:
         while True:
-            page = q.prunable_page(s, report.before, after, _PAGE)
+            page = retention_store.prunable_page(s, report.before, after, _PAGE)
             if not page:
                 break
             ids = [run_id for run_id, _, _ in page]
-            counted = q.count_rows(s, ids)
+            counted = retention_store.count_rows(s, ids)
             report.add(counted)
             report.records += sum(1 for _, _, sealed in page if sealed)
             last = page[-1]

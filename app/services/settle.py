@@ -1,7 +1,7 @@
 """What a commit leaves settled (SPEC §8 settle, §10, §11): verdicts of runs whose VERIFYING has
 committed, ask webhooks, sealing and run webhooks. Never wakes the queue and never notifies claims:
-that is :func:`app.services.finish.finish`, one layer up, and a wake scan's own promotions, which
-hold the scan gate themselves."""
+that is :func:`app.services.settle_and_wake.settle_and_wake`, one layer up, and a wake scan's own
+promotions, which hold the scan gate themselves."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from app.services.tx import retrying
 from app.states import VERIFYING
 from app.store.leases import delete_leases_of_run
 from app.store.nodes import live_adverts
-from app.store.runs import add_event, finish_run, get_run, lock_run
+from app.store.runs import add_event, get_run, lock_run, settle_run
 from app.store.steps import lock_steps
 from app.verdict import evaluate
 
@@ -36,13 +36,13 @@ def complete_verdict(ctx: Context, run_id: str, after: AfterCommit) -> list[str]
         # does not pay a read of the whole fleet otherwise.
         fleet = live_adverts(s) if any("fleet_has" in c for c in conditions) else []
         verdict = evaluate(conditions, step_facts(s, run, steps), fleet)
-        if not finish_run(
+        if not settle_run(
             s, run_id, from_states=[VERIFYING], state=verdict["state"], verdict=verdict
         ):
             return []
         freed = delete_leases_of_run(s, run_id)
         add_event(s, run_id, VERIFYING, verdict["state"], "verdict", None)
-    after.ended.append(run_id)
+    after.settled.append(run_id)
     after.released(run_id, freed)
     return freed
 
@@ -62,9 +62,9 @@ def settle_committed(ctx: Context, after: AfterCommit) -> set[str]:
         post_webhook(
             ctx.config["notify.asks_url"], with_page_url(ctx, event), **webhook_limits(ctx)
         )
-    for run_id in dict.fromkeys(after.ended):
+    for run_id in dict.fromkeys(after.settled):
         seal_run(ctx, run_id)
-        announce_end(ctx, run_id)
+        announce_settled(ctx, run_id)
     return freed
 
 
@@ -86,7 +86,7 @@ def with_page_url(ctx: Context, event: dict[str, Any]) -> dict[str, Any]:
     return {**event, "page_url": f"{base.rstrip('/')}/asks#{anchor}"}
 
 
-def announce_end(ctx: Context, run_id: str) -> None:
+def announce_settled(ctx: Context, run_id: str) -> None:
     """``notify.runs_url``: a best-effort POST of the run's end (SPEC §15)."""
     url = ctx.config["notify.runs_url"]
     if not url:

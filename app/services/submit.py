@@ -16,12 +16,12 @@ from app.metrics import SUBMITS
 from app.records import record_location
 from app.reserve import Held, reserved_against
 from app.services.execution import start_steps, starts_anything
-from app.services.finish import finish
 from app.services.notify import AfterCommit
 from app.services.observe import new_run_view, render_run
 from app.services.placement import assigned_json, grants, node_for_role
 from app.services.queue import wake_after_commit
 from app.services.records import manifest
+from app.services.settle_and_wake import settle_and_wake
 from app.services.tx import retrying
 from app.states import FAILED, QUEUED, RUNNING
 from app.store import DuplicateRun, NodeTaken, PrunedRunId
@@ -235,7 +235,7 @@ def _submit_run(ctx: Context, doc: Any, caller: Caller) -> Submitted:
     if isinstance(outcome, _Refused):
         raise NoCandidate(outcome.reason)
     if isinstance(outcome, _Placed):
-        finish(ctx, after)  # asks raised, claims notified (SPEC §6.7)
+        settle_and_wake(ctx, after)  # asks raised, claims notified (SPEC §6.7)
         if outcome.started:
             return Submitted(201, _view(ctx, contract.run_id))
         return Submitted(

@@ -211,7 +211,7 @@ def promote_run(s: Session, run_id: str, assigned: list[dict[str, Any]]) -> floa
     return max(0.0, float(row[0]))
 
 
-def finish_run(
+def settle_run(
     s: Session,
     run_id: str,
     *,

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 from sqlalchemy.exc import DBAPIError
 
-from app.services.finish import finish
 from app.services.notify import AfterCommit
 from app.services.reaper import reap_once, reap_pass
+from app.services.settle_and_wake import settle_and_wake
 from app.store.reaper import REAPER_LOCK
 from tests.apps import app_on
 from tests.helpers import advertise, cap, contract, submit
@@ -72,13 +72,13 @@ def test_a_settle_that_fails_before_its_wake_still_wakes_or_leaves_something_owe
         sql.execute("update runs set state = 'FAILED', ended_at = now() where run_id = 'holder'")
         after = AfterCommit()
         after.released("holder", ["n1"])
-        after.ended.append("holder")
+        after.settled.append("holder")
         # A half-applied schema change: the settle's read of the ended run (its announcement)
         # fails; reading the queue does not.
         sql.execute("alter table runs rename column verdict to verdict_moved")
         try:
             with pytest.raises(DBAPIError):
-                finish(ctx, after)
+                settle_and_wake(ctx, after)
         finally:
             sql.execute("alter table runs rename column verdict_moved to verdict")
         owed = _debt(sql) != []

@@ -186,7 +186,7 @@ def test_a_run_still_being_pruned_reads_as_it_was_and_live_requests_do_not_wait(
         201,
     )
 
-    from app.store import retention as q
+    from app.store import retention as retention_store
 
     def requests_meanwhile() -> list[int]:
         c = client_of(app)
@@ -210,8 +210,8 @@ def test_a_run_still_being_pruned_reads_as_it_was_and_live_requests_do_not_wait(
 
     with concurrent.futures.ThreadPoolExecutor(1) as pool, ctx.db.begin() as s:
         cutoff = datetime.now(UTC) - timedelta(days=30)
-        ids = q.lock_prunable(s, cutoff, 100)
-        deleted = q.delete_runs(s, ids)
+        ids = retention_store.lock_prunable(s, cutoff, 100)
+        deleted = retention_store.delete_runs(s, ids)
         assert deleted.run_ids == ["old"]
         # While this transaction is open, every request answers (a wait would time out here).
         assert pool.submit(requests_meanwhile).result(timeout=20) == [
@@ -225,7 +225,7 @@ def test_a_run_still_being_pruned_reads_as_it_was_and_live_requests_do_not_wait(
         ]
         # A second batch meanwhile skips the locked run rather than waiting for it.
         with ctx.db.begin() as other:
-            assert q.lock_prunable(other, cutoff, 100) == []
+            assert retention_store.lock_prunable(other, cutoff, 100) == []
 
     assert client.get("/v1/runs/old").status_code == 404
     assert client.get("/v1/runs/live").get_json()["steps"][0]["state"] == "DONE"
@@ -253,7 +253,7 @@ def test_the_batch_query_finds_old_runs_through_the_retention_index(ctx, sql):
     without reading the rest of a long history (SPEC §16: a pass does not grow with it)."""
     from sqlalchemy import text
 
-    from app.store import retention as q
+    from app.store import retention as retention_store
 
     # Sixty days of history, a run every four minutes: most sealed, a few rejected, some still running.
     sql.execute(
@@ -269,7 +269,7 @@ def test_the_batch_query_finds_old_runs_through_the_retention_index(ctx, sql):
     sql.execute("analyze runs")
     cutoff = datetime.now(UTC) - timedelta(days=30)
     with ctx.db.read() as s:
-        compiled = q.prunable_query(cutoff, 100).compile(
+        compiled = retention_store.prunable_query(cutoff, 100).compile(
             s.get_bind(), compile_kwargs={"literal_binds": True}
         )
         plan = "\n".join(s.execute(text(f"EXPLAIN {compiled}")).scalars())

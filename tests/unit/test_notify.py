@@ -128,7 +128,7 @@ def woken(waiting: dict[str, list[threading.Event]]) -> dict[str, list[bool]]:
     return {n: [t.is_set() for t in ts] for n, ts in waiting.items()}
 
 
-def test_a_list_payload_wakes_only_the_named_nodes_waiting_claims(listener: Any):
+def test_a_list_payload_nudges_only_the_named_nodes_waiting_claims(listener: Any):
     waiting = tickets(listener, "n1", "n2", "n3")
 
     listener._handle(json.dumps(["n1", "n3", "n9"]))
@@ -136,7 +136,7 @@ def test_a_list_payload_wakes_only_the_named_nodes_waiting_claims(listener: Any)
     assert woken(waiting) == {"n1": [True, True], "n2": [False, False], "n3": [True, True]}
 
 
-def test_the_star_payload_wakes_every_waiting_claim(listener: Any):
+def test_the_star_payload_nudges_every_waiting_claim(listener: Any):
     waiting = tickets(listener, "n1", "n2", "n3")
 
     listener._handle('"*"')
@@ -144,7 +144,7 @@ def test_the_star_payload_wakes_every_waiting_claim(listener: Any):
     assert woken(waiting) == {n: [True, True] for n in ("n1", "n2", "n3")}
 
 
-def test_the_payload_claim_payload_makes_for_600_nodes_wakes_every_waiting_claim(listener: Any):
+def test_the_payload_claim_payload_makes_for_600_nodes_nudges_every_waiting_claim(listener: Any):
     # The two ends agree: a waiting claim on a node outside the 600 is woken too, because the
     # payload no longer names anyone.
     waiting = tickets(listener, "n1", "n2")
@@ -154,7 +154,7 @@ def test_the_payload_claim_payload_makes_for_600_nodes_wakes_every_waiting_claim
     assert woken(waiting) == {"n1": [True, True], "n2": [True, True]}
 
 
-def test_the_payload_claim_payload_makes_for_a_few_nodes_wakes_only_those(listener: Any):
+def test_the_payload_claim_payload_makes_for_a_few_nodes_nudges_only_those(listener: Any):
     waiting = tickets(listener, "n1", "n2")
 
     listener._handle(claim_payload({"n2"}))

@@ -21,7 +21,7 @@ from app.states import (
     run_may_become,
     step_may_become,
 )
-from app.store.runs import finish_run, set_run_state
+from app.store.runs import set_run_state, settle_run
 from app.store.steps import fail_step, update_step
 from tests.agent import claim, done
 from tests.helpers import advertise, cap, contract, role, submit
@@ -220,8 +220,8 @@ UNUSED_SESSION: Any = None
         lambda: update_step(UNUSED_SESSION, "r", 1, ["PENDING", "SKIPPED"], state="SKIPPED"),
         lambda: fail_step(UNUSED_SESSION, "r", 1, from_states=["PENDING", "DONE"], error="x"),
         lambda: set_run_state(UNUSED_SESSION, "r", ["QUEUED"], "VERIFYING"),
-        lambda: finish_run(UNUSED_SESSION, "r", from_states=["SUCCEEDED"], state="FAILED"),
-        lambda: finish_run(UNUSED_SESSION, "r", from_states=["RUNNING"], state="SUCCEEDED"),
+        lambda: settle_run(UNUSED_SESSION, "r", from_states=["SUCCEEDED"], state="FAILED"),
+        lambda: settle_run(UNUSED_SESSION, "r", from_states=["RUNNING"], state="SUCCEEDED"),
     ],
 )
 def test_a_write_of_a_forbidden_transition_fails_loudly(write):

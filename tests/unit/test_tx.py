@@ -53,14 +53,14 @@ def record_everything(after: AfterCommit, tag: str) -> None:
     after.wake(f"released by run-{tag}/node-{tag}")
     after.wake_anyway = f"result of run-{tag}#01"
     after.verifying.append(f"run-{tag}")
-    after.ended.append(f"run-{tag}")
+    after.settled.append(f"run-{tag}")
 
 
 def an_after_commit_with_something_recorded() -> AfterCommit:
     after = AfterCommit()
     after.claim_nodes.add("node-before")
     after.wake("cause before the call")
-    after.ended.append("run-before")
+    after.settled.append("run-before")
     return after
 
 

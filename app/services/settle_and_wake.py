@@ -14,7 +14,7 @@ from app.states import RUN_FINISHED
 from app.store.runs import get_run
 
 
-def finish(ctx: Context, after: AfterCommit, *, wake: bool = True) -> None:
+def settle_and_wake(ctx: Context, after: AfterCommit, *, wake: bool = True) -> None:
     """Settle what the commit left, wake the queue once for its causes, then notify the claims of
     the request's nodes and of the wake's promotions. ``wake=False``: the caller wakes itself (the
     reaper's pass wakes once, at its end)."""
@@ -35,10 +35,10 @@ def finish(ctx: Context, after: AfterCommit, *, wake: bool = True) -> None:
     notify_claimable(ctx, after.claim_nodes)
 
 
-def finish_reply(ctx: Context, after: AfterCommit, reply: dict[str, Any]) -> dict[str, Any]:
+def settle_and_reply(ctx: Context, after: AfterCommit, reply: dict[str, Any]) -> dict[str, Any]:
     """Run the after-commit work; a run that reached VERIFYING in this request has its verdict
     by now, so the reply names the final state."""
-    finish(ctx, after)
+    settle_and_wake(ctx, after)
     if after.verifying and "run_state" in reply:
         with ctx.db.read() as s:
             run = get_run(s, reply["run_id"])

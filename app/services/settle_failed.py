@@ -10,11 +10,11 @@ from app.models import Run
 from app.states import FAILED, QUEUED, RUN_ALIVE
 from app.store.leases import delete_leases_of_run
 from app.store.reservations import release_reservations
-from app.store.runs import add_event, finish_run
+from app.store.runs import add_event, settle_run
 from app.store.steps import fail_open_steps
 
 
-def end_run_failed(
+def settle_failed(
     s: Session,
     run: Run,
     *,
@@ -31,7 +31,7 @@ def end_run_failed(
     deleted too (cancel, queue timeout: SPEC §7a); the caller's wake hands those nodes on."""
     verdict = {"state": FAILED, "checks": checks}
     previous = run.state  # the guarded UPDATE refreshes the ORM object
-    if not finish_run(
+    if not settle_run(
         s, run.run_id, from_states=RUN_ALIVE, state=FAILED, verdict=verdict, reject=reject
     ):
         return []
@@ -58,14 +58,14 @@ def step_did_not_complete(step_id: str) -> dict[str, Any]:
     }
 
 
-def cancel_run_failed(
+def settle_cancelled(
     s: Session, run: Run, by: str, cause: str, by_declared_token: str | None = None
 ) -> list[str]:
     """A cancelled run is FAILED with the verdict note ``cancelled by: <by>`` (SPEC §9, and the
     at-boundary drain of SPEC §8 with ``drain:<node>``); a self-declared ``by`` is marked on the
     event with the token it was declared under (SPEC §20.5)."""
     note = f"cancelled by: {by}"
-    return end_run_failed(
+    return settle_failed(
         s,
         run,
         checks=[{"what": "cancelled", "ok": False, "note": note}],
