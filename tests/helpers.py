@@ -1,5 +1,5 @@
-"""Builders for contracts and adverts, small HTTP helpers used across tests, and a real receiver
-of the runs webhook."""
+"""Builders for contracts and adverts, the actors' most used requests as functions of a client
+(tests/support/actors.py), and a real receiver of the runs webhook."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from tests.rows import run_row
+from tests.support.actors import Node, Submitter, cap
 
 
 def role(name: str, capability: str = "board", count: int = 1, **attrs: str) -> dict[str, Any]:
@@ -27,28 +28,18 @@ def contract(
     return {"run_id": run_id, "requires": list(roles), "steps": steps, **top}
 
 
-def cap(capability: str = "board", **attrs: str) -> dict[str, Any]:
-    return {"capability": capability, "attrs": dict(attrs)}
-
-
 def advertise(client: Any, node_id: str, *caps: dict[str, Any], **body: Any) -> Any:
-    payload = {"node_id": node_id, "capabilities": list(caps) or [cap()], **body}
-    resp = client.post("/v1/nodes", json=payload)
-    assert resp.status_code == 200, resp.get_json()
-    return resp.get_json()
+    """:meth:`Node.advertise` of ``node_id`` over ``client`` (a test client or a live server)."""
+    return Node(client, node_id).advertise(*caps, **body)
 
 
 def submit(client: Any, doc: dict[str, Any], status: int | None = None) -> Any:
-    resp = client.post("/v1/runs", json=doc)
-    if status is not None:
-        assert resp.status_code == status, resp.get_json()
-    return resp
+    """:meth:`Submitter.submit` over ``client``: the reply, its status asserted when given."""
+    return Submitter(client).submit(doc, status)
 
 
 def state_of(client: Any, run_id: str) -> str:
-    resp = client.get(f"/v1/runs/{run_id}")
-    assert resp.status_code == 200, resp.get_json()
-    return resp.get_json()["state"]
+    return Submitter(client).state_of(run_id)
 
 
 def two_steps(run_id: str, uses: str = "dut", **top: Any) -> dict[str, Any]:
