@@ -22,6 +22,7 @@ from tests.agent import claim, claimed, report, run_step
 from tests.apps import app_on, client_of
 from tests.helpers import advertise, cap, contract, role, state_of, submit
 from tests.rows import attempts, step_row
+from tests.support.actors import Answerer
 
 MAX_BLOB = 64 * 1024
 QA = {"X-Enode-Principal": "qa@example.com"}
@@ -170,12 +171,7 @@ def when(text: str) -> datetime:
 
 
 def answer(client: Any, run_id: str, seq: int, body: bytes = APPROVE, headers: Any = None) -> Any:
-    return client.post(
-        f"/v1/runs/{run_id}/steps/{seq}/answer",
-        data=body,
-        content_type="application/json",
-        headers=headers if headers is not None else QA,
-    )
+    return Answerer(client).answer(run_id, seq, body, headers if headers is not None else QA)
 
 
 def open_asks(client: Any, headers: Any = None) -> list[dict[str, Any]]:

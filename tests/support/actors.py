@@ -246,7 +246,7 @@ class Submitter:
             seen.update(self.view(run_id))
             return seen["state"] in states
 
-        await_condition(reached, f"{run_id} to be {' or '.join(states)}", timeout)
+        await_condition(reached, f"{run_id} to be {' or '.join(states)}", timeout, 0.05)
         return seen
 
 
