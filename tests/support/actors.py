@@ -15,6 +15,7 @@ Replies are those of the backend as they are (Flask's ``TestResponse`` or ``requ
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import requests
@@ -26,19 +27,22 @@ from tests.support.concurrency import await_condition
 HTTP_TIMEOUT = 30.0  # seconds; a safety net far above a busy machine's replies
 
 
+@dataclass(frozen=True)
+class Call:
+    """One request to the Mediator: its method, path (and query), JSON or raw body, headers."""
+
+    method: str
+    path: str
+    json: Any = None
+    data: bytes | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
 @runtime_checkable
 class Transport(Protocol):
-    """One request to the Mediator, the token already attached; the reply as it is."""
+    """Sends one :class:`Call`, the token already attached; returns the reply as it is."""
 
-    def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        json: Any = None,
-        data: bytes | None = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> Any: ...
+    def send(self, call: Call) -> Any: ...
 
 
 class ClientTransport:
@@ -48,22 +52,14 @@ class ClientTransport:
     def __init__(self, client: Any) -> None:
         self.client = client
 
-    def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        json: Any = None,
-        data: bytes | None = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> Any:
+    def send(self, call: Call) -> Any:
         # Only the arguments given: a look-alike's put() takes no json, its post() no data.
-        kwargs: dict[str, Any] = {"headers": dict(headers or {})}
-        if json is not None:
-            kwargs["json"] = json
-        if data is not None:
-            kwargs["data"] = data
-        return getattr(self.client, method.lower())(path, **kwargs)
+        kwargs: dict[str, Any] = {"headers": dict(call.headers)}
+        if call.json is not None:
+            kwargs["json"] = call.json
+        if call.data is not None:
+            kwargs["data"] = call.data
+        return getattr(self.client, call.method.lower())(call.path, **kwargs)
 
 
 class HttpTransport:
@@ -75,19 +71,16 @@ class HttpTransport:
         self.base = base.rstrip("/")
         self.token = token
 
-    def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        json: Any = None,
-        data: bytes | None = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> requests.Response:
+    def send(self, call: Call) -> requests.Response:
         sent = {"Authorization": f"Bearer {self.token}"} if self.token else {}
-        sent.update(headers or {})
+        sent.update(call.headers)
         return requests.request(
-            method, self.base + path, json=json, data=data, headers=sent, timeout=HTTP_TIMEOUT
+            call.method,
+            self.base + call.path,
+            json=call.json,
+            data=call.data,
+            headers=sent,
+            timeout=HTTP_TIMEOUT,
         )
 
 
@@ -130,12 +123,22 @@ def _with_principal(principal: str | None, headers: Mapping[str, str] | None) ->
     return sent
 
 
-class Node:
+class Actor:
+    """A caller of the API over the transport of ``caller`` (:func:`transport_of`)."""
+
+    def __init__(self, caller: Any) -> None:
+        self.transport = transport_of(caller)
+
+    def _send(self, method: str, path: str, **call: Any) -> Any:
+        return self.transport.send(Call(method, path, **call))
+
+
+class Node(Actor):
     """A node agent (SPEC §8): advertises its capabilities, claims steps, reports their results,
     uploads their logs and blobs. ``instance`` goes in ``X-Enode-Instance`` when given."""
 
     def __init__(self, caller: Any, node_id: str, instance: str | None = None) -> None:
-        self.transport = transport_of(caller)
+        super().__init__(caller)
         self.node_id = node_id
         self.instance = instance
 
@@ -146,7 +149,7 @@ class Node:
         if self.instance is not None:
             payload["instance"] = self.instance
         payload.update({"capabilities": list(caps) or [cap()], **body})
-        return expect(self.transport.request("POST", "/v1/nodes", json=payload), 200)
+        return expect(self._send("POST", "/v1/nodes", json=payload), 200)
 
     def claim(self, wait: float | None = 0, instance: str | None = None) -> Any:
         """``POST /v1/nodes/{node}/claim``: the reply as it is; ``wait=None`` sends no ``wait``
@@ -154,9 +157,7 @@ class Node:
         instance = instance or self.instance
         headers = {"X-Enode-Instance": instance} if instance else {}
         query = "" if wait is None else f"?wait={wait}"
-        return self.transport.request(
-            "POST", f"/v1/nodes/{self.node_id}/claim{query}", headers=headers
-        )
+        return self._send("POST", f"/v1/nodes/{self.node_id}/claim{query}", headers=headers)
 
     def claimed(self, wait: float | None = 0, instance: str | None = None) -> dict[str, Any]:
         """A claim that must hand out a step (200). Returns the step."""
@@ -171,7 +172,7 @@ class Node:
         if exit_code is not None:
             payload["exit_code"] = exit_code
         payload.update({"produced": [], **body})
-        return self.transport.request("POST", f"/v1/runs/{run_id}/steps/{seq}/result", json=payload)
+        return self._send("POST", f"/v1/runs/{run_id}/steps/{seq}/result", json=payload)
 
     def done(self, run_id: str, seq: int, **body: Any) -> dict[str, Any]:
         """:meth:`report` that must be accepted (200). Returns the reply's JSON."""
@@ -180,13 +181,11 @@ class Node:
 
     def put_blob(self, run_id: str, seq: int, name: str, data: bytes) -> Any:
         """``PUT`` a blob of a step: the reply as it is."""
-        return self.transport.request(
-            "PUT", f"/v1/runs/{run_id}/steps/{seq}/blob/{name}", data=data
-        )
+        return self._send("PUT", f"/v1/runs/{run_id}/steps/{seq}/blob/{name}", data=data)
 
     def put_log(self, run_id: str, seq: int, data: bytes) -> Any:
         """``PUT`` a step's log: the reply as it is."""
-        return self.transport.request("PUT", f"/v1/runs/{run_id}/steps/{seq}/log", data=data)
+        return self._send("PUT", f"/v1/runs/{run_id}/steps/{seq}/log", data=data)
 
     def run_step(self, run_id: str, seq: int, wait: float | None = 0) -> dict[str, Any]:
         """Claim the next step, which must be step ``seq`` of ``run_id``, and report it done with
@@ -196,12 +195,12 @@ class Node:
         return self.done(run_id, seq)
 
 
-class Submitter:
+class Submitter(Actor):
     """Someone with runs (SPEC §3, §9): submits contracts, cancels runs, reads and waits for a
     run's state. ``principal`` goes in ``X-Enode-Principal`` when given."""
 
     def __init__(self, caller: Any, principal: str | None = None) -> None:
-        self.transport = transport_of(caller)
+        super().__init__(caller)
         self.principal = principal
 
     def submit(
@@ -211,7 +210,7 @@ class Submitter:
         headers: Mapping[str, str] | None = None,
     ) -> Any:
         """``POST /v1/runs``: the reply as it is, its status asserted when ``status`` is given."""
-        resp = self.transport.request(
+        resp = self._send(
             "POST", "/v1/runs", json=doc, headers=_with_principal(self.principal, headers)
         )
         if status is not None:
@@ -225,13 +224,13 @@ class Submitter:
 
     def cancel(self, run_id: str, headers: Mapping[str, str] | None = None) -> Any:
         """``POST /v1/runs/{run_id}/cancel``: the reply as it is."""
-        return self.transport.request(
+        return self._send(
             "POST", f"/v1/runs/{run_id}/cancel", headers=_with_principal(self.principal, headers)
         )
 
     def view(self, run_id: str) -> dict[str, Any]:
         """``GET /v1/runs/{run_id}``, which must answer 200."""
-        reply: dict[str, Any] = expect(self.transport.request("GET", f"/v1/runs/{run_id}"), 200)
+        reply: dict[str, Any] = expect(self._send("GET", f"/v1/runs/{run_id}"), 200)
         return reply
 
     def state_of(self, run_id: str) -> str:
@@ -250,12 +249,12 @@ class Submitter:
         return seen
 
 
-class Answerer:
+class Answerer(Actor):
     """Someone answering asks (SPEC §13): lists them and answers one. ``principal`` goes in
     ``X-Enode-Principal`` when given."""
 
     def __init__(self, caller: Any, principal: str | None = None) -> None:
-        self.transport = transport_of(caller)
+        super().__init__(caller)
         self.principal = principal
 
     def answer(
@@ -270,14 +269,12 @@ class Answerer:
         sent = {"Content-Type": "application/json", **_with_principal(self.principal, headers)}
         path = f"/v1/runs/{run_id}/steps/{seq}/answer"
         if isinstance(body, bytes):
-            return self.transport.request("POST", path, data=body, headers=sent)
-        return self.transport.request("POST", path, json=body, headers=sent)
+            return self._send("POST", path, data=body, headers=sent)
+        return self._send("POST", path, json=body, headers=sent)
 
     def asks(self) -> Any:
         """``GET /v1/asks``: the reply as it is."""
-        return self.transport.request(
-            "GET", "/v1/asks", headers=_with_principal(self.principal, None)
-        )
+        return self._send("GET", "/v1/asks", headers=_with_principal(self.principal, None))
 
 
 def cap(capability: str = "board", **attrs: str) -> dict[str, Any]:
