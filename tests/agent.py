@@ -1,5 +1,6 @@
-"""A node agent's side of the API over a Flask test client: claiming steps (SPEC §8 "Claim"),
-reporting their results (SPEC §8 "Result"), and a claim long-polling in a thread of its own."""
+"""A node agent's side of the API as functions of a client (thin wrappers over
+:class:`tests.support.actors.Node`): claiming steps (SPEC §8 "Claim"), reporting their results
+(SPEC §8 "Result"), and a claim long-polling in a thread of its own."""
 
 from __future__ import annotations
 
@@ -10,22 +11,20 @@ from typing import Any
 from flask import Flask
 
 from tests.apps import client_of
+from tests.support.actors import Node
 from tests.support.concurrency import await_condition
 
 
 def claim(client: Any, node: str, instance: str | None = None, wait: float | None = 0) -> Any:
-    """``POST /v1/nodes/{node}/claim``: the response as it is. ``instance`` goes in the
-    X-Enode-Instance header when given; ``wait=None`` sends no ``wait`` (the configured window)."""
-    headers = {"X-Enode-Instance": instance} if instance else {}
-    query = "" if wait is None else f"?wait={wait}"
-    return client.post(f"/v1/nodes/{node}/claim{query}", headers=headers)
+    """:meth:`Node.claim`: ``POST /v1/nodes/{node}/claim``, the response as it is. ``instance``
+    goes in the X-Enode-Instance header when given; ``wait=None`` sends no ``wait`` (the
+    configured window)."""
+    return Node(client, node, instance).claim(wait)
 
 
 def claimed(client: Any, node: str, instance: str | None = None) -> dict[str, Any]:
     """Claim with ``wait=0``; a step must be handed out (200). Returns the step."""
-    resp = claim(client, node, instance)
-    assert resp.status_code == 200, (resp.status_code, resp.get_json())
-    return resp.get_json()
+    return Node(client, node, instance).claimed()
 
 
 def nothing_to_claim(client: Any, node: str) -> bool:
@@ -35,26 +34,20 @@ def nothing_to_claim(client: Any, node: str) -> bool:
 def report(
     client: Any, run_id: str, seq: int, node: str, *, exit_code: int | None = 0, **body: Any
 ) -> Any:
-    """``POST /v1/runs/{run_id}/steps/{seq}/result`` by ``node``: the response as it is. The body
-    is ``{"node", "exit_code", "produced": [], **body}``; ``exit_code=None`` leaves the exit code
-    out (a step that did not get as far as an exit code)."""
-    payload: dict[str, Any] = {"node": node}
-    if exit_code is not None:
-        payload["exit_code"] = exit_code
-    payload.update({"produced": [], **body})
-    return client.post(f"/v1/runs/{run_id}/steps/{seq}/result", json=payload)
+    """:meth:`Node.report`: ``POST /v1/runs/{run_id}/steps/{seq}/result`` by ``node``, the
+    response as it is; ``exit_code=None`` leaves the exit code out."""
+    return Node(client, node).report(run_id, seq, exit_code=exit_code, **body)
 
 
 def done(client: Any, run_id: str, seq: int, node: str, **body: Any) -> dict[str, Any]:
     """:func:`report` of a step already claimed; it must be accepted (200). Returns the reply."""
-    resp = report(client, run_id, seq, node, **body)
-    assert resp.status_code == 200, resp.get_json()
-    return resp.get_json()
+    return Node(client, node).done(run_id, seq, **body)
 
 
 def put_blob(client: Any, run_id: str, seq: int, name: str, data: bytes) -> int:
     """``PUT`` a blob of a step as its agent does; returns the status code."""
-    return client.put(f"/v1/runs/{run_id}/steps/{seq}/blob/{name}", data=data).status_code
+    status: int = Node(client, "").put_blob(run_id, seq, name, data).status_code
+    return status
 
 
 def run_step(
@@ -62,9 +55,7 @@ def run_step(
 ) -> dict[str, Any]:
     """Claim the next step of ``node``, which must be step ``seq`` of ``run_id``, and report it
     done with exit code 0. Returns the result's reply."""
-    step = claimed(client, node, instance)
-    assert (step["run_id"], step["seq"]) == (run_id, seq)
-    return done(client, run_id, seq, node)
+    return Node(client, node, instance).run_step(run_id, seq)
 
 
 class WaitingClaim:

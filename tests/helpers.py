@@ -1,14 +1,13 @@
-"""Builders for contracts and adverts, small HTTP helpers used across tests, and a real receiver
-of the runs webhook."""
+"""Builders for contracts and adverts, the actors' most used requests as functions of a client
+(tests/support/actors.py); the receiver of the runs webhook is tests/support/webhooks.py's."""
 
 from __future__ import annotations
 
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from tests.rows import run_row
+from tests.support.actors import Node, Submitter, cap
+from tests.support.webhooks import RunsHook as RunsHook  # where the tests of runs_url find it
 
 
 def role(name: str, capability: str = "board", count: int = 1, **attrs: str) -> dict[str, Any]:
@@ -27,28 +26,18 @@ def contract(
     return {"run_id": run_id, "requires": list(roles), "steps": steps, **top}
 
 
-def cap(capability: str = "board", **attrs: str) -> dict[str, Any]:
-    return {"capability": capability, "attrs": dict(attrs)}
-
-
 def advertise(client: Any, node_id: str, *caps: dict[str, Any], **body: Any) -> Any:
-    payload = {"node_id": node_id, "capabilities": list(caps) or [cap()], **body}
-    resp = client.post("/v1/nodes", json=payload)
-    assert resp.status_code == 200, resp.get_json()
-    return resp.get_json()
+    """:meth:`Node.advertise` of ``node_id`` over ``client`` (a test client or a live server)."""
+    return Node(client, node_id).advertise(*caps, **body)
 
 
 def submit(client: Any, doc: dict[str, Any], status: int | None = None) -> Any:
-    resp = client.post("/v1/runs", json=doc)
-    if status is not None:
-        assert resp.status_code == status, resp.get_json()
-    return resp
+    """:meth:`Submitter.submit` over ``client``: the reply, its status asserted when given."""
+    return Submitter(client).submit(doc, status)
 
 
 def state_of(client: Any, run_id: str) -> str:
-    resp = client.get(f"/v1/runs/{run_id}")
-    assert resp.status_code == 200, resp.get_json()
-    return resp.get_json()["state"]
+    return Submitter(client).state_of(run_id)
 
 
 def two_steps(run_id: str, uses: str = "dut", **top: Any) -> dict[str, Any]:
@@ -108,50 +97,6 @@ def queued_behind_a_freed_scope(client: Any, sql: Any) -> None:
     submit(client, one_step("waiter", "probe", "scope"), 202)
     sql.execute("delete from leases where run_id = 'holder'")
     assert run_row(sql, "waiter")["state"] == "QUEUED"
-
-
-class RunsHook:
-    """A real local HTTP server receiving the ``notify.runs_url`` POSTs; keeps each JSON body by
-    its ``run_id``."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._arrived: dict[str, threading.Event] = {}
-        self.bodies: dict[str, list[dict[str, Any]]] = {}
-        hook = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                self.send_response(204)
-                self.end_headers()
-                hook.received(body)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/runs"
-        self.thread = threading.Thread(
-            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-        self.thread.start()
-
-    def arrival(self, run_id: str) -> threading.Event:
-        """Set once a body for ``run_id`` has been received."""
-        with self._lock:
-            return self._arrived.setdefault(run_id, threading.Event())
-
-    def received(self, body: dict[str, Any]) -> None:
-        run_id = str(body.get("run_id"))
-        with self._lock:
-            self.bodies.setdefault(run_id, []).append(body)
-        self.arrival(run_id).set()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 def contract_naming(where: str, name: str) -> tuple[dict[str, Any], str]:

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 import requests
 
 from tests.apps import TOKEN, LiveServer
+from tests.support.actors import Submitter
 
 MEDIATOR = Path(sys.executable).parent / "mediator"  # .venv/bin/mediator
 T = TypeVar("T")
@@ -39,17 +40,11 @@ def await_value(look: Callable[[], T | None], what: str, timeout: float = 20.0) 
 
 
 def run_view(server: LiveServer, run_id: str) -> dict[str, Any]:
-    resp = server.get(f"/v1/runs/{run_id}")
-    assert resp.status_code == 200, resp.text
-    return resp.json()
+    return Submitter(server).view(run_id)
 
 
 def await_state(server: LiveServer, run_id: str, *states: str, timeout: float = 20.0) -> dict:
-    return await_value(
-        lambda: (view := run_view(server, run_id))["state"] in states and view,
-        f"{run_id} to be {' or '.join(states)}",
-        timeout,
-    )
+    return Submitter(server).wait_for_state(run_id, *states, timeout=timeout)
 
 
 def node_view(server: LiveServer, node_id: str) -> dict[str, Any] | None:

@@ -26,6 +26,7 @@ from tests.agent_e2e.common import (
     record_files,
     run_view,
 )
+from tests.support.actors import Submitter
 
 RENEW_SECONDS = 1
 live_server_env = {
@@ -64,8 +65,7 @@ def python_step(step_id: str, code: str, *args: str, **fields: object) -> dict:
 
 
 def submitted(server, doc: dict, status: int = 201) -> None:
-    resp = server.post("/v1/runs", doc)
-    assert resp.status_code == status, resp.text
+    Submitter(server).submit(doc, status)
 
 
 def test_the_agent_runs_real_steps_and_their_log_and_outputs_reach_the_record(

@@ -12,7 +12,6 @@ import socket
 import threading
 import time
 from datetime import datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -22,6 +21,8 @@ from tests.agent import claim, claimed, report, run_step
 from tests.apps import app_on, client_of
 from tests.helpers import advertise, cap, contract, role, state_of, submit
 from tests.rows import attempts, step_row
+from tests.support.actors import Answerer
+from tests.support.webhooks import Endpoint, Request
 
 MAX_BLOB = 64 * 1024
 QA = {"X-Enode-Principal": "qa@example.com"}
@@ -51,19 +52,16 @@ class Hook:
         self.release = threading.Event()
         self._lock = threading.Lock()
         self._arrived: dict[tuple[str, int], threading.Event] = {}
-        self.server: ThreadingHTTPServer | None = None
+        self.endpoint: Endpoint | None = None
         if mode == "refuse":
             with socket.socket() as sock:
                 sock.bind(("127.0.0.1", 0))
-                port = sock.getsockname()[1]
+                origin = f"http://127.0.0.1:{sock.getsockname()[1]}"
             # The socket is closed and never listened: a connection to it is refused.
         else:
-            self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-            port = self.server.server_address[1]
-            threading.Thread(
-                target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-            ).start()
-        self.url = f"http://127.0.0.1:{port}/hooks/asks"
+            self.endpoint = Endpoint(self._answer)
+            origin = self.endpoint.origin
+        self.url = f"{origin}/hooks/asks"
 
     def arrived(self, run_id: str, seq: int) -> threading.Event:
         """Set when the webhook of that ask has been received."""
@@ -80,31 +78,20 @@ class Hook:
             self.bodies.append(body)
         self.arrived(body.get("run_id"), body.get("seq")).set()
 
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        hook = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                hook._received(self.path, json.loads(raw))
-                if hook.mode == "hang":
-                    hook.release.wait(30)
-                try:
-                    self.send_response(200)
-                    self.end_headers()
-                except OSError:
-                    pass  # the Mediator gave up waiting, as it should
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        return Handler
+    def _answer(self, h: Request) -> None:
+        self._received(h.path, json.loads(h.body))
+        if self.mode == "hang":
+            self.release.wait(30)
+        try:
+            h.send_response(200)
+            h.end_headers()
+        except OSError:
+            pass  # the Mediator gave up waiting, as it should
 
     def close(self) -> None:
         self.release.set()
-        if self.server is not None:
-            self.server.shutdown()
-            self.server.server_close()
+        if self.endpoint is not None:
+            self.endpoint.close()
 
 
 @pytest.fixture
@@ -170,12 +157,7 @@ def when(text: str) -> datetime:
 
 
 def answer(client: Any, run_id: str, seq: int, body: bytes = APPROVE, headers: Any = None) -> Any:
-    return client.post(
-        f"/v1/runs/{run_id}/steps/{seq}/answer",
-        data=body,
-        content_type="application/json",
-        headers=headers if headers is not None else QA,
-    )
+    return Answerer(client).answer(run_id, seq, body, headers if headers is not None else QA)
 
 
 def open_asks(client: Any, headers: Any = None) -> list[dict[str, Any]]:

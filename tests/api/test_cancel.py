@@ -14,6 +14,7 @@ from tests.agent import claim, claimed, report
 from tests.apps import app_on, client_of
 from tests.helpers import RunsHook, advertise, cap, contract, role, submit
 from tests.rows import leases, run_row
+from tests.support.actors import Submitter
 
 ALICE = {"X-Enode-Principal": "alice@example.com"}
 
@@ -53,7 +54,7 @@ def events(sql: Any, run_id: str) -> list[tuple[Any, ...]]:
 
 
 def cancel(client: Any, run_id: str, headers: dict[str, str] | None = None) -> Any:
-    return client.post(f"/v1/runs/{run_id}/cancel", headers=headers or ALICE)
+    return Submitter(client).cancel(run_id, headers or ALICE)
 
 
 def running_with_every_step_state(client: Any, sql: Any) -> None:

@@ -23,6 +23,7 @@ from tests.apps import app_on
 from tests.auth.common import ENTRIES, as_role, forbidden, sha256_entry, token_client
 from tests.helpers import advertise, cap, contract, role
 from tests.rows import rows, run_row, step_row
+from tests.support.actors import Answerer
 
 one_app_per_module = True
 
@@ -60,9 +61,7 @@ def asking(run_id: str, *answerers: str) -> dict[str, Any]:
 
 
 def answer(c: Any, run_id: str = "r1") -> Any:
-    return c.post(
-        f"/v1/runs/{run_id}/steps/1/answer", data=APPROVE, content_type="application/json"
-    )
+    return Answerer(c).answer(run_id, 1, APPROVE)
 
 
 def can_answer(c: Any) -> list[bool]:

@@ -19,11 +19,11 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
-import requests
 
 from tests.apps import ROOT
 from tests.client.cli import TIMEOUT, CountingProxy, Running, client_env, mediator, write
 from tests.helpers import cap, contract, role
+from tests.support.actors import Node, Submitter, expect
 
 # One gunicorn for the module, its tables emptied before each test (tests/conftest.py).
 one_server_per_module = True
@@ -34,44 +34,33 @@ pytestmark = pytest.mark.slow  # processes of the client
 # ------------------------------------------------------------------------------ the fleet
 
 
+def board(server: Any, node: str) -> Node:
+    """The node agent ``node`` (its instance ``<node>-1``) of the live server."""
+    return Node(server, node, f"{node}-1")
+
+
 def advertise(server: Any, node: str, *caps: dict[str, Any]) -> None:
-    body = {"node_id": node, "instance": f"{node}-1", "capabilities": list(caps) or [cap()]}
-    resp = server.post("/v1/nodes", json=body)
-    assert resp.status_code == 200, resp.text
+    board(server, node).advertise(*caps)
 
 
 def claim(server: Any, node: str) -> dict[str, Any]:
-    resp = server.post(f"/v1/nodes/{node}/claim?wait=5", headers={"X-Enode-Instance": f"{node}-1"})
-    assert resp.status_code == 200, (resp.status_code, resp.text)
-    return resp.json()
+    return board(server, node).claimed(wait=5)
 
 
 def report(server: Any, run_id: str, seq: int, node: str, exit_code: int = 0) -> None:
-    body = {"node": node, "exit_code": exit_code, "produced": []}
-    resp = server.post(f"/v1/runs/{run_id}/steps/{seq}/result", json=body)
-    assert resp.status_code == 200, resp.text
+    board(server, node).done(run_id, seq, exit_code=exit_code)
 
 
 def put_log(server: Any, run_id: str, seq: int, data: bytes) -> None:
-    resp = requests.put(
-        f"{server.url}/v1/runs/{run_id}/steps/{seq}/log",
-        data=data,
-        headers=server.headers(),
-        timeout=30,
-    )
-    assert resp.status_code == 200, resp.text
+    expect(board(server, "").put_log(run_id, seq, data), 200)
 
 
 def submit_api(server: Any, doc: dict[str, Any], status: int) -> dict[str, Any]:
-    resp = server.post("/v1/runs", json=doc, headers={"X-Enode-Principal": "other@lab.test"})
-    assert resp.status_code == status, resp.text
-    return resp.json()
+    return Submitter(server, "other@lab.test").submitted(doc, status)
 
 
 def view(server: Any, run_id: str) -> dict[str, Any]:
-    resp = server.get(f"/v1/runs/{run_id}")
-    assert resp.status_code == 200, resp.text
-    return resp.json()
+    return Submitter(server).view(run_id)
 
 
 def sign_off(run_id: str) -> dict[str, Any]:

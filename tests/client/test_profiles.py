@@ -16,6 +16,7 @@ import pytest
 from tests.apps import TOKEN
 from tests.client.cli import mediator
 from tests.helpers import cap, contract
+from tests.support.actors import Node
 
 one_server_per_module = True
 
@@ -57,8 +58,7 @@ def write_profiles(
 
 
 def advertise(server: Any, node: str = "board-1") -> None:
-    body = {"node_id": node, "instance": f"{node}-1", "capabilities": [cap()]}
-    assert server.post("/v1/nodes", json=body).status_code == 200
+    Node(server, node, f"{node}-1").advertise(cap())
 
 
 def principal_of(server: Any, run_id: str) -> str:

@@ -35,6 +35,7 @@ from tests.apps import LiveServer, app_on, gunicorn_on
 from tests.helpers import contract, one_step, role
 from tests.invariants import check, check_after_reaper_pass, check_quiet, check_settled, connect
 from tests.rows import find_run, leases, one, run_row, states
+from tests.support.actors import Node, Submitter, cap
 
 pytestmark = pytest.mark.slow
 
@@ -78,22 +79,17 @@ class Crash:
         return self.server.post(path, json=body)
 
     def advertise(self, node_id: str, capability: str = "board") -> None:
-        caps = [{"capability": capability, "attrs": {}}]
-        resp = self.post("/v1/nodes", {"node_id": node_id, "capabilities": caps})
-        assert resp.status_code == 200, resp.text
+        Node(self.server, node_id).advertise(cap(capability))
 
     def submit(self, doc: dict[str, Any], status: int) -> None:
-        resp = self.post("/v1/runs", doc)
-        assert resp.status_code == status, resp.text
+        Submitter(self.server).submit(doc, status)
 
     def claim(self, node_id: str) -> dict[str, Any]:
-        resp = self.post(f"/v1/nodes/{node_id}/claim?wait=0")
-        assert resp.status_code == 200, (resp.status_code, resp.text)
-        return resp.json()
+        return Node(self.server, node_id).claimed()
 
     def result(self, step: dict[str, Any], node_id: str) -> requests.Response:
-        body = {"node": node_id, "exit_code": 0, "produced": []}
-        return self.post(f"/v1/runs/{step['run_id']}/steps/{step['seq']}/result", body)
+        reply: requests.Response = Node(self.server, node_id).report(step["run_id"], step["seq"])
+        return reply
 
     def worker_dies(self, request: Callable[[], Any]) -> None:
         """``request`` reaches the fault point: its worker dies by SIGKILL (the client sees the

@@ -15,6 +15,7 @@ from app.contract import validate_contract
 from app.dev.demo import FLEET, SCENARIO
 from tests.agent_e2e.common import agent_on, await_state, await_value, run_view
 from tests.apps import ROOT
+from tests.helpers import submit
 
 # One gunicorn for the module, its tables emptied before each test (tests/conftest.py).
 one_server_per_module = True
@@ -60,11 +61,6 @@ def _fleet() -> list[list[str]]:
     ]
 
 
-def submit(server: Any, doc: dict[str, Any], status: int = 201) -> None:
-    resp = server.post("/v1/runs", doc)
-    assert resp.status_code == status, resp.text
-
-
 def steps_of(view: dict[str, Any]) -> dict[str, tuple[str, str | None]]:
     return {s["id"]: (s["state"], s.get("node")) for s in view["steps"]}
 
@@ -89,7 +85,7 @@ def agents(live_server: Any, tmp_path: Path) -> Any:
 def test_the_boot_test_flashes_on_the_host_and_boots_on_the_board(
     live_server: Any, agents: Any
 ) -> None:
-    submit(live_server, example("boot-test.yaml"))
+    submit(live_server, example("boot-test.yaml"), 201)
     view = await_state(live_server, "boot-test", "SUCCEEDED", "FAILED", timeout=60)
     assert view["state"] == "SUCCEEDED", view
     assert steps_of(view) == {"flash": ("DONE", "host-1"), "boot": ("DONE", "board-1")}
@@ -99,7 +95,7 @@ def test_the_boot_test_flashes_on_the_host_and_boots_on_the_board(
 def test_the_fan_out_dispatches_to_the_hardware_branch_and_acquires_the_free_board(
     live_server: Any, agents: Any
 ) -> None:
-    submit(live_server, example("fan-out.yaml"))
+    submit(live_server, example("fan-out.yaml"), 201)
     view = await_state(live_server, "fan-out", "SUCCEEDED", "FAILED", timeout=60)
     assert view["state"] == "SUCCEEDED", view
     assert steps_of(view) == {
@@ -119,13 +115,13 @@ def test_with_the_board_held_the_fan_out_falls_back_and_a_rejected_sign_off_fail
     live_server: Any, agents: Any
 ) -> None:
     # The sign-off run holds the board while it waits for its answer.
-    submit(live_server, example("sign-off.yaml"))
+    submit(live_server, example("sign-off.yaml"), 201)
     await_value(
         lambda: steps_of(run_view(live_server, "sign-off"))["sign-off"][0] == "ASKED",
         "the sign-off to be asked",
         timeout=60,
     )
-    submit(live_server, example("fan-out.yaml", "fan-out-no-board"))
+    submit(live_server, example("fan-out.yaml", "fan-out-no-board"), 201)
     view = await_state(live_server, "fan-out-no-board", "SUCCEEDED", "FAILED", timeout=60)
     assert view["state"] == "SUCCEEDED", view
     states = steps_of(view)

@@ -7,24 +7,14 @@ from __future__ import annotations
 from typing import Any
 
 from tests.agent import claimed, done, report
-from tests.helpers import cap, contract, one_step, role
+from tests.helpers import advertise, cap, contract, one_step, role
+from tests.support.actors import Submitter
 
 DECISION = {"type": "object", "required": ["ok"], "properties": {"ok": {"type": "boolean"}}}
 
 
-def _ok(resp: Any, status: int) -> Any:
-    assert resp.status_code == status, (resp.status_code, resp.get_json())
-    return resp.get_json()
-
-
-def advertise(client: Any, node_id: str, *caps: dict[str, Any], **body: Any) -> None:
-    payload = {"node_id": node_id, "capabilities": list(caps) or [cap()], **body}
-    _ok(client.post("/v1/nodes", json=payload), 200)
-
-
 def submit(client: Any, doc: dict[str, Any], status: int, principal: str | None = None) -> None:
-    headers = {"X-Enode-Principal": principal} if principal else {}
-    _ok(client.post("/v1/runs", json=doc, headers=headers), status)
+    Submitter(client, principal).submit(doc, status)
 
 
 def build_fleet(

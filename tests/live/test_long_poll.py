@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 from app import create_app
 from tests.agent import claim, report
 from tests.apps import client_of, make_config
-from tests.helpers import cap, chain_over_two_nodes, contract, role
+from tests.helpers import advertise, cap, chain_over_two_nodes, contract, role
 from tests.support.concurrency import await_condition, connect
 
 POOL_SIZE = 3
@@ -77,11 +77,6 @@ class HttpClaim:
         if self.error is not None:
             raise self.error
         return self.status, (json.loads(self.body) if self.body else None)
-
-
-def advertise(server: Any, node: str, *caps: dict[str, Any]) -> None:
-    resp = server.post("/v1/nodes", {"node_id": node, "capabilities": list(caps) or [cap()]})
-    assert resp.status_code == 200, resp.text
 
 
 def idle_in_transaction(sql: Any) -> int:

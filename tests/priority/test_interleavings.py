@@ -24,9 +24,11 @@ from typing import Any
 import pytest
 
 from app.services.reaper import reap_pass
+from tests.agent import claim, done
 from tests.apps import app_on, client_of
-from tests.helpers import advertise, cap, contract, role
+from tests.helpers import advertise, cap, contract, role, submit
 from tests.invariants import check, check_quiet
+from tests.support.actors import Submitter
 from tests.support.concurrency import connect
 
 SCHEDULES = int(os.environ.get("INTERLEAVING_SCHEDULES", "12"))
@@ -81,7 +83,7 @@ class Schedule:
         doc = contract(f"r{self.n}", *roles)
         if priority:
             doc["queue"] = {"priority": priority}
-        resp = self.client.post("/v1/runs", json=doc)
+        resp = submit(self.client, doc)
         assert resp.status_code in (201, 202, 422), resp.get_json()
         self.log.append(f"submit r{self.n} p{priority} -> {resp.status_code}")
 
@@ -89,16 +91,10 @@ class Schedule:
         nodes = [n for n in NODES if n not in self.lost]
         self.rnd.shuffle(nodes)
         for node in nodes:
-            resp = self.client.post(
-                f"/v1/nodes/{node}/claim?wait=0", headers={"X-Enode-Instance": node}
-            )
+            resp = claim(self.client, node, node)
             if resp.status_code == 200:
                 step = resp.get_json()
-                done = self.client.post(
-                    f"/v1/runs/{step['run_id']}/steps/{step['seq']}/result",
-                    json={"node": node, "exit_code": 0, "produced": []},
-                )
-                assert done.status_code == 200, done.get_json()
+                done(self.client, step["run_id"], step["seq"], node)
                 self.log.append(f"result {step['run_id']} on {node}")
                 return True
         return False
@@ -107,7 +103,7 @@ class Schedule:
         runs = self.alive("QUEUED", "RUNNING")
         if runs:
             run = self.rnd.choice(runs)
-            assert self.client.post(f"/v1/runs/{run}/cancel").status_code == 200
+            assert Submitter(self.client).cancel(run).status_code == 200
             self.log.append(f"cancel {run}")
 
     def drain(self) -> None:

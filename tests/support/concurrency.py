@@ -146,14 +146,16 @@ def scanning_lock_held(sql: Any) -> Iterator[None]:
         sql.execute("select pg_advisory_unlock(%s)", (SCANNING_LOCK,))
 
 
-def await_condition(check: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+def await_condition(
+    check: Callable[[], bool], what: str, timeout: float = 10.0, interval: float = 0.005
+) -> None:
     """Wait for a state that only the database can show (a backend waiting on a lock): there is
     no event to subscribe to across connections, so look at pg_locks / pg_stat_activity with a
-    bounded deadline."""
+    bounded deadline (every ``interval`` seconds: longer for a look that is a request)."""
     deadline = time.monotonic() + timeout
     while not check():
         assert time.monotonic() < deadline, f"timed out waiting for: {what}"
-        time.sleep(0.005)
+        time.sleep(interval)
 
 
 def lock_holders(sql: Any, key: int) -> int:

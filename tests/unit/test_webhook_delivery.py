@@ -6,11 +6,10 @@ Every endpoint is a real HTTP server on 127.0.0.1 in a thread of this process.""
 
 from __future__ import annotations
 
-import json
 import socket
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
@@ -18,48 +17,10 @@ import structlog
 
 from app.logs import configure_logging
 from app.services.notify import WebhookQueue
+from tests.support.webhooks import Endpoint
 
 SECRET_PATH = "/hooks/T0KEN-IN-PATH"
 SECRET_QUERY = "?key=s3cret-in-query"
-
-
-class Endpoint:
-    """A real HTTP server on 127.0.0.1: ``answer(handler)`` decides each POST's reply. Keeps
-    what every request asked for (method and path) and the JSON bodies of POSTs."""
-
-    def __init__(self, answer: Any = None) -> None:
-        self.requests: list[tuple[str, str]] = []
-        self.bodies: list[Any] = []
-        self.arrived = threading.Event()
-        self._lock = threading.Lock()
-        endpoint = self
-        reply = answer or (lambda h: (h.send_response(204), h.end_headers()))
-
-        class Handler(BaseHTTPRequestHandler):
-            def _take(self) -> None:
-                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                with endpoint._lock:
-                    endpoint.requests.append((self.command, self.path))
-                    if raw:
-                        endpoint.bodies.append(json.loads(raw))
-                endpoint.arrived.set()
-                reply(self)
-
-            do_POST = do_GET = do_PUT = _take
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.origin = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(
-            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        ).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @pytest.fixture
