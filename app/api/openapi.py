@@ -9,6 +9,7 @@ carry the bearer security scheme and its 401 and 403.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import marshmallow
@@ -204,10 +205,44 @@ class MediatorPlugin(MarshmallowPlugin):
 
 class MediatorApi(Api):
     """flask-smorest's Api with the Mediator's error body and no catch-all error response:
-    every operation documents its own (see :func:`operation`)."""
+    every operation documents its own (see :func:`operation`).
+
+    A blueprint's routes are documented when the document is first read, not when the blueprint
+    is registered: building the document is most of what making an app costs (every gunicorn
+    worker's start, every test's app), and most processes never serve it."""
 
     ERROR_SCHEMA = ErrorBodySchema
     DEFAULT_ERROR_RESPONSE_NAME = None
+
+    def __init__(self, app: Any, **kwargs: Any) -> None:
+        self._undocumented: list[tuple[Any, str, Any]] = []
+        self._documenting = threading.Lock()
+        super().__init__(app, **kwargs)
+
+    @property
+    def spec(self) -> Any:
+        """The document, with every registered blueprint's routes in it."""
+        if self._undocumented:
+            with self._documenting:
+                while self._undocumented:
+                    blp, name, parameters = self._undocumented[0]
+                    blp.register_views_in_doc(
+                        self, self._app, self._spec, name=name, parameters=parameters
+                    )
+                    self._spec.tag({"name": name, "description": blp.description})
+                    del self._undocumented[0]
+        return self._spec
+
+    @spec.setter
+    def spec(self, value: Any) -> None:
+        self._spec = value
+
+    def register_blueprint(self, blp: Any, *, parameters: Any = None, **options: Any) -> None:
+        """Register ``blp``'s routes now and document them when the document is first read."""
+        name = options.get("name", blp.name)
+        self._app.extensions["flask-smorest"]["blp_name_to_api"][name] = self
+        self._app.register_blueprint(blp, **options)
+        self._undocumented.append((blp, name, parameters))
 
     def _register_responses(self) -> None:
         self.spec.components.schema("Error", schema=ErrorBodySchema)
