@@ -6,9 +6,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from marshmallow import EXCLUDE, RAISE, Schema, fields, pre_load, validate
+from marshmallow import EXCLUDE, RAISE, Schema, ValidationError, fields, pre_load, validate
 
 from app.contract.fields import FORMAT_CHARACTERS
+from app.wire import parse_ts
 
 NAME = [validate.Length(min=1, max=200), validate.Regexp(r"^[A-Za-z0-9._:@-]+$")]
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -223,30 +224,112 @@ class RunListSchema(Reply):
     next = fields.String(metadata={"description": "the before= of the next page, when full"})
 
 
+class Reason(str):
+    """A field's error that is the whole reason of the 400 as it stands (it names its field
+    itself, or is a reason the wire fixed, such as ``invalid attempt``)."""
+
+
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+class QueryText(fields.String):
+    """A query parameter the database can compare: no NUL, no lone surrogate (SPEC §13); empty
+    is absent."""
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> Any:
+        text = super()._deserialize(value, attr, data, **kwargs)
+        if _UNSTORABLE.search(text):
+            raise ValidationError(
+                Reason(f"{self.name} must not contain a NUL character, got {text!r}")
+            )
+        return text or None
+
+
+class QueryTime(QueryText):
+    """An RFC 3339 time; empty is absent."""
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> Any:
+        text = super()._deserialize(value, attr, data, **kwargs)
+        if text is None:
+            return None
+        try:
+            return parse_ts(text)
+        except ValueError:
+            raise ValidationError(
+                Reason(f"{self.name} must be an RFC 3339 time, got {text!r}")
+            ) from None
+
+
+class RunCursor(QueryText):
+    """The run list's paging cursor ``<created_at>,<run_id>`` as (time, run_id); empty is absent."""
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> Any:
+        text = super()._deserialize(value, attr, data, **kwargs)
+        if text is None:
+            return None
+        stamp, _, run_id = text.partition(",")
+        try:
+            cursor = (parse_ts(stamp), run_id)
+        except ValueError:
+            cursor = None
+        if cursor is None or not run_id:
+            raise ValidationError(
+                Reason(f"{self.name} must be the cursor <created_at>,<run_id>, got {text!r}")
+            )
+        return cursor
+
+
+class QueryLimit(fields.Integer):
+    """A positive count in ASCII digits (``int()`` would also take ``1_000`` and other scripts'
+    digits), capped at ``cap``."""
+
+    def __init__(self, *, cap: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.cap = cap
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> Any:
+        text = str(value)
+        if not re.fullmatch(r"[+-]?[0-9]{1,12}", text.strip()) or int(text) <= 0:
+            raise ValidationError(Reason(f"{self.name} must be a positive integer, got {text!r}"))
+        return min(int(text), self.cap)
+
+
+RUN_LIST_MAX_LIMIT = 1000
+
+
 class RunListQuerySchema(Schema):
-    """``GET /v1/runs``; unknown parameters are ignored (SPEC §14). Parsed by the view."""
+    """``GET /v1/runs`` and the runs page; unknown parameters are ignored (SPEC §14)."""
 
     class Meta:
         unknown = EXCLUDE
 
-    state = fields.String(
-        validate=validate.Regexp(r"^[^\x00]*$"),
-        metadata={"description": "exact state; one no run has lists none"},
+    # A state no run can have (runctl offers CANCELLED) lists no runs (SPEC §19.8).
+    state = QueryText(
+        load_default=None,
+        metadata={
+            "pattern": r"^[^\x00]*$",
+            "description": "exact state; one no run has lists none",
+        },
     )
-    since = fields.String(
+    since = QueryTime(
+        load_default=None,
         metadata={
             "anyOf": [{"format": "date-time"}, {"maxLength": 0}],
             "description": "RFC 3339, inclusive on created_at; empty is no filter",
-        }
+        },
     )
-    work = fields.String(
-        validate=validate.Regexp(r"^[^\x00]*$"), metadata={"description": "a work_id"}
+    work = QueryText(
+        load_default=None,
+        metadata={"pattern": r"^[^\x00]*$", "description": "a work_id"},
     )
-    limit = fields.Integer(
+    limit = QueryLimit(
+        cap=RUN_LIST_MAX_LIMIT,
+        load_default=100,
         validate=validate.Range(min=1, max=999_999_999_999),
         metadata={"description": "default 100; above 1000 is 1000", "default": 100},
     )
-    before = fields.String(
+    before = RunCursor(
+        load_default=None,
         metadata={
             "anyOf": [{"format": "run-cursor"}, {"maxLength": 0}],
             "description": "paging cursor <created_at>,<run_id> (an RFC 3339 time, a comma and "
