@@ -100,15 +100,6 @@ def _unstorable(text: str) -> bool:
     return "\x00" in text or _SURROGATE.search(text) is not None
 
 
-def query_text(name: str) -> str | None:
-    """The query parameter ``name`` (None when absent), as text the database can compare: one it
-    would refuse is a 400 naming the parameter, never a 500 (SPEC §13)."""
-    value = request.args.get(name)
-    if value is not None and _unstorable(value):
-        raise BadRequest(f"{name} must not contain a NUL character, got {value!r}")
-    return value
-
-
 def query_args(schema: Schema) -> dict[str, Any]:
     """The query parsed by ``schema`` outside a route's ``@blp.arguments`` (a page reading the
     API's filters): a 400 naming the first bad parameter, as the routes answer."""

@@ -6,8 +6,18 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from marshmallow import EXCLUDE, RAISE, Schema, ValidationError, fields, pre_load, validate
+from marshmallow import (
+    EXCLUDE,
+    RAISE,
+    Schema,
+    ValidationError,
+    fields,
+    post_load,
+    pre_load,
+    validate,
+)
 
+from app.contract import is_valid_id
 from app.contract.fields import FORMAT_CHARACTERS
 from app.wire import parse_ts
 
@@ -292,6 +302,123 @@ class QueryLimit(fields.Integer):
         if not re.fullmatch(r"[+-]?[0-9]{1,12}", text.strip()) or int(text) <= 0:
             raise ValidationError(Reason(f"{self.name} must be a positive integer, got {text!r}"))
         return min(int(text), self.cap)
+
+
+LOG_NAME_SCHEMA = {
+    "type": "string",
+    "maxLength": 200,
+    "pattern": r"^(|[A-Za-z0-9_:@-][A-Za-z0-9._:@-]*|\.[A-Za-z0-9_:@-][A-Za-z0-9._:@-]*|\.\.[A-Za-z0-9._:@-]+)$",
+    "default": "step",
+}
+
+
+class LogName(fields.String):
+    """``?name=`` of a log: one plain file-name segment, so it cannot leave the Record (SPEC
+    §13); empty is the step's own log, ``step``."""
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> Any:
+        name = super()._deserialize(value, attr, data, **kwargs) or "step"
+        if not is_valid_id(name) or name in {".", ".."}:
+            raise ValidationError(
+                Reason(f"{self.name} must be 1-200 characters of [A-Za-z0-9._:@-], got {name!r}")
+            )
+        return name
+
+
+class ByteOffset(fields.Integer):
+    """A byte offset into a file: ASCII digits, at most 18 of them."""
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> Any:
+        text = str(value)
+        if not (text.isascii() and text.isdigit()) or len(text) > 18:
+            raise ValidationError(Reason(f"{self.data_key} must be a byte offset, got {text!r}"))
+        return int(text)
+
+
+class Seconds(fields.Float):
+    """A number of seconds as ``float()`` reads it."""
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> Any:
+        try:
+            return float(value)
+        except ValueError:
+            raise ValidationError(
+                Reason(f"{self.name} must be a number of seconds, got {value!r}")
+            ) from None
+
+
+class ClaimQuerySchema(Schema):
+    """``POST /v1/nodes/{node_id}/claim``: how long to wait for a step."""
+
+    class Meta:
+        unknown = EXCLUDE
+
+    wait = Seconds(
+        load_default=None,
+        metadata={
+            "description": "seconds to wait for a step, at most claim.long_poll_seconds "
+            "(a negative one is 0)"
+        },
+    )
+
+
+class LogReadQuerySchema(Schema):
+    """``GET /v1/runs/{run_id}/steps/{seq}/log``: which log, from which byte."""
+
+    class Meta:
+        unknown = EXCLUDE
+
+    name = LogName(
+        load_default="step",
+        metadata={**LOG_NAME_SCHEMA, "description": "which log of the step: one file-name segment"},
+    )
+    offset = ByteOffset(
+        data_key="from",
+        load_default=0,
+        metadata={
+            "description": "a byte offset into the log",
+            "minimum": 0,
+            "maximum": 999_999_999_999_999_999,
+            "default": 0,
+        },
+    )
+
+
+class LogWriteQuerySchema(Schema):
+    """``PUT /v1/runs/{run_id}/steps/{seq}/log``: which log, and whether the body is a progress
+    chunk of an attempt (SPEC §19.4)."""
+
+    class Meta:
+        unknown = EXCLUDE
+
+    name = LogName(
+        load_default="step",
+        metadata={**LOG_NAME_SCHEMA, "description": "which log of the step: one file-name segment"},
+    )
+    progress = fields.String(
+        load_default=None,
+        metadata={"description": "1: the body is a progress chunk (any other value: the log)"},
+    )
+    attempt = fields.String(
+        load_default=None,
+        metadata={
+            "description": "with progress=1: the 0-based attempt the chunk belongs to, "
+            "at most 9 digits, else 400 invalid attempt"
+        },
+    )
+
+    @post_load
+    def progress_attempt(self, data: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        """``attempt``: the attempt a progress chunk belongs to, or None for the step's final
+        log (any ``progress`` but 1)."""
+        text = data.pop("attempt") or ""
+        attempt = None
+        if data.pop("progress") == "1":
+            if not (text.isascii() and text.isdigit()) or len(text) > 9:
+                raise ValidationError(Reason("invalid attempt"))
+            attempt = int(text)
+        data["attempt"] = attempt
+        return data
 
 
 RUN_LIST_MAX_LIMIT = 1000
