@@ -42,8 +42,6 @@ import app
 from app.client import render
 from app.client.http import Client, ClientError, quote
 from app.client.watch import StepChanges
-from app.httpclient import Connection, ConnectionFailed
-from app.states import ASKED, CLAIMED, DONE, FAILED, PENDING, QUEUED, RUN_FINISHED, RUNNING, SKIPPED
 from app.dev.embedded import (
     WHEEL_MISSING,
     EmbeddedPostgres,
@@ -52,7 +50,20 @@ from app.dev.embedded import (
     create_database,
     wheel_installed,
 )
+from app.httpclient import Connection, ConnectionFailed
 from app.records.interface import record_location
+from app.states import (
+    ASKED,
+    CLAIMED,
+    DONE,
+    FAILED,
+    PENDING,
+    QUEUED,
+    RUN_FINISHED,
+    RUNNING,
+    SKIPPED,
+    SUCCEEDED,
+)
 from app.wire import parse_ts
 
 TOKEN = "demo-token"  # the legacy single token: every role
@@ -106,9 +117,9 @@ class Planned:
 
 
 SCENARIO = (
-    Planned("build-and-test.yaml", "SUCCEEDED"),
-    Planned("sign-off.yaml", "SUCCEEDED", must_queue=True, answers=("verdict=approve",)),
-    Planned("lint.yaml", "SUCCEEDED"),
+    Planned("build-and-test.yaml", SUCCEEDED),
+    Planned("sign-off.yaml", SUCCEEDED, must_queue=True, answers=("verdict=approve",)),
+    Planned("lint.yaml", SUCCEEDED),
 )
 
 
