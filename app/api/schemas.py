@@ -4,6 +4,7 @@ them (route 21). Request schemas validate; response schemas document what the se
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from marshmallow import (
@@ -242,6 +243,14 @@ class Reason(str):
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
+def _converted(convert: Callable[[Any], Any], value: Any, reason: str) -> Any:
+    """``convert(value)``, or a field error whose whole reason is ``reason`` (a ValueError)."""
+    try:
+        return convert(value)
+    except ValueError:
+        raise ValidationError(Reason(reason)) from None
+
+
 class QueryText(fields.String):
     """A query parameter the database can compare: no NUL, no lone surrogate (SPEC §13); empty
     is absent."""
@@ -262,12 +271,7 @@ class QueryTime(QueryText):
         text = super()._deserialize(value, attr, data, **kwargs)
         if text is None:
             return None
-        try:
-            return parse_ts(text)
-        except ValueError:
-            raise ValidationError(
-                Reason(f"{self.name} must be an RFC 3339 time, got {text!r}")
-            ) from None
+        return _converted(parse_ts, text, f"{self.name} must be an RFC 3339 time, got {text!r}")
 
 
 class RunCursor(QueryText):
@@ -339,12 +343,7 @@ class Seconds(fields.Float):
     """A number of seconds as ``float()`` reads it."""
 
     def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> Any:
-        try:
-            return float(value)
-        except ValueError:
-            raise ValidationError(
-                Reason(f"{self.name} must be a number of seconds, got {value!r}")
-            ) from None
+        return _converted(float, value, f"{self.name} must be a number of seconds, got {value!r}")
 
 
 class ClaimQuerySchema(Schema):
