@@ -72,7 +72,7 @@ def _blob_body() -> bytes:
     return bounded_body(ctx().config["max_blob_bytes"])
 
 
-@blp.route("/nodes/<node_id>/claim", methods=["POST"], parameters=[NODE_ID])
+@blp.route("/nodes/<node_id>/claim", methods=["POST"], parameters=[NODE_ID, INSTANCE])
 @blp.arguments(ClaimQuerySchema, location="query")
 @blp.doc(
     **operation(
@@ -86,7 +86,6 @@ def _blob_body() -> bytes:
         },
         {400: "node_id, wait or X-Enode-Instance is not valid"},
         roles=_NODE,
-        parameters=[INSTANCE],
     )
 )
 def post_claim(query: dict[str, Any], node_id: str) -> Any:

@@ -243,6 +243,18 @@ class Reason(str):
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
+class QuerySchema(Schema):
+    """A query string: unknown parameters are ignored, and an absent one is None in what the
+    view gets (not a documented default: a query has no null)."""
+
+    class Meta:
+        unknown = EXCLUDE
+
+    @post_load
+    def absent_is_none(self, data: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        return {name: None for name in self.load_fields} | data
+
+
 def _converted(convert: Callable[[Any], Any], value: Any, reason: str) -> Any:
     """``convert(value)``, or a field error whose whole reason is ``reason`` (a ValueError)."""
     try:
@@ -346,14 +358,10 @@ class Seconds(fields.Float):
         return _converted(float, value, f"{self.name} must be a number of seconds, got {value!r}")
 
 
-class ClaimQuerySchema(Schema):
+class ClaimQuerySchema(QuerySchema):
     """``POST /v1/nodes/{node_id}/claim``: how long to wait for a step."""
 
-    class Meta:
-        unknown = EXCLUDE
-
     wait = Seconds(
-        load_default=None,
         metadata={
             "description": "seconds to wait for a step, at most claim.long_poll_seconds "
             "(a negative one is 0)"
@@ -361,11 +369,8 @@ class ClaimQuerySchema(Schema):
     )
 
 
-class LogReadQuerySchema(Schema):
+class LogReadQuerySchema(QuerySchema):
     """``GET /v1/runs/{run_id}/steps/{seq}/log``: which log, from which byte."""
-
-    class Meta:
-        unknown = EXCLUDE
 
     name = LogName(
         load_default="step",
@@ -383,23 +388,18 @@ class LogReadQuerySchema(Schema):
     )
 
 
-class LogWriteQuerySchema(Schema):
+class LogWriteQuerySchema(QuerySchema):
     """``PUT /v1/runs/{run_id}/steps/{seq}/log``: which log, and whether the body is a progress
     chunk of an attempt (SPEC §19.4)."""
-
-    class Meta:
-        unknown = EXCLUDE
 
     name = LogName(
         load_default="step",
         metadata={**LOG_NAME_SCHEMA, "description": "which log of the step: one file-name segment"},
     )
     progress = fields.String(
-        load_default=None,
         metadata={"description": "1: the body is a progress chunk (any other value: the log)"},
     )
     attempt = fields.String(
-        load_default=None,
         metadata={
             "description": "with progress=1: the 0-based attempt the chunk belongs to, "
             "at most 9 digits, else 400 invalid attempt"
@@ -410,9 +410,9 @@ class LogWriteQuerySchema(Schema):
     def progress_attempt(self, data: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
         """``attempt``: the attempt a progress chunk belongs to, or None for the step's final
         log (any ``progress`` but 1)."""
-        text = data.pop("attempt") or ""
+        text = data.pop("attempt", None) or ""
         attempt = None
-        if data.pop("progress") == "1":
+        if data.pop("progress", None) == "1":
             if not (text.isascii() and text.isdigit()) or len(text) > 9:
                 raise ValidationError(Reason("invalid attempt"))
             attempt = int(text)
@@ -423,29 +423,23 @@ class LogWriteQuerySchema(Schema):
 RUN_LIST_MAX_LIMIT = 1000
 
 
-class RunListQuerySchema(Schema):
+class RunListQuerySchema(QuerySchema):
     """``GET /v1/runs`` and the runs page; unknown parameters are ignored (SPEC §14)."""
-
-    class Meta:
-        unknown = EXCLUDE
 
     # A state no run can have (runctl offers CANCELLED) lists no runs (SPEC §19.8).
     state = QueryText(
-        load_default=None,
         metadata={
             "pattern": r"^[^\x00]*$",
             "description": "exact state; one no run has lists none",
         },
     )
     since = QueryTime(
-        load_default=None,
         metadata={
             "anyOf": [{"format": "date-time"}, {"maxLength": 0}],
             "description": "RFC 3339, inclusive on created_at; empty is no filter",
         },
     )
     work = QueryText(
-        load_default=None,
         metadata={"pattern": r"^[^\x00]*$", "description": "a work_id"},
     )
     limit = QueryLimit(
@@ -455,7 +449,6 @@ class RunListQuerySchema(Schema):
         metadata={"description": "default 100; above 1000 is 1000", "default": 100},
     )
     before = RunCursor(
-        load_default=None,
         metadata={
             "anyOf": [{"format": "run-cursor"}, {"maxLength": 0}],
             "description": "paging cursor <created_at>,<run_id> (an RFC 3339 time, a comma and "
