@@ -1,21 +1,19 @@
-"""The agent's HTTP to the Mediator (the standard library only: a node carries no extra client).
+"""The agent's HTTP to the Mediator, through :mod:`app.httpclient` (the standard library only: a
+node carries no extra client).
 
 Every call answers an :class:`Answer`, whatever its status (the caller decides what a 4xx or a
-5xx means for it); a Mediator that cannot be reached raises :class:`Unreachable`.
+5xx means for it); a Mediator that cannot be reached raises :class:`Unreachable`. The retries and
+their backoff are the callers' (app/agent/loop.py, app/agent/step.py).
 """
 
 from __future__ import annotations
 
-import http.client
-import json
-import urllib.error
-import urllib.request
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import datetime
 from email.utils import parsedate_to_datetime
 from typing import IO, Any
-from urllib.parse import quote
+
+from app.httpclient import Connection, ConnectionFailed, Response, error_reason, quote
 
 REQUEST_TIMEOUT = 30.0  # every call but the long poll, whose own window comes on top
 
@@ -24,38 +22,22 @@ class Unreachable(Exception):
     """No answer: the connection failed, broke or timed out."""
 
 
-@dataclass(frozen=True)
-class Answer:
-    status: int
-    headers: Mapping[str, str]
-    body: bytes
-
-    @property
-    def ok(self) -> bool:
-        return 200 <= self.status < 300
+class Answer(Response):
+    """An answer of any status, read by the agent."""
 
     @property
     def refused(self) -> bool:
         """A 4xx: the Mediator took the request and said no; the same request gets the same no."""
         return 400 <= self.status < 500
 
-    def json(self) -> Any:
-        return json.loads(self.body) if self.body else None
-
     def reason(self) -> str:
         """The reason of the Mediator's error body, else the start of the body."""
-        try:
-            doc = self.json()
-            if isinstance(doc, dict) and isinstance(doc.get("error"), dict):
-                return str(doc["error"].get("reason", ""))
-        except ValueError:
-            pass
-        return self.body[:200].decode("utf-8", "replace")
+        return error_reason(self.body) or self.body[:200].decode("utf-8", "replace")
 
     def server_time(self) -> datetime | None:
         """The Mediator's clock at its answer (the Date header): lease times are the database's,
         so a deadline is measured from this, not from the node's own clock."""
-        text = self.headers.get("Date")
+        text = self.header("Date")
         if not text:
             return None
         try:
@@ -64,12 +46,14 @@ class Answer:
             return None
 
 
-def segment(text: str) -> str:
-    """One path segment: a run id or an artifact name, whatever characters it holds."""
-    return quote(text, safe="")
+segment = quote  # one path segment: a run id or an artifact name, whatever characters it holds
 
 
 class Link:
+    """The Mediator at ``url``. Every call opens its own connection (``Connection: close``): the
+    agent's threads (claims, log uploads, blobs) call at once, and no proxy of the environment is
+    used and no redirect followed: the agent talks to the Mediator it was given."""
+
     def __init__(self, url: str, token: str | None, principal: str | None, instance: str) -> None:
         self.url = url.rstrip("/")
         self.instance = instance
@@ -78,9 +62,6 @@ class Link:
             self._headers["Authorization"] = f"Bearer {token}"
         if principal:
             self._headers["X-Enode-Principal"] = principal
-        # No proxies from the environment and no redirects on POST: the agent talks to the
-        # Mediator it was given.
-        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
     def call(
         self,
@@ -93,29 +74,20 @@ class Link:
         headers: Mapping[str, str] | None = None,
         timeout: float = REQUEST_TIMEOUT,
     ) -> Answer:
-        all_headers = {**self._headers, **(headers or {})}
-        if doc is not None:
-            data = json.dumps(doc).encode()
-            all_headers["Content-Type"] = "application/json"
-        elif data is not None:
+        all_headers = dict(headers or {})
+        if doc is None and data is not None:
             all_headers.setdefault("Content-Type", "application/octet-stream")
         if length is not None:
             all_headers["Content-Length"] = str(length)
-        request = urllib.request.Request(
-            self.url + path, data=data, method=method, headers=all_headers
-        )
         try:
-            with self._opener.open(request, timeout=timeout) as resp:
-                return Answer(resp.status, dict(resp.headers.items()), resp.read())
-        except urllib.error.HTTPError as exc:
-            try:
-                body = exc.read()
-            except (http.client.HTTPException, OSError):
-                body = b""
-            return Answer(exc.code, dict(exc.headers.items()), body)
-        except (TimeoutError, urllib.error.URLError, http.client.HTTPException, OSError) as exc:
-            reason = getattr(exc, "reason", None) or exc
+            conn = Connection(self.url, timeout=timeout, headers=self._headers, keep_alive=False)
+            got = conn.request(method, path, doc=doc, body=data, headers=all_headers)
+        except ValueError as exc:
+            raise Unreachable(f"{method} {path}: {exc}") from None
+        except ConnectionFailed as exc:
+            reason = getattr(exc.cause, "reason", None) or exc.cause
             raise Unreachable(f"{method} {path}: {reason}") from None
+        return Answer(got.status, got.headers, got.body)
 
     # ------------------------------------------------------------ the routes an agent uses
 

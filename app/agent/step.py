@@ -166,7 +166,7 @@ class LogStream:
             )
         except Unreachable:
             return None
-        text = ans.headers.get("X-Enode-Log-Bytes")
+        text = ans.header("X-Enode-Log-Bytes")
         return int(text) if ans.ok and text and text.isdigit() else None
 
     def _send(self, chunk: bytes) -> bool:
@@ -184,7 +184,7 @@ class LogStream:
             self.log.warning("step log append failed; retrying", error=str(exc))
             return False
         if ans.ok:
-            total = ans.headers.get("X-Enode-Log-Bytes")
+            total = ans.header("X-Enode-Log-Bytes")
             self._length = int(total) if total and total.isdigit() else None
             self.sent += len(chunk)
             return True

@@ -7,10 +7,10 @@ from typing import Any, NoReturn
 
 from flask import current_app, g, request
 from flask_smorest import Blueprint
-from marshmallow import ValidationError
+from marshmallow import Schema, ValidationError
 from webargs.flaskparser import FlaskParser
 
-from app.api.schemas import AgentBody
+from app.api.schemas import AgentBody, Reason
 from app.context import Caller, Context
 from app.contract import check_no_nul, parse_json
 from app.errors import BadRequest, PayloadTooLarge
@@ -26,8 +26,8 @@ def first_error(messages: Any, path: str = "") -> str:
     """marshmallow's nested messages -> one reason naming the field: ``capabilities[0].capability:
     String does not match expected pattern.``"""
     if isinstance(messages, dict):
-        if "json" in messages and len(messages) == 1:
-            return first_error(messages["json"], path)
+        if len(messages) == 1 and ("json" in messages or "query" in messages):
+            return first_error(next(iter(messages.values())), path)
         key = sorted(messages, key=str)[0]
         if key == "_schema":
             return first_error(messages[key], path)
@@ -36,6 +36,8 @@ def first_error(messages: Any, path: str = "") -> str:
     if isinstance(messages, list) and messages:
         text = first_error(messages[0], path)
         return text
+    if isinstance(messages, Reason):
+        return str(messages)
     text = str(messages)
     if text.endswith("is missing"):
         return text
@@ -98,13 +100,14 @@ def _unstorable(text: str) -> bool:
     return "\x00" in text or _SURROGATE.search(text) is not None
 
 
-def query_text(name: str) -> str | None:
-    """The query parameter ``name`` (None when absent), as text the database can compare: one it
-    would refuse is a 400 naming the parameter, never a 500 (SPEC §13)."""
-    value = request.args.get(name)
-    if value is not None and _unstorable(value):
-        raise BadRequest(f"{name} must not contain a NUL character, got {value!r}")
-    return value
+def query_args(schema: Schema) -> dict[str, Any]:
+    """The query parsed by ``schema`` outside a route's ``@blp.arguments`` (a page reading the
+    API's filters): a 400 naming the first bad parameter, as the routes answer."""
+    try:
+        loaded: dict[str, Any] = schema.load(request.args)
+    except ValidationError as exc:
+        raise BadRequest(first_error(exc.messages)) from None
+    return loaded
 
 
 def header_text(name: str, max_length: int = 200) -> str | None:

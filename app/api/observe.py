@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from flask import request
 
-from app.api.common import ctx, make_blueprint, query_text
+from app.api.common import ctx, make_blueprint, query_args
 from app.api.openapi import RUN_ID, json_reply, operation
 from app.api.schemas import (
     CapabilitiesSchema,
@@ -19,11 +18,8 @@ from app.api.schemas import (
 )
 from app.errors import BadRequest
 from app.services.observe import capabilities, events_of, nodes_list, run_view, runs_list
-from app.wire import parse_ts
 
 blp = make_blueprint("observe", "Read runs, nodes and capabilities")
-
-MAX_LIMIT = 1000
 
 
 @blp.route("/runs/<run_id>", methods=["GET"], parameters=[RUN_ID])
@@ -60,63 +56,22 @@ def get_events(run_id: str) -> dict[str, Any]:
     return events_of(ctx(), run_id)
 
 
-def _limit(text: str | None) -> int:
-    if text is None:
-        return 100
-    # ASCII digits only: int() would also take "1_000" and other scripts' digits.
-    if not re.fullmatch(r"[+-]?[0-9]{1,12}", text.strip()):
-        raise BadRequest(f"limit must be a positive integer, got {text!r}")
-    value = int(text)
-    if value <= 0:
-        raise BadRequest(f"limit must be a positive integer, got {text!r}")
-    return min(value, MAX_LIMIT)
-
-
 @blp.route("/runs", methods=["GET"])
+@blp.arguments(RunListQuerySchema, location="query", as_kwargs=True)
 @blp.doc(
     **operation(
         {200: json_reply(RunListSchema, "runs, newest first; next is the cursor of the next page")},
         {400: "a bad filter: since or before not a time, limit not a positive integer"},
-        parameters=[{"in": "query", "schema": RunListQuerySchema}],
     )
 )
-def get_runs() -> dict[str, Any]:
-    return runs_list(ctx(), **run_filters())
+def get_runs(**filters: Any) -> dict[str, Any]:
+    return runs_list(ctx(), **filters)
 
 
 def run_filters() -> dict[str, Any]:
-    """The run list's filters from the query (the API's and the runs page's): 400 naming a bad
-    one."""
-    # A state no run can have (runctl offers CANCELLED) lists no runs (SPEC §19.8).
-    state = query_text("state") or None
-    since = None
-    since_text = query_text("since")
-    if since_text:
-        try:
-            since = parse_ts(since_text)
-        except ValueError:
-            raise BadRequest(f"since must be an RFC 3339 time, got {since_text!r}") from None
-    before = None
-    before_text = query_text("before")
-    if before_text:
-        stamp, _, run_id = before_text.partition(",")
-        try:
-            before = (parse_ts(stamp), run_id)
-        except ValueError:
-            raise BadRequest(
-                f"before must be the cursor <created_at>,<run_id>, got {before_text!r}"
-            ) from None
-        if not run_id:
-            raise BadRequest(
-                f"before must be the cursor <created_at>,<run_id>, got {before_text!r}"
-            )
-    return {
-        "state": state,
-        "since": since,
-        "work": query_text("work") or None,
-        "before": before,
-        "limit": _limit(query_text("limit")),
-    }
+    """The run list's filters from the query, for the runs page: the API's schema, 400 naming a
+    bad one."""
+    return query_args(RunListQuerySchema())
 
 
 @blp.route("/nodes", methods=["GET"])

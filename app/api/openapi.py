@@ -37,15 +37,9 @@ UPLOAD_NAME_SCHEMA = {
     # only dots, or of more than 200 bytes, names nothing (404).
     "pattern": r"^[^/\\\x00-\x1f\x7f-\x9f" + FORMAT_CHARACTERS + "]+$",
 }
+
+
 # A log's ?name=: the id grammar, but not "." or ".."; empty is the default, "step".
-LOG_NAME_SCHEMA = {
-    "type": "string",
-    "maxLength": 200,
-    "pattern": r"^(|[A-Za-z0-9_:@-][A-Za-z0-9._:@-]*|\.[A-Za-z0-9_:@-][A-Za-z0-9._:@-]*|\.\.[A-Za-z0-9._:@-]+)$",
-    "default": "step",
-}
-
-
 def path_param(name: str, schema: dict[str, Any], description: str, example: Any) -> dict[str, Any]:
     return {
         "in": "path",

@@ -38,9 +38,10 @@ from werkzeug.wrappers import Response as BaseResponse
 
 from app.api.asks import ANSWER_RULE
 from app.api.auth import ROUTES, caller_of, may_call, verified_token
-from app.api.common import ctx
+from app.api.common import ctx, query_args
 from app.api.observe import run_filters
-from app.api.results import _log_name, _log_offset, _seq
+from app.api.results import _seq
+from app.api.schemas import LogReadQuerySchema
 from app.askform import AskForm, Reading, field_of_violation, form_of, read_answer
 from app.context import Caller
 from app.contract import is_valid_id
@@ -381,8 +382,9 @@ def cancel(run_id: str) -> BaseResponse:
 @signed_in("GET", "/v1/runs/<run_id>/steps/<seq>/log")
 def log(run_id: str, seq: str) -> Response:
     n = _seq(seq)
-    name = _log_name()
-    view = read_log(ctx(), _known_run(run_id), n, name, _log_offset())
+    query = query_args(LogReadQuerySchema())
+    name = query["name"]
+    view = read_log(ctx(), _known_run(run_id), n, name, query["offset"])
     resp = Response(view.data, status=200, mimetype="text/plain")
     resp.headers["X-Enode-Log-Bytes"] = str(view.state.total)
     return _attachment(resp, f"{run_id}-{n}-{name}.log")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Response, request
+from flask import Response
 
 from app.api.common import (
     bounded_body,
@@ -16,7 +16,6 @@ from app.api.common import (
 from app.api.openapi import (
     BLOB_NAME,
     INSTANCE,
-    LOG_NAME_SCHEMA,
     NODE_ID,
     RUN_ID,
     SEQ,
@@ -26,7 +25,14 @@ from app.api.openapi import (
     json_reply,
     operation,
 )
-from app.api.schemas import ClaimSchema, ResultReplySchema, ResultSchema
+from app.api.schemas import (
+    ClaimQuerySchema,
+    ClaimSchema,
+    LogReadQuerySchema,
+    LogWriteQuerySchema,
+    ResultReplySchema,
+    ResultSchema,
+)
 from app.contract import is_valid_id
 from app.errors import BadRequest
 from app.records import LogState
@@ -41,12 +47,6 @@ _BYTES_BODY = {
     "required": False,
     "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
 }
-_LOG_NAME = {
-    "in": "query",
-    "name": "name",
-    "description": "which log of the step: one file-name segment",
-    "schema": LOG_NAME_SCHEMA,
-}
 _LOG_BYTES = header("the log file's whole length in bytes (the next from=)", {"type": "integer"})
 _LOG_ATTEMPT = header("the attempt the bytes belong to", {"type": "integer"}, required=False)
 _LOG_CAPPED = header("1 once a cap cut the file", {"type": "string", "enum": ["1"]}, False)
@@ -56,32 +56,6 @@ def _seq(text: str) -> int:
     """SPEC §13: a {seq} that is not a positive integer is a 400."""
     if not (text.isascii() and text.isdigit()) or len(text) > 9 or int(text) <= 0:
         raise BadRequest(f"seq must be a positive integer, got {text!r}")
-    return int(text)
-
-
-def _log_name() -> str:
-    """``?name=`` of a log: one plain file-name segment, so it cannot leave the Record (SPEC §13)."""
-    name = request.args.get("name") or "step"
-    if not is_valid_id(name) or name in {".", ".."}:
-        raise BadRequest(f"name must be 1-200 characters of [A-Za-z0-9._:@-], got {name!r}")
-    return name
-
-
-def _progress_attempt() -> int | None:
-    """``?progress=1&attempt=N`` of a log PUT: the attempt a progress chunk belongs to (SPEC
-    §19.4), or None for the step's final log."""
-    if request.args.get("progress") != "1":
-        return None
-    text = request.args.get("attempt", "")
-    if not (text.isascii() and text.isdigit()) or len(text) > 9:
-        raise BadRequest("invalid attempt")
-    return int(text)
-
-
-def _log_offset() -> int:
-    text = request.args.get("from", "0")
-    if not (text.isascii() and text.isdigit()) or len(text) > 18:
-        raise BadRequest(f"from must be a byte offset, got {text!r}")
     return int(text)
 
 
@@ -98,7 +72,8 @@ def _blob_body() -> bytes:
     return bounded_body(ctx().config["max_blob_bytes"])
 
 
-@blp.route("/nodes/<node_id>/claim", methods=["POST"], parameters=[NODE_ID])
+@blp.route("/nodes/<node_id>/claim", methods=["POST"], parameters=[NODE_ID, INSTANCE])
+@blp.arguments(ClaimQuerySchema, location="query")
 @blp.doc(
     **operation(
         {
@@ -111,29 +86,15 @@ def _blob_body() -> bytes:
         },
         {400: "node_id, wait or X-Enode-Instance is not valid"},
         roles=_NODE,
-        parameters=[
-            INSTANCE,
-            {
-                "in": "query",
-                "name": "wait",
-                "description": "seconds to wait for a step, at most claim.long_poll_seconds "
-                "(a negative one is 0)",
-                "schema": {"type": "number"},
-            },
-        ],
     )
 )
-def post_claim(node_id: str) -> Any:
+def post_claim(query: dict[str, Any], node_id: str) -> Any:
     if not is_valid_id(node_id):  # node ids share the run_id grammar (SPEC §3, §13)
         raise BadRequest(f"node_id must be 1-200 characters of [A-Za-z0-9._:@-], got {node_id!r}")
     instance = header_text("X-Enode-Instance")
     wait = ctx().config["claim.long_poll_seconds"]
-    asked = request.args.get("wait")
-    if asked is not None:
-        try:
-            wait = min(wait, max(0.0, float(asked)))
-        except ValueError:
-            raise BadRequest(f"wait must be a number of seconds, got {asked!r}") from None
+    if query["wait"] is not None:
+        wait = min(wait, max(0.0, query["wait"]))
     body = claim(ctx(), node_id, instance, wait)
     if body is None:
         return Response(status=204)
@@ -159,6 +120,7 @@ def post_result(body: dict[str, Any], run_id: str, seq: str) -> dict[str, Any]:
 
 
 @blp.route("/runs/<run_id>/steps/<seq>/log", methods=["PUT"], parameters=[RUN_ID, SEQ])
+@blp.arguments(LogWriteQuerySchema, location="query")
 @blp.doc(
     requestBody=_BYTES_BODY,
     **operation(
@@ -186,28 +148,11 @@ def post_result(body: dict[str, Any], run_id: str, seq: str) -> dict[str, Any]:
             413: "body over max_blob_bytes",
         },
         roles=_NODE,
-        parameters=[
-            _LOG_NAME,
-            {
-                "in": "query",
-                "name": "progress",
-                "description": "1: the body is a progress chunk (any other value: the log)",
-                "schema": {"type": "string"},
-            },
-            {
-                "in": "query",
-                "name": "attempt",
-                "description": "with progress=1: the 0-based attempt the chunk belongs to, "
-                "at most 9 digits, else 400 invalid attempt",
-                "schema": {"type": "string"},
-            },
-        ],
     ),
 )
-def put_log(run_id: str, seq: str) -> Response:
+def put_log(query: dict[str, Any], run_id: str, seq: str) -> Response:
     n = _seq(seq)
-    name = _log_name()
-    attempt = _progress_attempt()
+    name, attempt = query["name"], query["attempt"]
     body = _blob_body()
     resp = Response(status=200)
     if attempt is None:
@@ -221,6 +166,7 @@ def put_log(run_id: str, seq: str) -> Response:
 
 
 @blp.route("/runs/<run_id>/steps/<seq>/log", methods=["GET"], parameters=[RUN_ID, SEQ])
+@blp.arguments(LogReadQuerySchema, location="query")
 @blp.doc(
     **operation(
         {
@@ -242,25 +188,11 @@ def put_log(run_id: str, seq: str) -> Response:
             )
         },
         {400: "seq is not a positive integer, or name or from is not valid", 404: "no such run"},
-        parameters=[
-            _LOG_NAME,
-            {
-                "in": "query",
-                "name": "from",
-                "description": "a byte offset into the log",
-                "schema": {
-                    "type": "integer",
-                    "minimum": 0,
-                    "maximum": 999_999_999_999_999_999,
-                    "default": 0,
-                },
-            },
-        ],
     )
 )
-def get_log(run_id: str, seq: str) -> Response:
+def get_log(query: dict[str, Any], run_id: str, seq: str) -> Response:
     n = _seq(seq)
-    view = read_log(ctx(), run_id, n, _log_name(), _log_offset())
+    view = read_log(ctx(), run_id, n, query["name"], query["offset"])
     resp = Response(view.data, status=200, mimetype="text/plain")
     _state_headers(resp, view.state)
     resp.headers["X-Enode-Log-Source"] = view.source

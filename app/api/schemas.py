@@ -4,11 +4,23 @@ them (route 21). Request schemas validate; response schemas document what the se
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
-from marshmallow import EXCLUDE, RAISE, Schema, fields, pre_load, validate
+from marshmallow import (
+    EXCLUDE,
+    RAISE,
+    Schema,
+    ValidationError,
+    fields,
+    post_load,
+    pre_load,
+    validate,
+)
 
+from app.contract import is_valid_id
 from app.contract.fields import FORMAT_CHARACTERS
+from app.wire import parse_ts
 
 NAME = [validate.Length(min=1, max=200), validate.Regexp(r"^[A-Za-z0-9._:@-]+$")]
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -223,30 +235,220 @@ class RunListSchema(Reply):
     next = fields.String(metadata={"description": "the before= of the next page, when full"})
 
 
-class RunListQuerySchema(Schema):
-    """``GET /v1/runs``; unknown parameters are ignored (SPEC §14). Parsed by the view."""
+class Reason(str):
+    """A field's error that is the whole reason of the 400 as it stands (it names its field
+    itself, or is a reason the wire fixed, such as ``invalid attempt``)."""
+
+
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+class QuerySchema(Schema):
+    """A query string: unknown parameters are ignored, and an absent one is None in what the
+    view gets (not a documented default: a query has no null)."""
 
     class Meta:
         unknown = EXCLUDE
 
-    state = fields.String(
-        validate=validate.Regexp(r"^[^\x00]*$"),
-        metadata={"description": "exact state; one no run has lists none"},
+    @post_load
+    def absent_is_none(self, data: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        return {name: None for name in self.load_fields} | data
+
+
+def _converted(convert: Callable[[Any], Any], value: Any, reason: str) -> Any:
+    """``convert(value)``, or a field error whose whole reason is ``reason`` (a ValueError)."""
+    try:
+        return convert(value)
+    except ValueError:
+        raise ValidationError(Reason(reason)) from None
+
+
+class QueryText(fields.String):
+    """A query parameter the database can compare: no NUL, no lone surrogate (SPEC §13); empty
+    is absent."""
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> Any:
+        text = super()._deserialize(value, attr, data, **kwargs)
+        if _UNSTORABLE.search(text):
+            raise ValidationError(
+                Reason(f"{self.name} must not contain a NUL character, got {text!r}")
+            )
+        return text or None
+
+
+class QueryTime(QueryText):
+    """An RFC 3339 time; empty is absent."""
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> Any:
+        text = super()._deserialize(value, attr, data, **kwargs)
+        if text is None:
+            return None
+        return _converted(parse_ts, text, f"{self.name} must be an RFC 3339 time, got {text!r}")
+
+
+class RunCursor(QueryText):
+    """The run list's paging cursor ``<created_at>,<run_id>`` as (time, run_id); empty is absent."""
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> Any:
+        text = super()._deserialize(value, attr, data, **kwargs)
+        if text is None:
+            return None
+        stamp, _, run_id = text.partition(",")
+        try:
+            cursor = (parse_ts(stamp), run_id)
+        except ValueError:
+            cursor = None
+        if cursor is None or not run_id:
+            raise ValidationError(
+                Reason(f"{self.name} must be the cursor <created_at>,<run_id>, got {text!r}")
+            )
+        return cursor
+
+
+class QueryLimit(fields.Integer):
+    """A positive count in ASCII digits (``int()`` would also take ``1_000`` and other scripts'
+    digits), capped at ``cap``."""
+
+    def __init__(self, *, cap: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.cap = cap
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> Any:
+        text = str(value)
+        if not re.fullmatch(r"[+-]?[0-9]{1,12}", text.strip()) or int(text) <= 0:
+            raise ValidationError(Reason(f"{self.name} must be a positive integer, got {text!r}"))
+        return min(int(text), self.cap)
+
+
+LOG_NAME_SCHEMA = {
+    "type": "string",
+    "maxLength": 200,
+    "pattern": r"^(|[A-Za-z0-9_:@-][A-Za-z0-9._:@-]*|\.[A-Za-z0-9_:@-][A-Za-z0-9._:@-]*|\.\.[A-Za-z0-9._:@-]+)$",
+    "default": "step",
+}
+
+
+class LogName(fields.String):
+    """``?name=`` of a log: one plain file-name segment, so it cannot leave the Record (SPEC
+    §13); empty is the step's own log, ``step``."""
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> Any:
+        name = super()._deserialize(value, attr, data, **kwargs) or "step"
+        if not is_valid_id(name) or name in {".", ".."}:
+            raise ValidationError(
+                Reason(f"{self.name} must be 1-200 characters of [A-Za-z0-9._:@-], got {name!r}")
+            )
+        return name
+
+
+class ByteOffset(fields.Integer):
+    """A byte offset into a file: ASCII digits, at most 18 of them."""
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> Any:
+        text = str(value)
+        if not (text.isascii() and text.isdigit()) or len(text) > 18:
+            raise ValidationError(Reason(f"{self.data_key} must be a byte offset, got {text!r}"))
+        return int(text)
+
+
+class Seconds(fields.Float):
+    """A number of seconds as ``float()`` reads it."""
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> Any:
+        return _converted(float, value, f"{self.name} must be a number of seconds, got {value!r}")
+
+
+class ClaimQuerySchema(QuerySchema):
+    """``POST /v1/nodes/{node_id}/claim``: how long to wait for a step."""
+
+    wait = Seconds(
+        metadata={
+            "description": "seconds to wait for a step, at most claim.long_poll_seconds "
+            "(a negative one is 0)"
+        },
     )
-    since = fields.String(
+
+
+class LogReadQuerySchema(QuerySchema):
+    """``GET /v1/runs/{run_id}/steps/{seq}/log``: which log, from which byte."""
+
+    name = LogName(
+        load_default="step",
+        metadata={**LOG_NAME_SCHEMA, "description": "which log of the step: one file-name segment"},
+    )
+    offset = ByteOffset(
+        data_key="from",
+        load_default=0,
+        metadata={
+            "description": "a byte offset into the log",
+            "minimum": 0,
+            "maximum": 999_999_999_999_999_999,
+            "default": 0,
+        },
+    )
+
+
+class LogWriteQuerySchema(QuerySchema):
+    """``PUT /v1/runs/{run_id}/steps/{seq}/log``: which log, and whether the body is a progress
+    chunk of an attempt (SPEC §19.4)."""
+
+    name = LogName(
+        load_default="step",
+        metadata={**LOG_NAME_SCHEMA, "description": "which log of the step: one file-name segment"},
+    )
+    progress = fields.String(
+        metadata={"description": "1: the body is a progress chunk (any other value: the log)"},
+    )
+    attempt = fields.String(
+        metadata={
+            "description": "with progress=1: the 0-based attempt the chunk belongs to, "
+            "at most 9 digits, else 400 invalid attempt"
+        },
+    )
+
+    @post_load
+    def progress_attempt(self, data: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        """``attempt``: the attempt a progress chunk belongs to, or None for the step's final
+        log (any ``progress`` but 1)."""
+        text = data.pop("attempt", None) or ""
+        attempt = None
+        if data.pop("progress", None) == "1":
+            if not (text.isascii() and text.isdigit()) or len(text) > 9:
+                raise ValidationError(Reason("invalid attempt"))
+            attempt = int(text)
+        data["attempt"] = attempt
+        return data
+
+
+RUN_LIST_MAX_LIMIT = 1000
+
+
+class RunListQuerySchema(QuerySchema):
+    """``GET /v1/runs`` and the runs page; unknown parameters are ignored (SPEC §14)."""
+
+    # A state no run can have (runctl offers CANCELLED) lists no runs (SPEC §19.8).
+    state = QueryText(
+        metadata={
+            "pattern": r"^[^\x00]*$",
+            "description": "exact state; one no run has lists none",
+        },
+    )
+    since = QueryTime(
         metadata={
             "anyOf": [{"format": "date-time"}, {"maxLength": 0}],
             "description": "RFC 3339, inclusive on created_at; empty is no filter",
-        }
+        },
     )
-    work = fields.String(
-        validate=validate.Regexp(r"^[^\x00]*$"), metadata={"description": "a work_id"}
+    work = QueryText(
+        metadata={"pattern": r"^[^\x00]*$", "description": "a work_id"},
     )
-    limit = fields.Integer(
+    limit = QueryLimit(
+        cap=RUN_LIST_MAX_LIMIT,
+        load_default=100,
         validate=validate.Range(min=1, max=999_999_999_999),
         metadata={"description": "default 100; above 1000 is 1000", "default": 100},
     )
-    before = fields.String(
+    before = RunCursor(
         metadata={
             "anyOf": [{"format": "run-cursor"}, {"maxLength": 0}],
             "description": "paging cursor <created_at>,<run_id> (an RFC 3339 time, a comma and "

@@ -44,6 +44,7 @@ from app.client.settings import (
 )
 from app.client.watch import WaitTimedOut, print_log, wait_for_verdict
 from app.errors import BadRequest
+from app.states import QUEUED, RUNNING, SUCCEEDED
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -78,6 +79,18 @@ PROFILE_HELP = (
 )
 
 
+# ``--json``, after ``mediator`` or after a command that prints: machine-readable output. The one
+# definition of it (``answer --json DOC`` is only the hidden, deprecated spelling of --input).
+json_option = click.option(
+    "--json",
+    "json_output",
+    is_flag=True,
+    expose_value=False,
+    callback=_store,
+    help="Print the answer's JSON instead of tables (for scripts).",
+)
+
+
 def client_options(f: F) -> F:
     """The group options of the client commands: where the Mediator is, and who calls it.
     Each wins over the environment, which wins over the profile (``app.client.settings``)."""
@@ -98,14 +111,7 @@ def client_options(f: F) -> F:
             "MEDIATOR_PRINCIPAL; else the profile's principal; default: git config user.email].",
         ),
         _client_option("profile", PROFILE_HELP),
-        click.option(
-            "--json",
-            "json_output",
-            is_flag=True,
-            expose_value=False,
-            callback=_store,
-            help="Client commands print the answer's JSON instead of tables.",
-        ),
+        json_option,
     ]
     for option in reversed(options):
         f = option(f)
@@ -120,16 +126,7 @@ def profile_option(f: F) -> F:
 def json_flag(f: F) -> F:
     """``--json`` after a command, like ``--json`` after ``mediator``; every client command also
     takes ``--profile`` there."""
-    return profile_option(
-        click.option(
-            "--json",
-            "json_output",
-            is_flag=True,
-            expose_value=False,
-            callback=_store,
-            help="Print the answer's JSON instead of tables.",
-        )(f)
-    )
+    return profile_option(json_option(f))
 
 
 def _git_email() -> str | None:
@@ -322,7 +319,7 @@ def _wait(
         ctx.exit(EXIT_TIMEOUT)
     if as_json:
         _print_json(last)
-    ctx.exit(EXIT_OK if last.get("state") == "SUCCEEDED" else EXIT_FAILED)
+    ctx.exit(EXIT_OK if last.get("state") == SUCCEEDED else EXIT_FAILED)
 
 
 def _check_timeout(wait: bool, timeout: float | None) -> None:
@@ -367,9 +364,9 @@ def submit(
     run_id, state = view.get("run_id"), view.get("state")
     if reply.status == 200:
         click.echo(f"{run_id}: already known, {state}")
-    elif state == "QUEUED":
+    elif state == QUEUED:
         click.echo(f"{run_id}: QUEUED, {render.queue_line(view)}")
-    elif state == "RUNNING":
+    elif state == RUNNING:
         click.echo(f"{run_id}: RUNNING on {render.assigned(view)}")
     else:
         click.echo(f"{run_id}: {state}")

@@ -8,16 +8,15 @@ and for no answer at all or a 5xx (exit 3) where the client tried to reach it.
 
 from __future__ import annotations
 
-import base64
 import http.client
 import json
 import socket
-import time
-import urllib.parse
-import urllib.request
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from app.httpclient import Connection, ConnectionFailed, Query, with_query
+from app.httpclient import quote as quote  # the commands quote path segments with it
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # the run's verdict is FAILED
@@ -27,13 +26,6 @@ EXIT_TIMEOUT = 4  # --wait --timeout passed before the run finished (it goes on)
 EXIT_INTERRUPTED = 130  # Ctrl-C while watching (128 + SIGINT, as shells report it); it goes on
 
 CHUNK = 64 * 1024
-# A request that is not safe to send twice (a POST) goes on the kept connection only when it was
-# used this recently (seconds): servers close idle connections after a few seconds at the least
-# (gunicorn's keepalive here is 75), and one closed just as the POST went out would leave the
-# client unable to tell whether it arrived.
-KEEP_IDLE = 1.0
-# What a kept connection that the server closed meanwhile raises on its next request.
-STALE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
 
 
 class ClientError(Exception):
@@ -95,10 +87,8 @@ class Client:
     ``principal`` (``X-Enode-Principal``).
 
     One HTTP/1.1 connection is kept open and used for every request of the command, so that
-    ``--wait`` and ``logs --follow`` poll over one connection instead of opening one a look. A
-    kept connection that the server closed meanwhile (its keep-alive time ran out) is replaced
-    for a GET; a POST is sent again on a kept connection only when it was used just before, and
-    otherwise on a new one, so that it is never sent twice. A proxy of the environment
+    ``--wait`` and ``logs --follow`` poll over one connection instead of opening one a look (the
+    rules of reuse are :class:`app.httpclient.Connection`'s). A proxy of the environment
     (``http_proxy``, ``https_proxy``, ``no_proxy``) is used as urllib would use it. Like the
     connection it keeps, a client serves one thread at a time."""
 
@@ -113,103 +103,45 @@ class Client:
         self.token = token
         self.principal = principal
         self.timeout = timeout
-        parts = urllib.parse.urlsplit(self.url)
+        headers = {"Accept": "application/json", "User-Agent": "mediator-client"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        if principal:
+            headers["X-Enode-Principal"] = principal
         try:
-            port = parts.port
+            self._conn = Connection(self.url, timeout=timeout, headers=headers, use_proxy=True)
         except ValueError:
-            port = -1
-        if parts.scheme not in ("http", "https") or not parts.hostname or port == -1:
             raise Refused(
                 f"the Mediator's URL must be http://HOST[:PORT] or https://..., got {url!r}",
                 exit_code=EXIT_REFUSED,
-            )
-        self._https = parts.scheme == "https"
-        self._host, self._port, self._netloc = parts.hostname, port, parts.netloc
-        self._prefix = parts.path.rstrip("/")
-        self._proxy = _proxy_for(parts.scheme, parts.hostname)
-        self._conn: http.client.HTTPConnection | None = None
-        self._used_at = 0.0
+            ) from None
 
     # ------------------------------------------------------------------------------ requests
 
-    def _headers(self, extra: Mapping[str, str] | None) -> dict[str, str]:
-        headers = {"Accept": "application/json", "User-Agent": "mediator-client"}
-        if self.token:
-            headers["Authorization"] = f"Bearer {self.token}"
-        if self.principal:
-            headers["X-Enode-Principal"] = self.principal
-        if self._proxy is not None and not self._https and self._proxy.authorization:
-            headers["Proxy-Authorization"] = self._proxy.authorization
-        headers.update(extra or {})
-        return headers
-
-    def _target(self, path: str, query: Mapping[str, str | int | None] | None) -> str:
-        target = self._prefix + path
-        params = {k: str(v) for k, v in (query or {}).items() if v is not None}
-        if params:
-            target += "?" + urllib.parse.urlencode(params)
-        if self._proxy is not None and not self._https:
-            return f"http://{self._netloc}{target}"  # a plain HTTP proxy takes the whole URL
-        return target
-
-    def _connect(self) -> http.client.HTTPConnection:
-        proxy = self._proxy
-        if proxy is None:
-            kind = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
-            return kind(self._host, self._port, timeout=self.timeout)
-        if not self._https:
-            return http.client.HTTPConnection(proxy.host, proxy.port, timeout=self.timeout)
-        conn = http.client.HTTPSConnection(proxy.host, proxy.port, timeout=self.timeout)
-        tunnel = {"Proxy-Authorization": proxy.authorization} if proxy.authorization else None
-        conn.set_tunnel(self._host, self._port, headers=tunnel)
-        return conn
-
     def close(self) -> None:
         """Close the kept connection (the next request opens a new one)."""
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
-
-    def _send(
-        self, method: str, target: str, body: bytes | None, headers: Mapping[str, str]
-    ) -> http.client.HTTPResponse:
-        """The response to one request, over the kept connection when that is safe."""
-        safe = method in ("GET", "HEAD")
-        if self._conn is not None and not safe and time.monotonic() - self._used_at > KEEP_IDLE:
-            self.close()  # it may have been closed by the server: a POST goes on a new one
-        for attempt in range(2):
-            kept = self._conn is not None
-            if self._conn is None:
-                self._conn = self._connect()
-            try:
-                self._conn.request(method, target, body=body, headers=dict(headers))
-                return self._conn.getresponse()
-            except STALE as exc:
-                self.close()
-                if not (kept and safe and attempt == 0):
-                    raise self._unreachable(exc) from None
-            except (OSError, http.client.HTTPException) as exc:
-                self.close()
-                raise self._unreachable(exc) from None
-        raise AssertionError("unreachable")  # the loop returns or raises
+        self._conn.close()
 
     def _open(
         self,
         method: str,
         path: str,
         *,
-        query: Mapping[str, str | int | None] | None = None,
+        query: Query | None = None,
         body: bytes | None = None,
         headers: Mapping[str, str] | None = None,
     ) -> http.client.HTTPResponse:
         extra = dict(headers or {})
         if body is not None:
             extra.setdefault("Content-Type", "application/json; charset=utf-8")
-        resp = self._send(method, self._target(path, query), body, self._headers(extra))
+        try:
+            resp = self._conn.open(method, with_query(path, query), body=body, headers=extra)
+        except ConnectionFailed as exc:
+            raise self._unreachable(exc.cause) from None
         if resp.status < 300:
             return resp
         raw = self._read(resp)
-        self._done(resp)
+        self._conn.done(resp)
         try:
             doc = json.loads(raw) if raw else None
         except ValueError:
@@ -236,16 +168,9 @@ class Client:
 
     def _read(self, resp: http.client.HTTPResponse, size: int = -1) -> bytes:
         try:
-            return resp.read() if size < 0 else resp.read(size)
-        except (OSError, http.client.HTTPException) as exc:
-            self.close()
-            raise self._unreachable(exc) from None
-
-    def _done(self, resp: http.client.HTTPResponse) -> None:
-        """The response is read to its end: its connection is free for the next request."""
-        self._used_at = time.monotonic()
-        if resp.will_close:
-            self.close()
+            return self._conn.read(resp, size)
+        except ConnectionFailed as exc:
+            raise self._unreachable(exc.cause) from None
 
     def _unreachable(self, exc: BaseException) -> Unreachable:
         why: object = getattr(exc, "reason", None) or exc
@@ -268,7 +193,7 @@ class Client:
         method: str,
         path: str,
         *,
-        query: Mapping[str, str | int | None] | None = None,
+        query: Query | None = None,
         body: bytes | None = None,
         doc: Any = None,
         headers: Mapping[str, str] | None = None,
@@ -279,11 +204,11 @@ class Client:
             body = json.dumps(doc).encode("utf-8")
         resp = self._open(method, path, query=query, body=body, headers=headers)
         data = self._read(resp)
-        self._done(resp)
+        self._conn.done(resp)
         names = {k.lower(): v for k, v in resp.getheaders()}
         return Answer(resp.status, names, data)
 
-    def get(self, path: str, query: Mapping[str, str | int | None] | None = None) -> Any:
+    def get(self, path: str, query: Query | None = None) -> Any:
         """GET a JSON document."""
         return self.request("GET", path, query=query).json()
 
@@ -301,37 +226,9 @@ class Client:
                 chunk = self._read(resp, CHUNK)
                 if not chunk:
                     finished = True
-                    self._done(resp)
+                    self._conn.done(resp)
                     return
                 yield chunk
         finally:
             if not finished:  # left half-read: the connection cannot take another request
                 self.close()
-
-
-@dataclass(frozen=True)
-class Proxy:
-    host: str
-    port: int
-    authorization: str | None  # Proxy-Authorization, from the proxy URL's user and password
-
-
-def _proxy_for(scheme: str, host: str) -> Proxy | None:
-    """The proxy of the environment for ``scheme`` and ``host``, as urllib chooses it."""
-    given = urllib.request.getproxies().get(scheme)
-    if not given or urllib.request.proxy_bypass(host):
-        return None
-    parts = urllib.parse.urlsplit(given if "://" in given else f"http://{given}")
-    if not parts.hostname:
-        return None
-    authorization = None
-    if parts.username:
-        user = urllib.parse.unquote(parts.username)
-        password = urllib.parse.unquote(parts.password or "")
-        authorization = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
-    return Proxy(parts.hostname, parts.port or 80, authorization)
-
-
-def quote(segment: str) -> str:
-    """One path segment of a URL (run ids may hold ``:`` and ``@``)."""
-    return urllib.parse.quote(segment, safe="")

@@ -9,9 +9,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC
 from typing import Any
 
+from app.states import QUEUED, STEP_OPEN
 from app.wire import parse_ts
 
-OPEN_STEP_STATES = ("PENDING", "CLAIMED", "ASKED")
+OPEN_STEP_STATES = STEP_OPEN
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
@@ -185,7 +186,7 @@ def run_view(view: Mapping[str, Any]) -> str:
         ("ended", when(view.get("ended_at"))),
         ("assigned", assigned(view)),
     ]
-    if view.get("state") == "QUEUED":
+    if view.get("state") == QUEUED:
         fields.append(("waiting", queue_line(view)))
     else:
         fields.append(("requires", ", ".join(_role(r) for r in view.get("requires") or [])))

@@ -16,8 +16,9 @@ from typing import Any, BinaryIO, TextIO
 
 from app.client import render
 from app.client.http import EXIT_REFUSED, Client, Refused, Unreachable, quote
+from app.states import ASKED, CLAIMED, DONE, FAILED, PENDING, QUEUED, RUN_FINISHED, RUNNING
 
-FINISHED = ("SUCCEEDED", "FAILED")
+FINISHED = RUN_FINISHED
 # A Mediator that does not answer for this long while a run is watched ends the watch (exit 3);
 # shorter gaps (a restart of the server) are waited out.
 UNREACHABLE_GRACE = 10.0
@@ -25,6 +26,25 @@ UNREACHABLE_GRACE = 10.0
 
 def _stamp() -> str:
     return datetime.now().strftime("%H:%M:%S")
+
+
+class StepChanges:
+    """Which steps of a run's views are worth a line: a step whose state, attempt or node differs
+    from the last view of it, except one still PENDING that never started (a promotion only
+    names its node). What the line says is the caller's (the client's watch, the demo's story)."""
+
+    def __init__(self) -> None:
+        self.seen: dict[int, tuple[Any, ...]] = {}
+
+    def changed(self, step: Mapping[str, Any]) -> bool:
+        """Whether ``step`` (one of a view's ``steps``) changed since it was last seen."""
+        seq = int(step.get("seq", 0))
+        key = (step.get("state"), step.get("attempt"), step.get("node"))
+        before = self.seen.get(seq)
+        self.seen[seq] = key
+        if before == key:
+            return False
+        return not (step.get("state") == PENDING and (before is None or before[0] == PENDING))
 
 
 class RunWatch:
@@ -35,7 +55,7 @@ class RunWatch:
         self.out = out
         self.live = live
         self.state: str | None = None
-        self.steps: dict[int, tuple[Any, ...]] = {}
+        self.steps = StepChanges()
         self.waiting: str | None = None
         self._live_shown = False
 
@@ -79,17 +99,17 @@ class RunWatch:
     def see(self, view: Mapping[str, Any]) -> None:
         """Print what ``view`` shows that the previous one did not."""
         run_id, state = view.get("run_id"), str(view.get("state"))
-        ending = state not in ("QUEUED", "RUNNING")
+        ending = state not in (QUEUED, RUNNING)
         if ending:  # the steps that ended the run come before its end
             self._see_steps(view)
         if state != self.state:
             self.state = state
             self.waiting = None
             where = render.assigned(view)
-            self._line(f"{run_id} {state}" + (f" on {where}" if state == "RUNNING" else ""))
+            self._line(f"{run_id} {state}" + (f" on {where}" if state == RUNNING else ""))
         if not ending:  # a promotion comes before the steps it starts
             self._see_steps(view)
-        if state == "QUEUED":
+        if state == QUEUED:
             self._show_waiting(render.queue_line(view))
         if state in FINISHED:
             for line in render.verdict_lines(view):
@@ -101,27 +121,22 @@ class RunWatch:
             self._see_step(view.get("run_id"), step)
 
     def _see_step(self, run_id: object, step: Mapping[str, Any]) -> None:
-        seq = int(step.get("seq", 0))
-        key = (step.get("state"), step.get("attempt"), step.get("node"))
-        before = self.steps.get(seq)
-        self.steps[seq] = key
-        if before == key:
+        if not self.steps.changed(step):
             return
-        if step.get("state") == "PENDING" and (before is None or before[0] == "PENDING"):
-            return  # not started yet (a promotion only names its node)
+        seq = int(step.get("seq", 0))
         label = render.step_label(step)
         state = step.get("state")
         attempt = f" (attempt {step['attempt']})" if step.get("attempt") else ""
-        if state == "CLAIMED":
+        if state == CLAIMED:
             self._line(f"{label}: running on {step.get('node')}{attempt}")
-        elif state == "ASKED":
+        elif state == ASKED:
             self._line(
                 f"{label}: waiting for an answer (mediator asks; mediator answer {run_id} "
                 f"{seq} --set field=value)"
             )
-        elif state == "PENDING":
+        elif state == PENDING:
             self._line(f"{label}: pending again{attempt}")
-        elif state in ("DONE", "FAILED"):
+        elif state in (DONE, FAILED):
             details = []
             if step.get("exit_code") is not None:
                 details.append(f"exit {step['exit_code']}")

@@ -27,8 +27,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -43,6 +41,7 @@ import yaml
 import app
 from app.client import render
 from app.client.http import Client, ClientError, quote
+from app.client.watch import StepChanges
 from app.dev.embedded import (
     WHEEL_MISSING,
     EmbeddedPostgres,
@@ -51,7 +50,20 @@ from app.dev.embedded import (
     create_database,
     wheel_installed,
 )
+from app.httpclient import Connection, ConnectionFailed
 from app.records.interface import record_location
+from app.states import (
+    ASKED,
+    CLAIMED,
+    DONE,
+    FAILED,
+    PENDING,
+    QUEUED,
+    RUN_FINISHED,
+    RUNNING,
+    SKIPPED,
+    SUCCEEDED,
+)
 from app.wire import parse_ts
 
 TOKEN = "demo-token"  # the legacy single token: every role
@@ -64,7 +76,7 @@ START_SECONDS = 60.0  # for the server and each agent to come up
 STOP_SECONDS = 15.0  # for each child to stop before it is killed
 SUMS = "SHA256SUMS"  # written into a Record directory when it is sealed
 EXIT_OK, EXIT_UNEXPECTED, EXIT_INTERRUPTED = 0, 1, 130
-FINISHED = ("SUCCEEDED", "FAILED")
+FINISHED = RUN_FINISHED
 
 
 class DemoError(Exception):
@@ -105,9 +117,9 @@ class Planned:
 
 
 SCENARIO = (
-    Planned("build-and-test.yaml", "SUCCEEDED"),
-    Planned("sign-off.yaml", "SUCCEEDED", must_queue=True, answers=("verdict=approve",)),
-    Planned("lint.yaml", "SUCCEEDED"),
+    Planned("build-and-test.yaml", SUCCEEDED),
+    Planned("sign-off.yaml", SUCCEEDED, must_queue=True, answers=("verdict=approve",)),
+    Planned("lint.yaml", SUCCEEDED),
 )
 
 
@@ -242,9 +254,8 @@ def _tail(path: Path, lines: int = 15) -> str:
 
 def _ready(base: str) -> bool:
     try:
-        with urllib.request.urlopen(base + "/readyz", timeout=5) as resp:
-            return bool(resp.status == 200)
-    except (urllib.error.URLError, OSError):
+        return Connection(base, timeout=5, keep_alive=False).request("GET", "/readyz").status == 200
+    except (ConnectionFailed, ValueError):
         return False
 
 
@@ -343,7 +354,7 @@ class Tracked:
     state: str | None = None
     queued_at_submit: bool = False
     promoted: str | None = None  # the cause of its promotion
-    steps: dict[int, tuple[Any, ...]] = field(default_factory=dict)
+    steps: StepChanges = field(default_factory=StepChanges)
     answered: set[int] = field(default_factory=set)
 
     @property
@@ -420,10 +431,10 @@ class Scenario:
             if reply.status == 200:
                 raise DemoError(f"run {t.run_id} already existed in this database")
             say(f"submitted examples/{p.example} as run {t.run_id}")
-            if t.state == "QUEUED":
+            if t.state == QUEUED:
                 t.queued_at_submit = True
                 note(f"run {t.run_id} QUEUED: {waits_for(view)}")
-            elif t.state == "RUNNING":
+            elif t.state == RUNNING:
                 note(f"run {t.run_id} RUNNING on {render.assigned(view)}")
             else:
                 note(f"run {t.run_id} {t.state}")
@@ -451,7 +462,7 @@ class Scenario:
             self._see_steps(t, view)
         if state != t.state:
             before, t.state = t.state, state
-            if before == "QUEUED" and state in ("RUNNING", *FINISHED):
+            if before == QUEUED and state in (RUNNING, *FINISHED):
                 self._promoted(t, view)
             if ending:
                 say(f"run {t.run_id} verdict {state}")
@@ -494,25 +505,21 @@ class Scenario:
             self._see_step(t, step)
 
     def _see_step(self, t: Tracked, step: dict[str, Any]) -> None:
-        seq = int(step.get("seq", 0))
-        key = (step.get("state"), step.get("attempt"), step.get("node"))
-        before = t.steps.get(seq)
-        t.steps[seq] = key
-        if before == key:
+        if not t.steps.changed(step):
             return
         state, name, node = step.get("state"), step.get("id"), step.get("node")
         where = f"run {t.run_id}: step {name}"
-        if state == "PENDING":
-            return  # not started (a promotion only names its node)
-        if state == "CLAIMED":
+        if state == PENDING:
+            return  # pending again after a rollback: the demo tells only what moves on
+        if state == CLAIMED:
             say(f"{where} running on {node}")
-        elif state == "ASKED":
-            self._ask(t, seq, step)
-        elif state == "DONE":
+        elif state == ASKED:
+            self._ask(t, int(step.get("seq", 0)), step)
+        elif state == DONE:
             say(f"{where} {self._done(t, step)}")
-        elif state == "FAILED":
+        elif state == FAILED:
             say(f"{where} FAILED: {step.get('error') or 'did not complete'}")
-        elif state == "SKIPPED":
+        elif state == SKIPPED:
             say(f"{where} skipped (a branch not taken)")
         else:
             say(f"{where} {state}")

@@ -11,8 +11,6 @@ import shutil
 import tarfile
 import tempfile
 import threading
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from typing import Any
 
@@ -22,6 +20,7 @@ from werkzeug.serving import WSGIRequestHandler, make_server
 from app import create_app, startup
 from app.config import Config
 from app.dev.embedded import WHEEL_MISSING, EmbeddedPostgres, create_database, wheel_installed
+from app.httpclient import Connection
 from app.migrate import upgrade
 
 
@@ -30,29 +29,25 @@ def run_example(base_url: str, token: str, echo: Callable[[str], Any] = click.ec
     promoted by the cancel that frees it; the nodes then claim its steps, upload a log and an
     artifact and report, and the run ends with a verdict and a sealed Record."""
 
+    conn = Connection(
+        base_url,
+        timeout=10,
+        headers={
+            "Authorization": f"Bearer {token}",
+            "Content-Type": "application/json",
+            "X-Enode-Principal": "example@lab.test",
+        },
+    )
+
     def call(
         method: str, path: str, body: Any = None, raw: bytes | None = None, **headers: str
     ) -> tuple[int, Any]:
         data = raw if raw is not None else None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(
-            base_url + path,
-            data=data,
-            method=method,
-            headers={
-                "Authorization": f"Bearer {token}",
-                "Content-Type": "application/json",
-                "X-Enode-Principal": "example@lab.test",
-                **headers,
-            },
-        )
-        try:
-            with urllib.request.urlopen(req, timeout=10) as resp:
-                payload = resp.read()
-                if resp.headers.get_content_type() == "application/json":
-                    return resp.status, json.loads(payload or b"null")
-                return resp.status, payload
-        except urllib.error.HTTPError as exc:
-            return exc.code, json.loads(exc.read() or b"null")
+        answer = conn.request(method, path, body=data, headers=headers)
+        kind = (answer.header("Content-Type") or "").split(";")[0].strip()
+        if answer.ok and kind != "application/json":
+            return answer.status, answer.body
+        return answer.status, json.loads(answer.body or b"null")
 
     def show(title: str, want: int, status: int, body: Any) -> None:
         text = json.dumps(body, indent=2) if not isinstance(body, bytes) else f"{len(body)} bytes"
@@ -145,6 +140,7 @@ def run_example(base_url: str, token: str, echo: Callable[[str], Any] = click.ec
     else:
         show("the sealed Record", 200, status, tar)
     show("runs", 200, *call("GET", "/v1/runs"))
+    conn.close()
 
 
 def _remove_tree(path: str) -> None:

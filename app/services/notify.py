@@ -12,7 +12,6 @@ import json
 import os
 import queue
 import re
-import socket
 import ssl
 import threading
 import time
@@ -21,6 +20,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from app.context import Context
+from app.httpclient import Connection
 from app.listener import CLAIM_CHANNEL, claim_payload
 from app.logs import log
 from app.metrics import WEBHOOKS_DROPPED
@@ -79,26 +79,19 @@ def _deliver(url: str, data: bytes, seconds: float) -> int:
     the host its URL names, or nowhere."""
     deadline = _Deadline(seconds)
     parts = urlsplit(url)
-    host = parts.hostname
-    if parts.scheme not in {"http", "https"} or not host:
+    if parts.scheme not in {"http", "https"} or not parts.hostname:
         raise ValueError("not an http:// or https:// URL")
-    port = parts.port or (443 if parts.scheme == "https" else 80)
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    authority = f"[{host}]" if ":" in host else host
-    if parts.port is not None:
-        authority += f":{parts.port}"
-    head = (
-        f"POST {target} HTTP/1.1\r\nHost: {authority}\r\nUser-Agent: mediator\r\n"
-        f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n"
-        "Connection: close\r\n\r\n"
+    # The origin only: the path and query go as they are (the receiver's secret may be in them).
+    conn = Connection(
+        webhook_origin(url),
+        timeout=seconds,
+        headers={"User-Agent": "mediator", "Content-Type": "application/json"},
+        keep_alive=False,
+        ssl_context=ssl.create_default_context(),
     )
-    sock = socket.create_connection((host, port), timeout=deadline.left())
+    sock = conn.send("POST", target, body=data, timeout=deadline.left)
     try:
-        if parts.scheme == "https":
-            sock.settimeout(deadline.left())
-            sock = ssl.create_default_context().wrap_socket(sock, server_hostname=host)
-        sock.settimeout(deadline.left())
-        sock.sendall(head.encode("latin-1") + data)
         answer = b""
         while b"\n" not in answer and len(answer) < _MAX_STATUS_LINE:
             sock.settimeout(deadline.left())

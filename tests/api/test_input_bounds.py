@@ -267,6 +267,32 @@ def test_a_query_or_path_integer_past_its_bound_is_a_400_naming_it(client, url, 
     assert resp.status_code == 400 and error_of(resp).startswith(reason), resp.get_json()
 
 
+@pytest.mark.parametrize(
+    ("method", "url", "reason"),
+    [
+        ("GET", "/v1/runs?since=yesterday", "since must be an RFC 3339 time, got 'yesterday'"),
+        (
+            "GET",
+            "/v1/runs?before=2026-12-05T00:00:00Z",
+            "before must be the cursor <created_at>,<run_id>, got '2026-12-05T00:00:00Z'",
+        ),
+        ("GET", "/v1/runs?work=a%00b", "work must not contain a NUL character, got 'a\\x00b'"),
+        ("POST", "/v1/nodes/n1/claim?wait=soon", "wait must be a number of seconds, got 'soon'"),
+        (
+            "GET",
+            "/v1/runs/r1/steps/1/log?name=..",
+            "name must be 1-200 characters of [A-Za-z0-9._:@-], got '..'",
+        ),
+    ],
+)
+def test_a_query_parameter_its_schema_refuses_is_a_400_naming_it(client, method, url, reason):
+    placed(client)
+
+    resp = client.open(url, method=method, data=b"")
+
+    assert (resp.status_code, error_of(resp)) == (400, reason), resp.get_json()
+
+
 def test_a_progress_attempt_past_its_bound_is_a_400(client):
     placed(client)
 

@@ -333,3 +333,30 @@ def test_docs_api_md_mentions_every_documented_route() -> None:
     assert len(routes) == 23
     missing = [route for route in routes if route not in text]
     assert missing == []
+
+
+def query_parameters(path: str, method: str) -> dict[str, Any]:
+    """The query parameters of one operation: name -> schema type."""
+    op = DOCUMENT["paths"][path][method]
+    return {
+        p["name"]: p["schema"].get("type") for p in op.get("parameters", []) if p["in"] == "query"
+    }
+
+
+def test_the_query_parameters_the_routes_parse_with_schemas_are_documented_from_them() -> None:
+    log = "/v1/runs/{run_id}/steps/{seq}/log"
+
+    assert query_parameters("/v1/runs", "get") == {
+        "state": "string",
+        "since": "string",
+        "work": "string",
+        "limit": "integer",
+        "before": "string",
+    }
+    assert query_parameters("/v1/nodes/{node_id}/claim", "post") == {"wait": "number"}
+    assert query_parameters(log, "get") == {"name": "string", "from": "integer"}
+    assert query_parameters(log, "put") == {
+        "name": "string",
+        "progress": "string",
+        "attempt": "string",
+    }
