@@ -110,6 +110,10 @@ def _not_negative(v: Any) -> str | None:
     return None if v >= 0 else "must not be negative"
 
 
+def _fraction(v: Any) -> str | None:
+    return None if 0 <= v < 1 else "must be at least 0 and below 1"
+
+
 def _at_least_one(v: Any) -> str | None:
     return None if v >= 1 else "must be at least 1"
 
@@ -138,6 +142,10 @@ KEYS: tuple[Key, ...] = (
     Key("max_body_bytes", 1024 * 1024, _int, _positive),
     Key("claim.long_poll_seconds", 30.0, _float, _not_negative),
     Key("claim.recheck_seconds", 5.0, _float, _positive),
+    # A claim that finds nothing is held for the window minus a random share of up to this
+    # fraction of it, so a fleet whose claims started together (a restart, a deploy) does not
+    # end them together and send every first look of the next window at once.
+    Key("claim.long_poll_jitter", 0.25, _float, _fraction),
     # The scan gate's session is dropped by PostgreSQL after this long idle, and a stalled
     # scanner loses its turn: the longest a hung process keeps every other from scanning.
     Key("gate.idle_seconds", 30.0, _float, _positive),
