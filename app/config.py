@@ -69,6 +69,10 @@ def _not_negative(v: Any) -> str | None:
     return None if v >= 0 else "must not be negative"
 
 
+def _fraction(v: Any) -> str | None:
+    return None if 0 <= v < 1 else "must be at least 0 and below 1"
+
+
 def _at_least_one(v: Any) -> str | None:
     return None if v >= 1 else "must be at least 1"
 
@@ -93,6 +97,10 @@ KEYS: tuple[Key, ...] = (
     Key("max_body_bytes", 1024 * 1024, as_int, _positive),
     Key("claim.long_poll_seconds", 30.0, as_float, _not_negative),
     Key("claim.recheck_seconds", 5.0, as_float, _positive),
+    # A claim that finds nothing is held for the window minus a random share of up to this
+    # fraction of it, so a fleet whose claims started together (a restart, a deploy) does not
+    # end them together and send every first look of the next window at once.
+    Key("claim.long_poll_jitter", 0.25, as_float, _fraction),
     # The scan gate's session is dropped by PostgreSQL after this long idle, and a stalled
     # scanner loses its turn: the longest a hung process keeps every other from scanning.
     Key("gate.idle_seconds", 30.0, as_float, _positive),

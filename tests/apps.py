@@ -31,6 +31,8 @@ def make_config(url: str, records: Any, **extra: Any) -> dict[str, Any]:
         "token": TOKEN,
         "log.format": "console",
         "log.level": "error",
+        # Claims held exactly their window, so tests can time them; the spread has its own tests.
+        "claim.long_poll_jitter": 0.0,
     }
     cfg.update(extra)
     return cfg
@@ -120,6 +122,7 @@ def gunicorn_on(db_url: str, tmp_path: Path, **env_extra: str) -> Iterator[LiveS
             "MEDIATOR_BIND": f"127.0.0.1:{port}",
             "MEDIATOR_WORKERS": "2",
             "MEDIATOR_THREADS": "32",
+            "MEDIATOR_CLAIM_LONG_POLL_JITTER": "0",  # claims held exactly their window
             **env_extra,
         }
     )

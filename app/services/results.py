@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 import time
 from typing import Any
 
@@ -38,6 +39,14 @@ from app.wire import ts
 # ---------------------------------------------------------------- claim
 
 NO_ADVERT_WAIT_SECONDS = 1.0  # SPEC §20.6: how long a claim of a node without a live advert waits
+
+
+def held_seconds(wait: float, jitter: float, draw: float) -> float:
+    """How long a claim that finds nothing is held: the window less ``draw`` (in [0, 1)) times
+    ``jitter`` of it. Claims that started together (a fleet restarted) then end spread over the
+    last ``jitter`` of the window instead of together, and their next first looks come spread
+    too (SPEC §8 asks a claim to wait up to the window, never longer)."""
+    return wait * (1.0 - jitter * draw)
 
 
 def claim_body(ctx: Context, step: Step, node_id: str) -> dict[str, Any]:
@@ -135,7 +144,8 @@ def _claim(
     then, so an idle claim costs the database nothing of its own."""
     listener = ctx.claims
     ticket = listener.register(node_id)
-    deadline = ticket.started + wait_seconds
+    jitter = ctx.config["claim.long_poll_jitter"]
+    deadline = ticket.started + held_seconds(wait_seconds, jitter, random.random())
     first = True
     try:
         while True:

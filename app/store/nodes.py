@@ -354,10 +354,14 @@ def live_nodes(s: Session) -> tuple[datetime, list[Node]]:
     return now, list(s.execute(q).scalars())
 
 
+_IS_LIVE = select(Node.node_id).where(
+    Node.node_id == bindparam("node_id"), Node.expires_at > func.now()
+)  # built once: every claim's first look that finds nothing runs it
+
+
 def is_live(s: Session, node_id: str) -> bool:
     """Whether the node has a live advert (``expires_at > now()``, the database's clock)."""
-    q = select(Node.node_id).where(Node.node_id == node_id, Node.expires_at > func.now())
-    return s.execute(q).first() is not None
+    return s.execute(_IS_LIVE, {"node_id": node_id}).first() is not None
 
 
 def drain_of(s: Session, node_id: str) -> str:

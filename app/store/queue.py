@@ -6,6 +6,7 @@ The scan reads QUEUED runs without row locks; the conditional promotion does the
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -13,6 +14,7 @@ from typing import Any
 
 from sqlalchemy import (
     Integer,
+    Select,
     String,
     and_,
     column,
@@ -67,12 +69,10 @@ def after_in_queue(run: QueuedRun):  # type: ignore[no-untyped-def]
     )
 
 
-def queued_shape_heads(s: Session) -> list[QueuedRun]:
-    """The first QUEUED run, in queue order, of every distinct ``requires_key``.
-
-    A loose index scan (recursive CTE over ``ix_runs_queued_shape``) finds the distinct keys in
-    O(shapes · log n) instead of reading every queued row; a LATERAL picks each key's first run.
-    """
+@functools.cache
+def _shape_heads() -> Select[Any]:
+    """The statement of :func:`queued_shape_heads`; built once (it has no parameter, and every
+    scan runs it)."""
     keys = (
         select(Run.requires_key.label("k"))
         .where(IS_QUEUED)
@@ -95,7 +95,7 @@ def queued_shape_heads(s: Session) -> list[QueuedRun]:
         .limit(1)
         .lateral("head")
     )
-    q = (
+    return (
         select(
             head.c.run_id, head.c.created_at, head.c.requires_key, head.c.requires, head.c.priority
         )
@@ -103,7 +103,15 @@ def queued_shape_heads(s: Session) -> list[QueuedRun]:
         .join(head, literal_column("true"))
         .where(keys.c.k.is_not(None))
     )
-    return [QueuedRun(*row) for row in s.execute(q).all()]
+
+
+def queued_shape_heads(s: Session) -> list[QueuedRun]:
+    """The first QUEUED run, in queue order, of every distinct ``requires_key``.
+
+    A loose index scan (recursive CTE over ``ix_runs_queued_shape``) finds the distinct keys in
+    O(shapes · log n) instead of reading every queued row; a LATERAL picks each key's first run.
+    """
+    return [QueuedRun(*row) for row in s.execute(_shape_heads()).all()]
 
 
 def next_queued_of_shape(s: Session, requires_key: str, after: QueuedRun) -> QueuedRun | None:

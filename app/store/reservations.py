@@ -4,6 +4,7 @@ holder's wait; lock order: the holder's run row first, then its reservation rows
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -11,6 +12,7 @@ from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
+    CompoundSelect,
     delete,
     exists,
     false,
@@ -34,9 +36,9 @@ RESERVING = "reserving: "
 RELEASED = "reservation released"
 
 
-def draining_and_reserved(s: Session) -> tuple[set[str], dict[str, Held]]:
-    """Draining live nodes, and node -> holder of every reservation, in one statement (the run
-    view's explanation of a wait reads both)."""
+@functools.cache
+def _draining_and_reserved() -> CompoundSelect:
+    """The statement of :func:`draining_and_reserved`; built once (it has no parameter)."""
     none: ColumnElement[Any] = literal_column("NULL")
     draining = select(Node.node_id, none.label("run_id"), none.label("p")).where(
         Node.expires_at > func.now(), Node.drain != ""
@@ -44,7 +46,13 @@ def draining_and_reserved(s: Session) -> tuple[set[str], dict[str, Held]]:
     reserved = select(Reservation.node_id, Reservation.run_id, Run.priority).join(
         Run, Run.run_id == Reservation.run_id
     )
-    rows = s.execute(union_all(draining, reserved)).all()
+    return union_all(draining, reserved)
+
+
+def draining_and_reserved(s: Session) -> tuple[set[str], dict[str, Held]]:
+    """Draining live nodes, and node -> holder of every reservation, in one statement (the run
+    view's explanation of a wait reads both)."""
+    rows = s.execute(_draining_and_reserved()).all()
     drains = {r[0] for r in rows if r[1] is None}
     held = {r[0]: Held(r[1], int(r[2])) for r in rows if r[1] is not None}
     return drains, held

@@ -10,6 +10,8 @@ from typing import Any
 
 from sqlalchemy import (
     CTE,
+    DateTime,
+    Integer,
     Select,
     Text,
     and_,
@@ -267,10 +269,14 @@ def list_runs(
     return list(s.execute(q).scalars())
 
 
-def count_queued_before(s: Session, priority: int, created_at: datetime, run_id: str) -> int:
-    """QUEUED runs ahead in queue order: higher priority, or equal priority and older (the queue
-    position of a run, SPEC §7 "Explaining the wait", §7a)."""
-    return s.execute(
+@functools.cache
+def _queued_before() -> Select[Any]:
+    """The statement of :func:`count_queued_before`; built once (every queued submit's reply
+    runs it)."""
+    priority = bindparam("priority", type_=Integer)
+    created_at = bindparam("created_at", type_=DateTime(timezone=True))
+    run_id = bindparam("run_id", type_=Text)
+    return (
         select(func.count())
         .select_from(Run)
         .where(
@@ -286,7 +292,14 @@ def count_queued_before(s: Session, priority: int, created_at: datetime, run_id:
                 ),
             ),
         )
-    ).scalar_one()
+    )
+
+
+def count_queued_before(s: Session, priority: int, created_at: datetime, run_id: str) -> int:
+    """QUEUED runs ahead in queue order: higher priority, or equal priority and older (the queue
+    position of a run, SPEC §7 "Explaining the wait", §7a)."""
+    params = {"priority": priority, "created_at": created_at, "run_id": run_id}
+    return int(s.execute(_queued_before(), params).scalar_one())
 
 
 def runs_by_ids(s: Session, run_ids: Iterable[str]) -> dict[str, Run]:

@@ -204,15 +204,21 @@ def _claimable_where(node_id: Any) -> list[Any]:
     ]
 
 
-def _claimable(node_id: str):  # type: ignore[no-untyped-def]
-    """The claimable steps of the node (:func:`_claimable_where`), in claim order."""
-    where = _claimable_where(node_id)
+@functools.cache
+def _claim_next() -> Select[Any]:
+    """The first claimable step of ``:node_id`` (:func:`_claimable_where`), in claim order,
+    locked ``FOR UPDATE OF steps SKIP LOCKED``; built once (every claim's first look runs it,
+    and building the statement cost more CPU than running it)."""
+    node = bindparam("node_id", type_=Text)
+    where = _claimable_where(node)
     return (
         select(Step)
         .join(Run, Run.run_id == Step.run_id)
         .join(Lease, and_(*where[:2]))
         .where(*where[2:])
         .order_by(Run.created_at, Step.run_id, Step.seq)
+        .limit(1)
+        .with_for_update(of=Step, skip_locked=True)
     )
 
 
@@ -230,15 +236,16 @@ def _claimable_nodes() -> Select[Any]:
     )
 
 
-def held_step(s: Session, node_id: str, instance: str) -> Step | None:
-    """The step this node instance already holds (CLAIMED, run RUNNING, lease held and not past
-    its ``not_after``): redelivered unchanged when the earlier claim response was lost."""
-    q = (
+@functools.cache
+def _held() -> Select[Any]:
+    """The step ``:instance`` of ``:node_id`` holds (:func:`held_step`); built once."""
+    node, instance = bindparam("node_id", type_=Text), bindparam("instance", type_=Text)
+    return (
         select(Step)
         .join(Run, Run.run_id == Step.run_id)
-        .join(Lease, (Lease.run_id == Step.run_id) & (Lease.node_id == node_id))
+        .join(Lease, (Lease.run_id == Step.run_id) & (Lease.node_id == node))
         .where(
-            Step.node_id == node_id,
+            Step.node_id == node,
             Step.state == CLAIMED,
             Step.claimed_instance == instance,
             Run.state == RUNNING,
@@ -247,7 +254,12 @@ def held_step(s: Session, node_id: str, instance: str) -> Step | None:
         .order_by(Run.created_at, Step.seq)
         .limit(1)
     )
-    return s.execute(q).scalar_one_or_none()
+
+
+def held_step(s: Session, node_id: str, instance: str) -> Step | None:
+    """The step this node instance already holds (CLAIMED, run RUNNING, lease held and not past
+    its ``not_after``): redelivered unchanged when the earlier claim response was lost."""
+    return s.execute(_held(), {"node_id": node_id, "instance": instance}).scalar_one_or_none()
 
 
 def nodes_with_claimable_steps(s: Session, node_ids: list[str]) -> set[str]:
@@ -263,9 +275,7 @@ def claim_step(s: Session, node_id: str, instance: str | None) -> Step | None:
     """Hand out the next claimable step: ``FOR UPDATE OF steps SKIP LOCKED`` so two claims never
     get the same step and a claim never waits on a step another transaction holds; the guarded
     UPDATE makes the step CLAIMED with a fresh envelope key."""
-    row = s.execute(
-        _claimable(node_id).limit(1).with_for_update(of=Step, skip_locked=True)
-    ).scalar_one_or_none()
+    row = s.execute(_claim_next(), {"node_id": node_id}).scalar_one_or_none()
     if row is None:
         return None
     claimed = s.execute(

@@ -665,6 +665,26 @@ def test_a_claim_without_wait_long_polls_for_the_configured_window_then_answers_
     assert 0.9 <= waiting.answered - waiting.started < 1.0 + 3.0
 
 
+@pytest.mark.parametrize(
+    "config_overrides",
+    [{"claim.long_poll_jitter": 0.5, "claim.recheck_seconds": RECHECK}],
+)
+def test_claims_that_wait_together_end_spread_over_the_last_jitter_of_their_window(
+    app, client, ctx
+):
+    nodes = [f"n{i}" for i in range(8)]
+    for node in nodes:
+        advertise(client, node, cap())
+
+    waiting = [WaitingClaim(app, node, wait=2).start(ctx) for node in nodes]
+
+    held = [w.answered - w.started for w in waiting if w.result().status_code == 204]
+    assert len(held) == len(nodes)
+    assert all(1.0 - 0.1 <= h < 2.0 + 3.0 for h in held), held
+    # Eight draws in a one-second spread: all within 50 ms of each other has odds of 1e-9.
+    assert max(held) - min(held) > 0.05, held
+
+
 def test_a_waiting_claim_is_not_answered_by_work_for_another_node(app, client, ctx):
     two_nodes(client)
     waiting = WaitingClaim(app, "node-b", "b1", wait=1).start(ctx)

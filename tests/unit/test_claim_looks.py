@@ -11,6 +11,7 @@ import time
 
 from app.config import load_config
 from app.listener import ClaimListener
+from app.services.results import held_seconds
 
 
 def listener(pool_size: int, pool_timeout: float = 5.0) -> ClaimListener:
@@ -70,3 +71,11 @@ def test_a_look_that_waited_as_long_as_the_pool_would_goes_ahead():
     release.set()
     holder.join(5)
     assert 0.15 <= waited < 2.0, waited
+
+
+def test_a_claim_is_held_between_the_window_less_its_jitter_and_the_whole_window():
+    assert held_seconds(30.0, 0.25, 0.0) == 30.0
+    assert held_seconds(30.0, 0.25, 0.5) == 26.25
+    assert 22.5 < held_seconds(30.0, 0.25, 0.999999) < 22.51
+    assert held_seconds(30.0, 0.0, 0.7) == 30.0  # no jitter: exactly the window
+    assert held_seconds(0.0, 0.25, 0.7) == 0.0  # ?wait=0 answers at once

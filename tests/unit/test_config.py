@@ -103,6 +103,8 @@ INVALID: list[tuple[str, str, str]] = [
     ("database.pool_timeout", "MEDIATOR_DATABASE_POOL_TIMEOUT", "soon"),
     ("claim.long_poll_seconds", "MEDIATOR_CLAIM_LONG_POLL_SECONDS", "-1"),
     ("claim.recheck_seconds", "MEDIATOR_CLAIM_RECHECK_SECONDS", "0"),
+    ("claim.long_poll_jitter", "MEDIATOR_CLAIM_LONG_POLL_JITTER", "1"),
+    ("claim.long_poll_jitter", "MEDIATOR_CLAIM_LONG_POLL_JITTER", "-0.1"),
     ("database.url", "MEDIATOR_DATABASE_URL", "mysql://u@h/db"),
     ("database.url", "MEDIATOR_DATABASE_URL", "sqlite:///mediator.db"),
     ("metrics.require_token", "MEDIATOR_METRICS_REQUIRE_TOKEN", "perhaps"),

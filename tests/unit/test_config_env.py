@@ -81,6 +81,7 @@ def test_a_variable_the_mediator_reads_is_not_warned_about(name, tmp_path):
         "MEDIATOR_TOKENS_LEGACY_ARGON2": "true",
         "MEDIATOR_TOKEN_ALLOW_SHORT": "false",
         "MEDIATOR_AUTH_LIMIT_LOOPBACK": "false",
+        "MEDIATOR_CLAIM_LONG_POLL_JITTER": "0.5",
     }.get(name, "7")
     if name == "MEDIATOR_CONFIG":
         (tmp_path / "absent-but-named.yaml").write_text("{}\n")
