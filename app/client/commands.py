@@ -79,8 +79,8 @@ PROFILE_HELP = (
 )
 
 
-# ``--json``, after ``mediator`` or after a command that prints: machine-readable output. The one
-# definition of it (``answer --json DOC`` is only the hidden, deprecated spelling of --input).
+# ``--json``, after ``mediator`` or after any command that prints: machine-readable output. The
+# one definition of it.
 json_option = click.option(
     "--json",
     "json_output",
@@ -583,14 +583,7 @@ def _read_answer(source: str) -> Any:
     metavar="@FILE|-|DOC",
     help="The whole answer as JSON: @FILE reads a file, - reads stdin.",
 )
-@click.option(
-    "--json",
-    "old_source",
-    metavar="DOC",
-    hidden=True,
-    help="Deprecated spelling of --input (--json means JSON output everywhere else).",
-)
-@profile_option
+@json_flag
 @click.pass_context
 @handled
 def answer(
@@ -599,18 +592,8 @@ def answer(
     seq: int,
     pairs: tuple[str, ...],
     source: str | None,
-    old_source: str | None,
 ) -> None:
     """Answer the ask of step SEQ of RUN, field by field (--set) or whole (--input)."""
-    if old_source is not None:
-        click.echo(
-            "warning: `answer --json DOC` is deprecated, use `answer --input DOC` (@FILE and - "
-            "work there too); `--json` before the command prints the reply as JSON",
-            err=True,
-        )
-        if source is not None:
-            raise click.UsageError("give --input, not --input and --json")
-        source = old_source
     if bool(pairs) == (source is not None):
         raise click.UsageError("give the answer with --set NAME=VALUE ... or with --input @FILE|-")
     client = _client(ctx)

@@ -673,6 +673,16 @@ def test_answer_input_reads_stdin_and_the_old_json_spelling_still_works_with_a_w
         '{"verdict": "reject", "ok": false}',
         MEDIATOR_CLIENT_PRINCIPAL="qa@lab.test",
     )
+    as_json = mediator(
+        live_server,
+        "answer",
+        "ask-4",
+        "2",
+        "--input",
+        '{"verdict": "reject", "ok": false}',
+        "--json",
+        MEDIATOR_CLIENT_PRINCIPAL="qa@lab.test",
+    )
 
     assert broken.returncode == 2
     assert broken.stderr.startswith("mediator: stdin is not valid JSON: ")
@@ -684,8 +694,11 @@ def test_answer_input_reads_stdin_and_the_old_json_spelling_still_works_with_a_w
         "verdict": "approve",
         "ok": True,
     }
-    assert (old.returncode, old.stdout) == (0, "ask-4: step 2 answered, run SUCCEEDED\n")
-    assert old.stderr.startswith("warning: `answer --json DOC` is deprecated, use `answer --input")
+    # --json means output everywhere: the earlier `answer --json DOC` is refused, not read as input.
+    assert old.returncode == 2
+    assert "unexpected extra argument" in old.stderr.lower()
+    assert as_json.returncode == 0, as_json.stderr
+    assert json.loads(as_json.stdout)["run_state"] == "SUCCEEDED"
 
 
 # --------------------------------------------------------------- the end of a watch, paging

@@ -14,7 +14,7 @@ Replies are those of the backend as they are (Flask's ``TestResponse`` or ``requ
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -67,13 +67,22 @@ class HttpTransport:
     ``token`` on every request; a new connection per request, so that gunicorn hands each to
     whichever worker accepts it."""
 
-    def __init__(self, base: str, token: str | None = TOKEN) -> None:
+    def __init__(
+        self,
+        base: str,
+        token: str | None = TOKEN,
+        headers: Callable[..., dict[str, str]] | None = None,
+    ) -> None:
         self.base = base.rstrip("/")
         self.token = token
+        self.headers = headers  # a live server's own (a test may give it another token)
 
     def send(self, call: Call) -> requests.Response:
-        sent = {"Authorization": f"Bearer {self.token}"} if self.token else {}
-        sent.update(call.headers)
+        if self.headers is not None:
+            sent = self.headers(**call.headers)
+        else:
+            sent = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+            sent.update(call.headers)
         return requests.request(
             call.method,
             self.base + call.path,
@@ -90,7 +99,8 @@ def transport_of(caller: Any) -> Transport:
     if isinstance(caller, Transport):
         return caller
     if isinstance(caller, LiveServer):
-        return HttpTransport(caller.url)
+        server = caller  # its headers read at each request: a test may swap them
+        return HttpTransport(caller.url, headers=lambda **extra: server.headers(**extra))
     if isinstance(caller, Flask):
         return ClientTransport(client_of(caller))
     return ClientTransport(caller)
