@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any, NoReturn
 
 from flask import current_app, g, request
@@ -10,12 +9,10 @@ from flask_smorest import Blueprint
 from marshmallow import Schema, ValidationError
 from webargs.flaskparser import FlaskParser
 
-from app.api.schemas import AgentBody, Reason
+from app.api.schemas import AgentBody, Reason, unstorable
 from app.context import Caller, Context
 from app.contract import check_no_nul, parse_json
 from app.errors import BadRequest, PayloadTooLarge
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def ctx() -> Context:
@@ -94,12 +91,6 @@ def bounded_body(limit: int) -> bytes:
     return raw
 
 
-def _unstorable(text: str) -> bool:
-    """Whether PostgreSQL would refuse ``text``: no text value holds a NUL, and a lone surrogate
-    has no UTF-8 encoding."""
-    return "\x00" in text or _SURROGATE.search(text) is not None
-
-
 def query_args(schema: Schema) -> dict[str, Any]:
     """The query parsed by ``schema`` outside a route's ``@blp.arguments`` (a page reading the
     API's filters): a 400 naming the first bad parameter, as the routes answer."""
@@ -114,7 +105,7 @@ def header_text(name: str, max_length: int = 200) -> str | None:
     """The header ``name`` (None when absent or empty), at most ``max_length`` characters the
     database can store; else a 400 naming the header (SPEC §13)."""
     value = request.headers.get(name) or None
-    if value is not None and (len(value) > max_length or _unstorable(value)):
+    if value is not None and (len(value) > max_length or unstorable(value)):
         raise BadRequest(f"{name} must be at most {max_length} characters, without NUL")
     return value
 

@@ -243,6 +243,11 @@ class Reason(str):
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
+def unstorable(text: str) -> bool:
+    """Text PostgreSQL refuses to store or compare: a NUL, or a lone surrogate (SPEC §13)."""
+    return _UNSTORABLE.search(text) is not None
+
+
 class QuerySchema(Schema):
     """A query string: unknown parameters are ignored, and an absent one is None in what the
     view gets (not a documented default: a query has no null)."""
@@ -269,7 +274,7 @@ class QueryText(fields.String):
 
     def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> Any:
         text = super()._deserialize(value, attr, data, **kwargs)
-        if _UNSTORABLE.search(text):
+        if unstorable(text):
             raise ValidationError(
                 Reason(f"{self.name} must not contain a NUL character, got {text!r}")
             )
@@ -369,13 +374,18 @@ class ClaimQuerySchema(QuerySchema):
     )
 
 
-class LogReadQuerySchema(QuerySchema):
-    """``GET /v1/runs/{run_id}/steps/{seq}/log``: which log, from which byte."""
+class _LogQuerySchema(QuerySchema):
+    """Which log of a step: the ``name`` both log routes take."""
 
     name = LogName(
         load_default="step",
         metadata={**LOG_NAME_SCHEMA, "description": "which log of the step: one file-name segment"},
     )
+
+
+class LogReadQuerySchema(_LogQuerySchema):
+    """``GET /v1/runs/{run_id}/steps/{seq}/log``: which log, from which byte."""
+
     offset = ByteOffset(
         data_key="from",
         load_default=0,
@@ -388,14 +398,10 @@ class LogReadQuerySchema(QuerySchema):
     )
 
 
-class LogWriteQuerySchema(QuerySchema):
+class LogWriteQuerySchema(_LogQuerySchema):
     """``PUT /v1/runs/{run_id}/steps/{seq}/log``: which log, and whether the body is a progress
     chunk of an attempt (SPEC §19.4)."""
 
-    name = LogName(
-        load_default="step",
-        metadata={**LOG_NAME_SCHEMA, "description": "which log of the step: one file-name segment"},
-    )
     progress = fields.String(
         metadata={"description": "1: the body is a progress chunk (any other value: the log)"},
     )

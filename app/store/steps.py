@@ -264,7 +264,7 @@ def held_step(s: Session, node_id: str, instance: str) -> Step | None:
 
 def nodes_with_claimable_steps(s: Session, node_ids: list[str]) -> set[str]:
     """Which of these nodes have a step :func:`claim_step` would hand out (the conditions of
-    ``_claimable``), in one statement for them all: the claims' safety net (SPEC §8). A plain
+    :func:`_claimable_where`), in one statement for them all: the claims' safety net (SPEC §8). A plain
     read; nothing is locked (the claim that looks next locks what it takes)."""
     if not node_ids:
         return set()
