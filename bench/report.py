@@ -131,9 +131,9 @@ ROWS = [
     Row("placed submits ÷ floor", _per_floor("submit", "app_per_s"), "", ">=", 0.8),
     Row("placed submit p50", at("submit", "p50_ms"), " ms"),
     Row("placed submit p99", at("submit", "p99_ms"), " ms", "<=", 50),
-    Row("queued submits (202, with the post-queue scan)", at("queued", "per_s"), "/s"),
+    Row("queued submits (202), 10,000 runs queued before", at("queued", "per_s"), "/s"),
     Row("queued submits ÷ floor", _per_floor("queued", "per_s"), "", ">=", 0.5),
-    Row("queued submit p99", at("queued", "p99_ms"), " ms"),
+    Row("queued submit p99", at("queued", "p99_ms"), " ms", "<=", 50),
     Row("wake scan, 20 shapes, one node freed: 1k queued", at("wake_scan_ms", "1000"), " ms"),
     Row(
         "wake scan: 10k queued",

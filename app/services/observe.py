@@ -14,14 +14,13 @@ from app.contract.types import Contract, role_from_wire
 from app.errors import NotFound
 from app.match import Advert, Assignment, satisfies
 from app.models import Run, Step
-from app.reserve import Held, reserved_against, reserved_by
+from app.reserve import Held, reserved_against
 from app.services.placement import node_for_role
 from app.services.records import event_document, ledger_entries
 from app.states import PENDING, QUEUED, RUNNING
-from app.store.leases import holders_of
 from app.store.nodes import candidate_adverts, listed_nodes, live_nodes, node_labels
-from app.store.reservations import draining_and_reserved
-from app.store.runs import count_queued_before, get_run, list_runs, run_events
+from app.store.queue import QueuePlace, queue_place
+from app.store.runs import get_run, list_runs, run_events
 from app.store.server import database_now
 from app.store.steps import steps_of
 from app.wire import mark_declared, ts
@@ -38,6 +37,7 @@ class _NewRun:
     principal: str | None
     token_name: str | None
     principal_self_declared: bool
+    priority: int = 0
     ended_at: None = None
 
 
@@ -116,25 +116,33 @@ def explain_roles(
     return lines
 
 
-def _queue_explanation(s: Session, run: Run, view: dict[str, Any], reserve_after: int) -> None:
+def _queue_explanation(
+    s: Session,
+    run: Run | _NewRun,
+    requires: list[dict[str, Any]],
+    view: dict[str, Any],
+    reserve_after: int,
+    place: QueuePlace,
+) -> None:
     """Per role: candidates {live, busy, draining, reserved}, the runs holding the busy ones and
     the holders of the reserved ones; the run's priority, its own reservation and its place in
-    the queue, from one snapshot at read time (SPEC §7 "Explaining the wait", §7a)."""
-    now = database_now(s)
-    adverts = candidate_adverts(s, [role_from_wire(wire) for wire in run.requires]).adverts
-    draining, held = draining_and_reserved(s)
+    the queue, at read time (SPEC §7 "Explaining the wait", §7a). Two statements: the
+    candidates with their leases, drains and reservations, and ``place``."""
+    found = candidate_adverts(
+        s, [role_from_wire(wire) for wire in requires], with_holders=True, with_leases=True
+    )
+    held = found.held
     against = reserved_against(held, run.run_id, run.priority)
-    own = reserved_by(held, run.run_id)
-    holders = holders_of(s, [a.node_id for a in adverts])
-    view["requires"] = explain_roles(run.requires, adverts, draining, holders, held, against)
-    view["candidates_at"] = ts(now)
+    view["requires"] = explain_roles(
+        requires, found.adverts, found.draining, found.holders, held, against
+    )
+    view["candidates_at"] = ts(place.now)
     view["priority"] = run.priority
-    waited = (now - run.created_at).total_seconds()
-    view["reserving"] = bool(own) or (reserve_after > 0 and waited >= reserve_after)
+    waited = (place.now - run.created_at).total_seconds()
+    view["reserving"] = bool(place.own) or (reserve_after > 0 and waited >= reserve_after)
     if view["reserving"]:
-        view["reserved"] = own
-    ahead = count_queued_before(s, run.priority, run.created_at, run.run_id)
-    view["queue"] = {"position": ahead + 1, "ahead": ahead}
+        view["reserved"] = place.own
+    view["queue"] = {"position": place.ahead + 1, "ahead": place.ahead}
 
 
 def render_run(s: Session, run: Run, *, reserve_after: int = 0) -> dict[str, Any]:
@@ -158,36 +166,27 @@ def render_run(s: Session, run: Run, *, reserve_after: int = 0) -> dict[str, Any
         view["warnings"] = run.warnings
     view["requires"] = run.requires
     if run.state == QUEUED:
-        _queue_explanation(s, run, view, reserve_after)
+        place = queue_place(
+            s, run.run_id, run.priority, run.created_at, reserve_after=reserve_after
+        )
+        _queue_explanation(s, run, run.requires, view, reserve_after, place)
     return view
 
 
-def new_run_view(
-    contract: Contract,
-    *,
-    caller: Caller,
-    created_at: datetime,
-    assignment: Assignment,
-    labels: dict[str, str | None],
-) -> dict[str, Any]:
-    """The view of a run just created RUNNING whose steps are all PENDING, built from what was
-    written (:func:`render_run` would read it back): the submit's answer."""
-    bound = node_for_role(assignment)
-    view = run_summary(
-        _NewRun(
-            run_id=contract.run_id,
-            state=RUNNING,
-            created_at=created_at,
-            work_id=contract.work_id,
-            principal=caller.principal,
-            token_name=caller.token_name,
-            principal_self_declared=caller.self_declared,
-        )
+def _new_run(contract: Contract, caller: Caller, state: str, created_at: datetime) -> _NewRun:
+    return _NewRun(
+        run_id=contract.run_id,
+        state=state,
+        created_at=created_at,
+        work_id=contract.work_id,
+        principal=caller.principal,
+        token_name=caller.token_name,
+        principal_self_declared=caller.self_declared,
+        priority=contract.priority,
     )
-    view["assigned"] = [
-        {"as": role, "nodes": [{"node": n, "label": labels.get(n)} for n in nodes]}
-        for role, nodes in assignment.roles
-    ]
+
+
+def _new_steps(contract: Contract, bound: dict[str, str]) -> list[dict[str, Any]]:
     ids = {st.seq: st.id for st in contract.steps}
     steps = [
         _NewStep(
@@ -200,10 +199,50 @@ def new_run_view(
         )
         for st in contract.steps
     ]
-    view["steps"] = [_step_view(st, ids) for st in steps]
+    return [_step_view(st, ids) for st in steps]
+
+
+def new_run_view(
+    contract: Contract,
+    *,
+    caller: Caller,
+    created_at: datetime,
+    assignment: Assignment,
+    labels: dict[str, str | None],
+) -> dict[str, Any]:
+    """The view of a run just created RUNNING whose steps are all PENDING, built from what was
+    written (:func:`render_run` would read it back): the submit's answer."""
+    view = run_summary(_new_run(contract, caller, RUNNING, created_at))
+    view["assigned"] = [
+        {"as": role, "nodes": [{"node": n, "label": labels.get(n)} for n in nodes]}
+        for role, nodes in assignment.roles
+    ]
+    view["steps"] = _new_steps(contract, node_for_role(assignment))
     if contract.warnings:
         view["warnings"] = list(contract.warnings)
     view["requires"] = [r.to_wire() for r in contract.requires]
+    return view
+
+
+def queued_run_view(
+    s: Session,
+    contract: Contract,
+    *,
+    caller: Caller,
+    created_at: datetime,
+    place: QueuePlace,
+    reserve_after: int,
+) -> dict[str, Any]:
+    """The view of a run just queued and still QUEUED at ``place``, built from what was written
+    (its steps all PENDING on no node) with the explanation of its wait read now, as
+    :func:`render_run` would show it: the submit's 202."""
+    run = _new_run(contract, caller, QUEUED, created_at)
+    view = run_summary(run)
+    view["steps"] = _new_steps(contract, {})
+    if contract.warnings:
+        view["warnings"] = list(contract.warnings)
+    requires = [r.to_wire() for r in contract.requires]
+    _queue_explanation(s, run, requires, view, reserve_after, place)
     return view
 
 

@@ -202,6 +202,12 @@ def _scan(ctx: Context, report: ScanReport) -> None:
         inputs = read_inputs(s, ctx.config, heads, adverts, probe)
     report.shapes = len(heads)
     reservations = reserve(ctx, inputs, adverts)
+    if reservations.released:
+        # Nodes this scan freed from their reservations: a freeing commit like any other, so it
+        # takes a mark, and a fresh pass reads the queue after it (a run queued since this
+        # pass's read, whose submit saw no new mark, is looked at there; SPEC §7).
+        mark_wake(ctx)
+        report.again = True
     _ordinary_pass(ctx, report, heads, adverts, unavailable, covered, reservations)
 
 
@@ -271,7 +277,9 @@ def _ordinary_pass(
                 # The run ended inside its promotion, or left reserved nodes it did not take.
                 # Those nodes go to the oldest eligible run first: the runs this pass already
                 # passed over may want them more than the next one, so the scan starts a fresh
-                # pass from the top of the queue instead of going on with this one.
+                # pass from the top of the queue instead of going on with this one. Freed nodes
+                # take a wake mark, as after any freeing commit (see _scan).
+                mark_wake(ctx)
                 report.again = True
                 break
         with ctx.db.begin() as s:
@@ -309,11 +317,14 @@ def wake_queued(
         log.debug("wake scan skipped: another is waiting", cause=cause, direct=direct)
         return report
     try:
-        # The marks this scan covers: every one taken before its first queue read (SPEC §7).
+        # The marks this scan covers: every one taken before the queue read of its last pass
+        # (SPEC §7), the complete one: a pass that freed nodes took a mark for them.
         with ctx.db.autocommit() as conn:
             mark = last_mark(conn)
         _scan(ctx, report)
         while report.again and report.passes < MAX_PASSES:
+            with ctx.db.autocommit() as conn:
+                mark = last_mark(conn)
             _scan(ctx, report)
         if not (report.errors or report.again):
             with ctx.db.autocommit() as conn:

@@ -39,6 +39,8 @@ class Reservations:
 
     held: dict[str, Held] = field(default_factory=dict)
     holders: dict[str, QueuedRun] = field(default_factory=dict)
+    # A node that was reserved is no longer: freed for the runs it was held back from.
+    released: bool = False
 
 
 @dataclass(frozen=True)
@@ -171,4 +173,5 @@ def reserve(ctx: Context, inputs: Inputs | None, adverts: list[Advert]) -> Reser
         if run_id not in ended:
             out.held[node] = Held(run_id, known[run_id].priority)
             out.holders[run_id] = known[run_id]
+    out.released = any(node not in out.held for node in inputs.stored)
     return out

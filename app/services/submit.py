@@ -17,7 +17,7 @@ from app.records import record_location
 from app.reserve import Held, reserved_against
 from app.services.execution import start_steps, starts_anything
 from app.services.notify import AfterCommit
-from app.services.observe import new_run_view, render_run
+from app.services.observe import new_run_view, queued_run_view, render_run
 from app.services.placement import assigned_json, grants, node_for_role
 from app.services.queue import wake_after_commit
 from app.services.records import manifest
@@ -25,8 +25,10 @@ from app.services.settle_and_wake import settle_and_wake
 from app.services.tx import retrying
 from app.states import FAILED, QUEUED, RUNNING
 from app.store import DuplicateRun, NodeTaken, PrunedRunId
+from app.store.gate import last_mark
 from app.store.leases import lease_rows
 from app.store.nodes import candidate_adverts, first_candidates
+from app.store.queue import queue_place
 from app.store.reservations import place_unreserved
 from app.store.runs import create_run, get_run
 from app.store.steps import step_rows
@@ -56,8 +58,14 @@ class _Refused:
     reason: str
 
 
+@dataclass(frozen=True)
 class _Queued:
-    """Stored QUEUED (SPEC §7)."""
+    """Stored QUEUED (SPEC §7). ``mark``: the last wake mark read before the candidate read that
+    queued it, and its ``created_at`` (None: not known; the submit then scans whatever the marks
+    say and reads the run back)."""
+
+    mark: int | None = None
+    created_at: datetime | None = None
 
 
 def _view(ctx: Context, run_id: str) -> dict[str, Any]:
@@ -122,6 +130,18 @@ def _place(
     with ctx.db.begin() as s:
         found = first_candidates(s, contract.requires, reserved_for=_reserved_for(ctx, contract))
         outcome = match_firsts(contract.requires, found.firsts)
+        mark = None
+        if isinstance(outcome, Reject) and outcome.code == 409:
+            # All busy: the run will wait. The last wake mark, then the read again, in a new
+            # snapshot taken after that mark was read: a resource freed after this second read
+            # takes a mark above it, which is how the submit knows whether its own scan can find
+            # anything the read did not (SPEC §7, closing the submit window). Only a run that
+            # queues pays these two statements; a placed one pays none.
+            mark = last_mark(s)
+            found = first_candidates(
+                s, contract.requires, reserved_for=_reserved_for(ctx, contract)
+            )
+            outcome = match_firsts(contract.requires, found.firsts)
         if isinstance(outcome, Reject) and outcome.code == 422:
             reason = outcome.reason
             create_run(s, contract, state=FAILED, reject=_reject_body(outcome.role, reason), **who)
@@ -136,7 +156,7 @@ def _place(
             )
             ctx.records.open(location, _manifest(contract, caller, QUEUED, created_at))
             fault("submit.queued")
-            return _Queued()
+            return _Queued(mark, created_at)
         over = width_exceeded(outcome, ctx.config["lease.max_per_run"])
         if over:
             create_run(s, contract, state=FAILED, reject=_reject_body("", over), **who)
@@ -248,9 +268,45 @@ def _submit_run(ctx: Context, doc: Any, caller: Caller) -> Submitted:
                 labels=outcome.labels,
             ),
         )
-    # Close the submit window: a resource freed after our read, whose own scan ran before our
-    # QUEUED row was visible, is seen by this scan (SPEC §7).
-    wake_after_commit(ctx, f"submit of {contract.run_id}")
+    return _queued_answer(ctx, contract, caller, outcome)
+
+
+def _queued_answer(ctx: Context, contract: Contract, caller: Caller, queued: _Queued) -> Submitted:
+    """Close the submit window (SPEC §7): a resource freed after our read, whose own scan ran
+    before our QUEUED row was visible, is seen by a scan the submit runs itself.
+
+    That scan is left out only when it could not change anything. Every freeing commit takes a
+    wake mark once it has committed: when no mark was taken since the one read before our
+    candidate read, nothing was freed that the read did not see, and a freeing commit whose mark
+    comes later is followed by a scan that starts after our QUEUED row was visible. And when the
+    reservation step has no work (no reservation stored, no run waited long enough, no
+    lower-priority placement since the oldest queued run arrived, SPEC §7a), a scan would write
+    nothing either. Both are read with the run's place in the queue, which the 202 shows anyway,
+    in one statement."""
+    scan = True
+    if queued.mark is not None and queued.created_at is not None:
+        reserve_after = ctx.config["queue.reserve_after_seconds"]
+        with ctx.db.read() as s:
+            place = queue_place(
+                s,
+                contract.run_id,
+                contract.priority,
+                queued.created_at,
+                reserve_after=reserve_after,
+            )
+            scan = place.mark > queued.mark or place.reservation_work
+            if not scan and place.state == QUEUED:
+                view = queued_run_view(
+                    s,
+                    contract,
+                    caller=caller,
+                    created_at=queued.created_at,
+                    place=place,
+                    reserve_after=reserve_after,
+                )
+                return Submitted(202, view, queued=True)
+    if scan:
+        wake_after_commit(ctx, f"submit of {contract.run_id}")
     view = _view(ctx, contract.run_id)
     # Still QUEUED -> 202. Anything else left the queue by a promotion (that scan's or another's)
     # and may have ended since: it was placed, so 201 with the run as it is, never a 202 that

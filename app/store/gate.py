@@ -30,6 +30,7 @@ from collections.abc import Callable
 
 from sqlalchemy import Connection, bindparam, func, select, text
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.orm import Session
 
 # Two fixed keys in one namespace of the bigint advisory-lock space ("Mediat" + 1 / 2).
 WAITING_LOCK = 0x4D6564696174_0001
@@ -239,13 +240,13 @@ def take_mark(conn: Connection) -> int:
     return int(conn.execute(text("SELECT nextval('wake_mark')")).scalar_one())
 
 
-def last_mark(conn: Connection) -> int:
-    """The highest mark taken so far (0: none yet)."""
-    return int(
-        conn.execute(
-            text("SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM wake_mark")
-        ).scalar_one()
-    )
+_LAST_MARK = text("SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM wake_mark")
+
+
+def last_mark(conn: Connection | Session) -> int:
+    """The highest mark taken so far (0: none yet). A sequence is read as it is now, whatever
+    the snapshot of the transaction it is read in."""
+    return int(conn.execute(_LAST_MARK).scalar_one())
 
 
 def covered_mark(conn: Connection) -> int:

@@ -157,6 +157,9 @@ class Candidates:
     adverts: list[Advert]
     unavailable: set[str]
     held: dict[str, Held] = field(default_factory=dict)  # node -> its reservation's holder
+    # With ``with_leases``: node -> the run holding its lease, and the draining candidates.
+    holders: dict[str, str] = field(default_factory=dict)
+    draining: set[str] = field(default_factory=set)
 
 
 def containment(role: Role) -> list[dict[str, Any]]:
@@ -179,6 +182,7 @@ def candidate_adverts(
     *,
     reserved_for: int | None = None,
     with_holders: bool = False,
+    with_leases: bool = False,
 ) -> Candidates:
     """One statement through ``ix_nodes_capabilities``: only the adverts that can satisfy one of
     ``roles`` are read, each with whether it is unavailable (a lease, whatever its ``not_after``,
@@ -187,17 +191,23 @@ def candidate_adverts(
     ``reserved_for``: the priority of a run that holds no reservation (a submit, an acquire): a
     node reserved by a run of that priority or higher is unavailable too (SPEC §7a).
     ``with_holders``: each candidate's reservation holder and its priority come back in the same
-    statement (``held``; dry-run warns about them)."""
+    statement (``held``; dry-run warns about them). ``with_leases``: the run holding each
+    candidate's lease and whether it drains come back too (``holders``, ``draining``: what the
+    explanation of a wait reads, SPEC §7)."""
     wanted = {containment_key(r): containment(r) for r in roles}
     if not wanted:
         return Candidates([], set())
-    leased = select(Lease.node_id).where(Lease.node_id == Node.node_id).exists()
+    # Correlated on the node only: the outer statement may join leases and reservations too.
+    leased = (
+        select(Lease.node_id).where(Lease.node_id == Node.node_id).correlate_except(Lease).exists()
+    )
     reasons = [Node.drain != "", leased]
     if reserved_for is not None:
         reasons.append(
             select(Reservation.node_id)
             .join(Run, Run.run_id == Reservation.run_id)
             .where(Reservation.node_id == Node.node_id, Run.priority >= reserved_for)
+            .correlate_except(Reservation, Run)
             .exists()
         )
     busy = or_(*reasons).label("busy")
@@ -211,6 +221,10 @@ def candidate_adverts(
             .outerjoin(Reservation, Reservation.node_id == Node.node_id)
             .outerjoin(Run, Run.run_id == Reservation.run_id)
         )
+    if with_leases:
+        q = q.add_columns(
+            (Node.drain != "").label("draining"), Lease.run_id.label("lease_holder")
+        ).outerjoin(Lease, Lease.node_id == Node.node_id)
     rows = s.execute(q).all()
     adverts = candidate_order(adverts_from_rows((r.node_id, r.capabilities, r.label) for r in rows))
     held = (
@@ -218,7 +232,11 @@ def candidate_adverts(
         if with_holders
         else {}
     )
-    return Candidates(adverts, {r.node_id for r in rows if r.busy}, held)
+    found = Candidates(adverts, {r.node_id for r in rows if r.busy}, held)
+    if with_leases:
+        found.holders.update((r.node_id, r.lease_holder) for r in rows if r.lease_holder)
+        found.draining.update(r.node_id for r in rows if r.draining)
+    return found
 
 
 _FIRSTS = text(

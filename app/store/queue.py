@@ -13,11 +13,16 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
+    ColumnElement,
+    DateTime,
     Integer,
     Select,
     String,
+    Text,
     and_,
+    bindparam,
     column,
+    exists,
     func,
     literal_column,
     or_,
@@ -27,7 +32,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session
 
-from app.models import Run
+from app.models import Placement, Reservation, Run
 
 # The state as a constant in the SQL text, not a parameter: a prepared statement's generic plan
 # could not prove the partial indexes' ``state = 'QUEUED'`` predicate from a parameter.
@@ -202,3 +207,105 @@ def timed_out_queued(s: Session, run_id: str | None = None) -> list[str]:
     if run_id is not None:
         q = q.where(Run.run_id == run_id)
     return list(s.execute(q).scalars())
+
+
+# ---------------------------------------------------------------- a run's place in the queue
+
+
+@dataclass(frozen=True)
+class QueuePlace:
+    """A run's place in the queue, read in one statement (SPEC §7 "Explaining the wait")."""
+
+    now: datetime  # the database clock: ``candidates_at``
+    state: str | None  # the run's state now (None: no such run)
+    ahead: int  # QUEUED runs ahead of it in queue order
+    own: list[str]  # the nodes reserved for it (SPEC §7a)
+    mark: int  # the last wake mark taken (the submit's check, SPEC §7)
+    # Whether a scan's reservation step could have work (a reservation stored, a run that
+    # waited ``queue.reserve_after_seconds``, or a lower-priority placement since the oldest
+    # queued run arrived): the filter of ``scan_probe``, SPEC §7a.
+    reservation_work: bool
+
+
+def _queued_before() -> Select[Any]:
+    """QUEUED runs ahead in queue order: higher priority, or equal priority and older (the queue
+    position of a run, SPEC §7 "Explaining the wait", §7a), through ``ix_runs_queued``."""
+    priority = bindparam("priority", type_=Integer)
+    created_at = bindparam("created_at", type_=DateTime(timezone=True))
+    run_id = bindparam("run_id", type_=Text)
+    return (
+        select(func.count())
+        .select_from(Run)
+        .where(
+            IS_QUEUED,
+            or_(
+                Run.priority > priority,
+                and_(
+                    Run.priority == priority,
+                    or_(
+                        Run.created_at < created_at,
+                        and_(Run.created_at == created_at, Run.run_id < run_id),
+                    ),
+                ),
+            ),
+        )
+    )
+
+
+def _reservation_work(seconds: int) -> ColumnElement[bool]:
+    """The reservation step's filter (as ``scan_probe`` reads it), with the highest queued
+    priority read here rather than from the shapes' first runs."""
+    work: ColumnElement[bool] = exists().where(Reservation.node_id.is_not(None))
+    if seconds <= 0:
+        return work  # reservations off: only leftovers to clear
+    waited = func.now() - func.make_interval(0, 0, 0, 0, 0, 0, seconds)
+    aged = exists().where(IS_QUEUED, Run.created_at <= waited)
+    top = select(func.max(Run.priority)).where(IS_QUEUED).correlate(None).scalar_subquery()
+    oldest = (
+        select(Run.created_at)
+        .where(IS_QUEUED)
+        .order_by(Run.created_at)
+        .limit(1)
+        .correlate(None)
+        .scalar_subquery()
+    )
+    placed = (
+        select(Placement.node_id)
+        .where(Placement.priority < top, Placement.last_at > oldest)
+        .correlate(None)
+        .exists()
+    )
+    return or_(work, aged, placed)
+
+
+@functools.cache
+def _queue_place(seconds: int) -> Select[Any]:
+    """The statement of :func:`queue_place`; built once per ``queue.reserve_after_seconds``
+    (every queued submit's reply runs it)."""
+    run_id = bindparam("run_id", type_=Text)
+    # Each part is a subquery of its own (nothing to correlate: the statement has no FROM).
+    return select(
+        func.now(),
+        select(Run.state).where(Run.run_id == run_id).correlate(None).scalar_subquery(),
+        _queued_before().correlate(None).scalar_subquery(),
+        func.array(
+            select(Reservation.node_id)
+            .where(Reservation.run_id == run_id)
+            .order_by(Reservation.node_id)
+            .correlate(None)
+            .scalar_subquery()
+        ),
+        literal_column("(SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM wake_mark)"),
+        _reservation_work(seconds),
+    )
+
+
+def queue_place(
+    s: Session, run_id: str, priority: int, created_at: datetime, *, reserve_after: int
+) -> QueuePlace:
+    """Where the run stands, in one statement: the database's clock, its state, the QUEUED runs
+    ahead of it, the nodes reserved for it, the last wake mark and whether the reservation step
+    has work (``reserve_after``: ``queue.reserve_after_seconds``)."""
+    params = {"priority": priority, "created_at": created_at, "run_id": run_id}
+    now, state, ahead, own, mark, work = s.execute(_queue_place(reserve_after), params).one()
+    return QueuePlace(now, state, int(ahead), list(own), int(mark), bool(work))

@@ -10,18 +10,14 @@ from typing import Any
 
 from sqlalchemy import (
     CTE,
-    DateTime,
-    Integer,
     Select,
     Text,
-    and_,
     bindparam,
     case,
     delete,
     func,
     insert,
     null,
-    or_,
     select,
     tuple_,
     update,
@@ -32,7 +28,16 @@ from sqlalchemy.orm import Session
 
 from app.contract import is_valid_id
 from app.contract.types import Contract
-from app.models import LEASES_PKEY, RUNS_PKEY, TOMBSTONES_PKEY, Lease, Run, RunEvent, Step, WakeDebt
+from app.models import (
+    LEASES_PKEY,
+    RUNS_PKEY,
+    TOMBSTONES_PKEY,
+    Lease,
+    Run,
+    RunEvent,
+    Step,
+    WakeDebt,
+)
 from app.states import FAILED, QUEUED, RUN_ALIVE, RUNNING, check_run_change
 from app.store import DuplicateRun, NodeTaken, NotQueued, PrunedRunId, constraint_name
 from app.store.rows import LEASE_COLUMNS, STEP_COLUMNS, rows_insert
@@ -269,39 +274,6 @@ def list_runs(
     return list(s.execute(q).scalars())
 
 
-@functools.cache
-def _queued_before() -> Select[Any]:
-    """The statement of :func:`count_queued_before`; built once (every queued submit's reply
-    runs it)."""
-    priority = bindparam("priority", type_=Integer)
-    created_at = bindparam("created_at", type_=DateTime(timezone=True))
-    run_id = bindparam("run_id", type_=Text)
-    return (
-        select(func.count())
-        .select_from(Run)
-        .where(
-            Run.state == QUEUED,
-            or_(
-                Run.priority > priority,
-                and_(
-                    Run.priority == priority,
-                    or_(
-                        Run.created_at < created_at,
-                        and_(Run.created_at == created_at, Run.run_id < run_id),
-                    ),
-                ),
-            ),
-        )
-    )
-
-
-def count_queued_before(s: Session, priority: int, created_at: datetime, run_id: str) -> int:
-    """QUEUED runs ahead in queue order: higher priority, or equal priority and older (the queue
-    position of a run, SPEC §7 "Explaining the wait", §7a)."""
-    params = {"priority": priority, "created_at": created_at, "run_id": run_id}
-    return int(s.execute(_queued_before(), params).scalar_one())
-
-
 def runs_by_ids(s: Session, run_ids: Iterable[str]) -> dict[str, Run]:
     ids = list(run_ids)
     if not ids:
@@ -381,7 +353,7 @@ def mark_sealed(s: Session, run_id: str) -> None:
 
 def queued_runs(s: Session, limit: int) -> list[Run]:
     """QUEUED runs in queue order (priority, then arrival), the order of
-    :func:`count_queued_before` (the status page)."""
+    :func:`app.store.queue.queue_place` counts in (the status page)."""
     q = (
         select(Run)
         .where(Run.state == QUEUED)

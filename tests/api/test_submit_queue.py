@@ -767,6 +767,70 @@ def test_the_scan_in_submit_promotes_a_run_whose_node_was_freed_after_the_submit
     assert leases(sql) == [("n1", "late")]
 
 
+def submit_scans(logs: list[dict[str, Any]], run_id: str) -> list[dict[str, Any]]:
+    """The wake scans a submit of ``run_id`` ran or skipped at the gate, from the captured log."""
+    return [
+        e
+        for e in logs
+        if e["event"].startswith("wake scan") and e.get("cause") == f"submit of {run_id}"
+    ]
+
+
+@pytest.mark.parametrize("config_overrides", [{"log.level": "debug"}])
+def test_a_queued_submit_runs_no_scan_when_nothing_was_freed_since_its_read(client, sql):
+    """No wake mark since the submit's read and no work for the reservation step: a scan could
+    find nothing, and the submit runs none (not even through the gate). Its 202 is the run view
+    a GET gives, explanation of the wait included."""
+    advertise(client, "n1", cap("board"))
+    hold(client, "holder", role("dut"))
+    marks = scalar(sql, "select last_value from wake_mark")
+
+    with structlog.testing.capture_logs() as logs:
+        view = submit(client, contract("waiter"), 202).get_json()
+
+    assert submit_scans(logs, "waiter") == []
+    assert scalar(sql, "select last_value from wake_mark") == marks
+    got = client.get("/v1/runs/waiter").get_json()
+    assert view.pop("candidates_at") and got.pop("candidates_at")
+    assert view == got
+    assert view["queue"] == {"position": 1, "ahead": 0}
+    assert view["requires"][0]["candidates"] == {"live": 1, "busy": 1, "draining": 0, "reserved": 0}
+    assert view["requires"][0]["held_by"] == ["holder"]
+
+
+@pytest.mark.parametrize("config_overrides", [{"log.level": "debug"}])
+def test_a_queued_submit_scans_when_a_mark_was_taken_after_its_read(app, client, sql, db_url):
+    """A freeing commit after the submit's read takes a wake mark: the submit scans."""
+    advertise(client, "n1", cap("board"))
+    advertise(client, "n2", cap("board"))
+    hold(client, "h1", role("dut"))
+    hold(client, "h2", role("dut"))
+    with structlog.testing.capture_logs() as logs:
+        with submit_held_after_its_read(app, sql, db_url, contract("late")) as answer:
+            # A node appears: capacity, a wake point with its mark (SPEC §7 wake point 8). It
+            # fits "late" only after "late" was read, so only the submit's own scan places it.
+            advertise(client, "n3", cap("board"))
+    resp = answer["resp"]
+    assert resp.status_code == 201, resp.get_json()
+    assert [e["event"] for e in submit_scans(logs, "late")] == ["wake scan"]
+    assert leases(sql) == [("n1", "h1"), ("n2", "h2"), ("n3", "late")]
+
+
+@pytest.mark.parametrize("config_overrides", [{"log.level": "debug"}])
+def test_a_queued_submit_scans_when_the_reservation_step_has_work(client, sql):
+    """A reservation stored (here one whose holder ended, which a scan removes): the reservation
+    step has work, and the submit's scan does it."""
+    advertise(client, "n1", cap("board"))
+    hold(client, "holder", role("dut"))
+    sql.execute("insert into reservations (node_id, run_id) values ('n1', 'holder')")
+
+    with structlog.testing.capture_logs() as logs:
+        submit(client, contract("waiter"), 202)
+
+    assert [e["event"] for e in submit_scans(logs, "waiter")] == ["wake scan"]
+    assert scalar(sql, "select count(*) from reservations") == 0
+
+
 # ---------------------------------------------------------------- the Record, opened before commit
 
 
