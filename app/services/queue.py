@@ -364,6 +364,28 @@ def wake_queued(
     return report
 
 
+def scan_ended_at_marks(cause: str, seconds: float) -> None:
+    """A submit's wake scan that ended at its first check (SPEC §7, closing the submit window):
+    no wake mark was taken since the submit's candidate read and the reservation step has no
+    work, so nothing was freed that the read did not see and there is nothing to write. It
+    takes no gate and reads no queue, and is counted and logged as a scan of its cause."""
+    label = cause_label(cause)
+    WAKE_SCANS.labels(label).inc()
+    WAKE_SECONDS.labels(label).observe(seconds)
+    WAKE_PROMOTED.labels(label).inc(0)
+    log.info(
+        "wake scan",
+        cause=cause,
+        nothing_freed=True,
+        shapes=0,
+        looked=0,
+        promoted=0,
+        errors=0,
+        passes=0,
+        ms=round(seconds * 1000, 1),
+    )
+
+
 def mark_wake(ctx: Context) -> None:
     """A wake point's mark (SPEC §7): right after the freeing commit, before anything else that
     can fail (a settle that reads the database, the wake itself). Best effort: if even this

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -19,7 +20,7 @@ from app.services.execution import start_steps, starts_anything
 from app.services.notify import AfterCommit
 from app.services.observe import new_run_view, queued_run_view, render_run
 from app.services.placement import assigned_json, grants, node_for_role
-from app.services.queue import wake_after_commit
+from app.services.queue import scan_ended_at_marks, wake_after_commit
 from app.services.records import manifest
 from app.services.settle_and_wake import settle_and_wake
 from app.services.tx import retrying
@@ -275,17 +276,19 @@ def _queued_answer(ctx: Context, contract: Contract, caller: Caller, queued: _Qu
     """Close the submit window (SPEC §7): a resource freed after our read, whose own scan ran
     before our QUEUED row was visible, is seen by a scan the submit runs itself.
 
-    That scan is left out only when it could not change anything. Every freeing commit takes a
-    wake mark once it has committed: when no mark was taken since the one read before our
-    candidate read, nothing was freed that the read did not see, and a freeing commit whose mark
-    comes later is followed by a scan that starts after our QUEUED row was visible. And when the
-    reservation step has no work (no reservation stored, no run waited long enough, no
+    That scan ends at its first check when it could not change anything. Every freeing commit
+    takes a wake mark once it has committed: when no mark was taken since the one read before
+    our candidate read, nothing was freed that the read did not see, and a freeing commit whose
+    mark comes later is followed by a scan that starts after our QUEUED row was visible. And when
+    the reservation step has no work (no reservation stored, no run waited long enough, no
     lower-priority placement since the oldest queued run arrived, SPEC §7a), a scan would write
     nothing either. Both are read with the run's place in the queue, which the 202 shows anyway,
-    in one statement."""
+    in one statement; the scan then takes no gate and reads no queue."""
     scan = True
+    cause = f"submit of {contract.run_id}"
     if queued.mark is not None and queued.created_at is not None:
         reserve_after = ctx.config["queue.reserve_after_seconds"]
+        started = time.monotonic()
         with ctx.db.read() as s:
             place = queue_place(
                 s,
@@ -295,6 +298,8 @@ def _queued_answer(ctx: Context, contract: Contract, caller: Caller, queued: _Qu
                 reserve_after=reserve_after,
             )
             scan = place.mark > queued.mark or place.reservation_work
+            if not scan:
+                scan_ended_at_marks(cause, time.monotonic() - started)
             if not scan and place.state == QUEUED:
                 view = queued_run_view(
                     s,
@@ -306,7 +311,7 @@ def _queued_answer(ctx: Context, contract: Contract, caller: Caller, queued: _Qu
                 )
                 return Submitted(202, view, queued=True)
     if scan:
-        wake_after_commit(ctx, f"submit of {contract.run_id}")
+        wake_after_commit(ctx, cause)
     view = _view(ctx, contract.run_id)
     # Still QUEUED -> 202. Anything else left the queue by a promotion (that scan's or another's)
     # and may have ended since: it was placed, so 201 with the run as it is, never a 202 that

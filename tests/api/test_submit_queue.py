@@ -777,10 +777,10 @@ def submit_scans(logs: list[dict[str, Any]], run_id: str) -> list[dict[str, Any]
 
 
 @pytest.mark.parametrize("config_overrides", [{"log.level": "debug"}])
-def test_a_queued_submit_runs_no_scan_when_nothing_was_freed_since_its_read(client, sql):
+def test_a_queued_submits_scan_ends_at_its_check_when_nothing_was_freed_since_its_read(client, sql):
     """No wake mark since the submit's read and no work for the reservation step: a scan could
-    find nothing, and the submit runs none (not even through the gate). Its 202 is the run view
-    a GET gives, explanation of the wait included."""
+    find nothing, and the submit's ends at that check (no gate, no mark, no queue read). Its 202
+    is the run view a GET gives, explanation of the wait included."""
     advertise(client, "n1", cap("board"))
     hold(client, "holder", role("dut"))
     marks = scalar(sql, "select last_value from wake_mark")
@@ -788,7 +788,10 @@ def test_a_queued_submit_runs_no_scan_when_nothing_was_freed_since_its_read(clie
     with structlog.testing.capture_logs() as logs:
         view = submit(client, contract("waiter"), 202).get_json()
 
-    assert submit_scans(logs, "waiter") == []
+    scans = submit_scans(logs, "waiter")
+    assert [(e["event"], e.get("nothing_freed"), e["looked"]) for e in scans] == [
+        ("wake scan", True, 0)
+    ]
     assert scalar(sql, "select last_value from wake_mark") == marks
     got = client.get("/v1/runs/waiter").get_json()
     assert view.pop("candidates_at") and got.pop("candidates_at")
@@ -812,7 +815,9 @@ def test_a_queued_submit_scans_when_a_mark_was_taken_after_its_read(app, client,
             advertise(client, "n3", cap("board"))
     resp = answer["resp"]
     assert resp.status_code == 201, resp.get_json()
-    assert [e["event"] for e in submit_scans(logs, "late")] == ["wake scan"]
+    assert [(e["event"], e.get("nothing_freed")) for e in submit_scans(logs, "late")] == [
+        ("wake scan", None)
+    ]
     assert leases(sql) == [("n1", "h1"), ("n2", "h2"), ("n3", "late")]
 
 
@@ -827,7 +832,9 @@ def test_a_queued_submit_scans_when_the_reservation_step_has_work(client, sql):
     with structlog.testing.capture_logs() as logs:
         submit(client, contract("waiter"), 202)
 
-    assert [e["event"] for e in submit_scans(logs, "waiter")] == ["wake scan"]
+    assert [(e["event"], e.get("nothing_freed")) for e in submit_scans(logs, "waiter")] == [
+        ("wake scan", None)
+    ]
     assert scalar(sql, "select count(*) from reservations") == 0
 
 

@@ -9,7 +9,9 @@ from tests.helpers import advertise, cap, contract, role, submit
 from tests.rows import scalar
 
 
-def test_a_scan_that_releases_a_reservation_takes_a_mark_and_reads_the_queue_again(client, ctx, sql):
+def test_a_scan_that_releases_a_reservation_takes_a_mark_and_reads_the_queue_again(
+    client, ctx, sql
+):
     advertise(client, "n1", cap("board"))
     submit(client, contract("holder", role("dut")), 201)
     submit(client, contract("waiter", role("dut")), 202)
