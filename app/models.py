@@ -247,6 +247,18 @@ class Placement(Base):
     last_at: Mapped[datetime] = mapped_column(server_default=func.now())
 
 
+class QueueCount(Base):
+    """How many runs of ``priority`` are QUEUED, in slots summed by the reader: kept by a row
+    trigger on ``runs`` (migration 0013), never written by the Mediator's code. A queued run's
+    place in the queue is read from it instead of a count of the queue (SPEC §7, §16)."""
+
+    __tablename__ = "queue_counts"
+
+    priority: Mapped[int] = mapped_column(Integer, primary_key=True)
+    slot: Mapped[int] = mapped_column(Integer, primary_key=True)
+    queued: Mapped[int] = mapped_column(BigInteger)
+
+
 class Reservation(Base):
     """A node a long-waiting QUEUED run holds back from runs of its priority or lower (SPEC §7a).
     Rewritten by every wake scan; deleted with the holder's promotion, cancel or queue timeout."""

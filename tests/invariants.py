@@ -8,7 +8,8 @@ transaction), so it may sample a database that is busy:
   every placed run holding a lease on each node of its unreleased roles (and no lease it does not
   account for), a QUEUED run holding nothing, steps agreeing with their run's state, no run
   half-created (a run row without all its steps); no reservation of a run that is not QUEUED,
-  and no node reserved by a run leased afterwards to another run of equal or lower priority.
+  and no node reserved by a run leased afterwards to another run of equal or lower priority; the
+  kept number of QUEUED runs of each priority (``queue_counts``) equal to a count of them.
 - :func:`check_after_reaper_pass`: what one reaper pass leaves on a quiet system — no lease of a
   finished run, no run left VERIFYING, every finished run sealed (rejected submits excepted).
 - :func:`check_quiet`: once nothing moves, no QUEUED run whose requirements fit live, free,
@@ -109,7 +110,12 @@ def check(conn: psycopg.Connection[Any]) -> list[str]:
             " order by r.node_id"
         ).fetchall()
         passed: Rows = cur.execute(PASSED_RESERVATIONS, {"slack": SUBMIT_SLACK_SECONDS}).fetchall()
+        miscounted: Rows = cur.execute(MISCOUNTED_PRIORITIES).fetchall()
     out: list[str] = [f"node {r['node_id']} is leased {r['n']} times" for r in twice]
+    out += [
+        f"priority {r['priority']}: {r['queued']} runs QUEUED, {r['counted']} in queue_counts"
+        for r in miscounted
+    ]
     out += _placement_violations(runs, leases)
     out += _step_violations(runs, steps)
     out += [
@@ -125,6 +131,16 @@ def check(conn: psycopg.Connection[Any]) -> list[str]:
     ]
     return out
 
+
+# The kept number of QUEUED runs of each priority (a trigger on runs) against a count of them.
+MISCOUNTED_PRIORITIES = """
+SELECT coalesce(q.priority, c.priority) AS priority, coalesce(q.n, 0) AS queued,
+       coalesce(c.n, 0) AS counted
+FROM (SELECT priority, count(*) AS n FROM runs WHERE state = 'QUEUED' GROUP BY priority) q
+FULL JOIN (SELECT priority, sum(queued) AS n FROM queue_counts GROUP BY priority) c
+  ON c.priority = q.priority
+WHERE coalesce(q.n, 0) <> coalesce(c.n, 0)
+"""
 
 # A run placed at submit (or a node acquired mid-run) decides on the reservations it read a
 # moment before its own transaction began; a promotion decides under the scan gate, after the

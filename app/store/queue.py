@@ -21,6 +21,7 @@ from sqlalchemy import (
     Text,
     and_,
     bindparam,
+    case,
     column,
     exists,
     func,
@@ -28,11 +29,12 @@ from sqlalchemy import (
     or_,
     select,
     text,
+    tuple_,
     values,
 )
 from sqlalchemy.orm import Session
 
-from app.models import Placement, Reservation, Run
+from app.models import Placement, QueueCount, Reservation, Run
 
 # The state as a constant in the SQL text, not a parameter: a prepared statement's generic plan
 # could not prove the partial indexes' ``state = 'QUEUED'`` predicate from a parameter.
@@ -227,29 +229,48 @@ class QueuePlace:
     reservation_work: bool
 
 
-def _queued_before() -> Select[Any]:
+# A run's place is counted among the runs of its priority before it while there are few of them
+# (a bounded range of ``ix_runs_queued``); past this many, from the counts of QUEUED runs less the
+# runs from it on (the range behind it, short for a run that just queued).
+COUNTED_BEFORE = 1000
+
+
+def _queued_ahead() -> ColumnElement[int]:
     """QUEUED runs ahead in queue order: higher priority, or equal priority and older (the queue
-    position of a run, SPEC §7 "Explaining the wait", §7a), through ``ix_runs_queued``."""
+    position of a run, SPEC §7 "Explaining the wait", §7a). Never a count of the whole queue:
+    the higher priorities from ``queue_counts``, its own priority by the shorter of the two
+    ranges of ``ix_runs_queued`` around the run (one snapshot: the counts are kept in the
+    transactions that move runs in and out of QUEUED)."""
     priority = bindparam("priority", type_=Integer)
-    created_at = bindparam("created_at", type_=DateTime(timezone=True))
-    run_id = bindparam("run_id", type_=Text)
-    return (
-        select(func.count())
-        .select_from(Run)
-        .where(
-            IS_QUEUED,
-            or_(
-                Run.priority > priority,
-                and_(
-                    Run.priority == priority,
-                    or_(
-                        Run.created_at < created_at,
-                        and_(Run.created_at == created_at, Run.run_id < run_id),
-                    ),
-                ),
-            ),
-        )
+    key = tuple_(
+        bindparam("created_at", type_=DateTime(timezone=True)), bindparam("run_id", type_=Text)
     )
+    here = tuple_(Run.created_at, Run.run_id)
+    same = and_(IS_QUEUED, Run.priority == priority)
+
+    def counted(*where: ColumnElement[bool]) -> ColumnElement[int]:
+        return func.coalesce(
+            select(func.sum(QueueCount.queued)).where(*where).correlate(None).scalar_subquery(),
+            0,
+        )
+
+    before = (
+        select(func.count())
+        .select_from(
+            select(Run.run_id)
+            .where(same, here < key)
+            .limit(COUNTED_BEFORE + 1)
+            .correlate(None)
+            .subquery()
+        )
+        .scalar_subquery()
+    )
+    from_it_on = select(func.count()).where(same, here >= key).correlate(None).scalar_subquery()
+    own = case(
+        (before <= COUNTED_BEFORE, before),
+        else_=counted(QueueCount.priority == priority) - from_it_on,
+    )
+    return counted(QueueCount.priority > priority) + own
 
 
 def _reservation_work(seconds: int) -> ColumnElement[bool]:
@@ -287,7 +308,7 @@ def _queue_place(seconds: int) -> Select[Any]:
     return select(
         func.now(),
         select(Run.state).where(Run.run_id == run_id).correlate(None).scalar_subquery(),
-        _queued_before().correlate(None).scalar_subquery(),
+        _queued_ahead(),
         func.array(
             select(Reservation.node_id)
             .where(Reservation.run_id == run_id)

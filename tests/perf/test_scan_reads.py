@@ -1,4 +1,5 @@
-"""A wake scan's reads are bounded by shapes, not by the queue (SPEC §7 step 5, §7a "Cost"):
+"""A wake scan's reads are bounded by shapes, not by the queue (SPEC §7 step 5, §7a "Cost"), and so
+are a queued submit's (SPEC §16: its place in the queue comes from kept counts):
 every read statement one scan sends is replayed under ``EXPLAIN (ANALYZE, BUFFERS)`` and the rows
 each plan node touched (returned plus removed by a filter, times its loops) are summed. With 1k
 and then 100k QUEUED runs of the same three shapes, no statement may touch more rows at 100k
@@ -45,7 +46,17 @@ def _is_read(statement: str) -> bool:
 def scan_reads(app: Any) -> list[tuple[str, int]]:
     """(statement, rows touched) of every read one wake scan sends, in order."""
     ctx = app.extensions["mediator"]
-    engine = ctx.db.engine
+    reports = []
+    sent = reads_sent(app, lambda: reports.append(wake_queued(ctx, "measure")))
+    report = reports[0]
+    assert not report.skipped and report.promoted == [] and report.errors == 0
+    return touched(app, sent)
+
+
+def reads_sent(app: Any, action: Any) -> list[tuple[str, Any]]:
+    """The read statements (with their parameters) the app's engine sends while ``action``
+    runs."""
+    engine = app.extensions["mediator"].db.engine
     sent: list[tuple[str, Any]] = []
 
     def on_execute(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
@@ -54,10 +65,15 @@ def scan_reads(app: Any) -> list[tuple[str, int]]:
 
     event.listen(engine, "before_cursor_execute", on_execute)
     try:
-        report = wake_queued(ctx, "measure")
+        action()
     finally:
         event.remove(engine, "before_cursor_execute", on_execute)
-    assert not report.skipped and report.promoted == [] and report.errors == 0
+    return sent
+
+
+def touched(app: Any, sent: list[tuple[str, Any]]) -> list[tuple[str, int]]:
+    """(statement, rows touched) of each read, replayed under ``EXPLAIN ANALYZE``."""
+    engine = app.extensions["mediator"].db.engine
     out = []
     with engine.connect() as conn:
         for statement, parameters in sent:
@@ -115,14 +131,32 @@ def test_a_scan_reads_no_more_rows_with_100k_queued_runs_than_with_1k(fresh_db_u
                     ).fetchone()[0]
                     _copy_queued(sql, name, have, total // 3 - have, aged=(i == 0))
 
+            def submitted(run_id: str) -> list[tuple[str, int]]:
+                """The reads of a queued submit (SPEC §16: its cost does not follow the queue
+                either), and its place in the queue checked against a count of the queue."""
+                doc = contract(run_id, role("m", "scope"))
+                sent = reads_sent(app, lambda: submit(client, doc, 202))
+                ahead = sql.execute(
+                    "select count(*) from runs where state = 'QUEUED' and run_id <> %s", (run_id,)
+                ).fetchone()[0]
+                assert client.get(f"/v1/runs/{run_id}").get_json()["queue"]["ahead"] == ahead
+                return touched(app, sent)
+
             grow(1_000)
             wake_queued(app.extensions["mediator"], "warm up")  # writes the reservations
             small = scan_reads(app)
+            small_submit = submitted("new-at-1k")
             grow(100_000)
             wake_queued(app.extensions["mediator"], "warm up")
             large = scan_reads(app)
+            large_submit = submitted("new-at-100k")
             queued = sql.execute("select count(*) from runs where state = 'QUEUED'").fetchone()[0]
             assert queued >= 99_000
-        assert [s for s, _ in large] == [s for s, _ in small]
-        grown = [(s, a, b) for (s, a), (_, b) in zip(small, large, strict=True) if b > a + SLACK]
-        assert grown == [], "\n".join(f"{a} -> {b} rows: {s}" for s, a, b in grown)
+        for small_reads, large_reads in ((small, large), (small_submit, large_submit)):
+            assert [s for s, _ in large_reads] == [s for s, _ in small_reads]
+            grown = [
+                (s, a, b)
+                for (s, a), (_, b) in zip(small_reads, large_reads, strict=True)
+                if b > a + SLACK
+            ]
+            assert grown == [], "\n".join(f"{a} -> {b} rows: {s}" for s, a, b in grown)

@@ -21,6 +21,7 @@ TABLES = (
     "log_files",
     "placements",
     "runs",
+    "queue_counts",
     "nodes",
     "wake_debt",
     "reaper_state",

@@ -132,6 +132,31 @@ def test_a_node_in_live_roles_of_two_runs_is_reported(sql):
     assert "run b is RUNNING without a lease on node n1 of its role dut (not released)" in found
 
 
+def test_queue_counts_follow_runs_into_and_out_of_the_queue(client, sql):
+    """The trigger on runs keeps queue_counts: queued, promoted, cancelled, deleted."""
+    advertise(client, "n1", cap("board"))
+    submit(client, one_step("holder"), 201)
+    submit(client, one_step("a"), 202)
+    submit(client, {**one_step("b"), "queue": {"priority": 3}}, 202)
+    submit(client, one_step("c"), 202)
+    assert check(sql) == []
+    assert client.post("/v1/runs/c/cancel").status_code == 200
+    assert client.post("/v1/runs/holder/cancel").status_code == 200  # "b" is promoted
+    assert sql.execute("select state from runs where run_id = 'b'").fetchone()[0] == "RUNNING"
+    sql.execute("delete from steps where run_id = 'a'")
+    sql.execute("delete from run_events where run_id = 'a'")
+    sql.execute("delete from runs where run_id = 'a'")
+    assert check(sql) == []
+    assert sql.execute("select coalesce(sum(queued), 0) from queue_counts").fetchone()[0] == 0
+
+
+def test_a_queue_count_that_differs_from_the_queued_runs_is_reported(sql):
+    run(sql, "waits", "QUEUED")
+    assert check(sql) == []
+    sql.execute("update queue_counts set queued = queued + 2")
+    assert check(sql) == ["priority 0: 1 runs QUEUED, 3 in queue_counts"]
+
+
 def test_a_running_run_without_the_lease_of_an_unreleased_role_is_reported(sql):
     run(sql, "a", "RUNNING", nodes=["n1"])
     assert check(sql) == [
