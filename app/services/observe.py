@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
 from app.context import Caller, Context
@@ -117,7 +118,7 @@ def explain_roles(
 
 
 def _queue_explanation(
-    s: Session,
+    s: Session | Connection,
     run: Run | _NewRun,
     requires: list[dict[str, Any]],
     view: dict[str, Any],
@@ -225,7 +226,7 @@ def new_run_view(
 
 
 def queued_run_view(
-    s: Session,
+    s: Session | Connection,
     contract: Contract,
     *,
     caller: Caller,

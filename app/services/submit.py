@@ -289,7 +289,9 @@ def _queued_answer(ctx: Context, contract: Contract, caller: Caller, queued: _Qu
     if queued.mark is not None and queued.created_at is not None:
         reserve_after = ctx.config["queue.reserve_after_seconds"]
         started = time.monotonic()
-        with ctx.db.read() as s:
+        # Two statements in autocommit (each its own snapshot, as in a READ COMMITTED read): no
+        # BEGIN and no ROLLBACK round trip.
+        with ctx.db.autocommit() as s:
             place = queue_place(
                 s,
                 contract.run_id,

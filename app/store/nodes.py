@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Integer, bindparam, func, or_, select, text, union
+from sqlalchemy import Connection, Integer, bindparam, func, or_, select, text, union
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 
@@ -177,7 +177,7 @@ def containment_key(role: Role) -> str:
 
 
 def candidate_adverts(
-    s: Session,
+    s: Session | Connection,
     roles: Iterable[Role],
     *,
     reserved_for: int | None = None,

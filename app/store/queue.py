@@ -14,6 +14,7 @@ from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
+    Connection,
     DateTime,
     Integer,
     Select,
@@ -322,7 +323,7 @@ def _queue_place(seconds: int) -> Select[Any]:
 
 
 def queue_place(
-    s: Session, run_id: str, priority: int, created_at: datetime, *, reserve_after: int
+    s: Session | Connection, run_id: str, priority: int, created_at: datetime, *, reserve_after: int
 ) -> QueuePlace:
     """Where the run stands, in one statement: the database's clock, its state, the QUEUED runs
     ahead of it, the nodes reserved for it, the last wake mark and whether the reservation step
