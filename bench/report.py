@@ -103,7 +103,7 @@ def fleet_rows(claims: str) -> list[Row]:
 
 
 def rows(doc: dict[str, Any], before: dict[str, Any] | None) -> list[Row]:
-    claims = {"100", "500"}
+    claims = {"100", "900"}
     for d in (doc, before):
         claims |= set((d or {}).get("fleet_by_claims") or {})
     out = list(ROWS)
