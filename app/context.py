@@ -31,6 +31,9 @@ class Context:
         self.failures = FailureLimit(
             config["auth.max_failures_per_minute"], loopback=config["auth.limit_loopback"]
         )
+        # requires_key -> the last submit of that shape found every candidate busy: which
+        # statement a submit sends first depends on it, never an outcome (services/submit.py).
+        self.queued_shapes: dict[str, bool] = {}
         warn_about_tokens(config, self.tokens)
         warn_of_legacy_vouching(config)
 

@@ -110,6 +110,20 @@ def _reject_body(role: str, reason: str) -> dict[str, Any]:
     return {"Code": 422, "As": role, "Reason": reason}
 
 
+def _remember_shape(ctx: Context, key: str, queued: bool) -> None:
+    """Whether the last submit of shape ``key`` found every candidate busy (see _place)."""
+    shapes = ctx.queued_shapes
+    if queued:
+        if len(shapes) >= SHAPES_REMEMBERED:
+            shapes.clear()
+        shapes[key] = True
+    else:
+        shapes.pop(key, None)
+
+
+SHAPES_REMEMBERED = 10_000
+
+
 @retrying
 def _place(
     ctx: Context, contract: Contract, caller: Caller, after: AfterCommit
@@ -129,20 +143,24 @@ def _place(
         "principal_self_declared": caller.self_declared,  # SPEC §20.5
     }
     with ctx.db.begin() as s:
+        # The last wake mark before the candidate read that queues a run (SPEC §7, closing the
+        # submit window): a resource freed after that read takes a mark above it, which is how
+        # the submit knows whether its own scan can find anything the read did not. The mark
+        # must be read before the read's snapshot is taken, so in a statement of its own: read
+        # first when the run's shape queued last time in this process, else only once the
+        # read found every candidate busy, and then the read again, after it.
+        mark = last_mark(s) if ctx.queued_shapes.get(contract.requires_key) else None
         found = first_candidates(s, contract.requires, reserved_for=_reserved_for(ctx, contract))
         outcome = match_firsts(contract.requires, found.firsts)
-        mark = None
-        if isinstance(outcome, Reject) and outcome.code == 409:
-            # All busy: the run will wait. The last wake mark, then the read again, in a new
-            # snapshot taken after that mark was read: a resource freed after this second read
-            # takes a mark above it, which is how the submit knows whether its own scan can find
-            # anything the read did not (SPEC §7, closing the submit window). Only a run that
-            # queues pays these two statements; a placed one pays none.
+        if isinstance(outcome, Reject) and outcome.code == 409 and mark is None:
             mark = last_mark(s)
             found = first_candidates(
                 s, contract.requires, reserved_for=_reserved_for(ctx, contract)
             )
             outcome = match_firsts(contract.requires, found.firsts)
+        _remember_shape(
+            ctx, contract.requires_key, isinstance(outcome, Reject) and outcome.code == 409
+        )
         if isinstance(outcome, Reject) and outcome.code == 422:
             reason = outcome.reason
             create_run(s, contract, state=FAILED, reject=_reject_body(outcome.role, reason), **who)

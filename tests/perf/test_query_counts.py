@@ -40,6 +40,9 @@ MAX_STATEMENTS: dict[str, int] = {
     # candidates with their holders for the 202: no scan when nothing was freed since the read
     # (it was 16 with the scan every queued submit ran).
     "submit queued": 6,
+    # The next queued submit of a shape that queued last time reads the mark first: one read of
+    # the candidates.
+    "submit queued, its shape queued before": 5,
     "dry-run": 1,
     # One statement: the restart look, the node row's lock, the lease renewal and the upsert
     # together (SPEC §16: an advert that changes nothing costs one small statement).
@@ -119,6 +122,17 @@ def test_a_queued_submit_stays_within_its_statements(app: Flask, client: Any) ->
     with counting(app) as seen:
         submit(client, two_steps("r2"), 202)
     assert_within("submit queued", seen)
+
+
+def test_a_queued_submit_whose_shape_queued_before_stays_within_its_statements(
+    app: Flask, client: Any
+) -> None:
+    fleet_of_one(client)
+    placed(client)
+    submit(client, two_steps("r2"), 202)
+    with counting(app) as seen:
+        submit(client, two_steps("r3"), 202)
+    assert_within("submit queued, its shape queued before", seen)
 
 
 def test_a_dry_run_stays_within_its_statements(app: Flask, client: Any) -> None:
