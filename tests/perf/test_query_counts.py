@@ -32,7 +32,8 @@ from tests.helpers import advertise, cap, contract, submit, two_steps
 # Every lease insert (a placed submit, a promotion, an acquire) pays two for SPEC §7a, with
 # reservations on: ``FOR SHARE`` on its nodes' rows, then one statement that re-checks no
 # reservation is held against the run and records the placements (the race with a reservation
-# written after the read is closed on the ``nodes`` rows); those limits went up by two.
+# written after the read is closed on the ``nodes`` rows); those limits went up by two. The two
+# travel in one round trip (pipelined), and count here as the two statements they are.
 MAX_STATEMENTS: dict[str, int] = {
     "submit placed": 5,
     "submit queued": 16,
