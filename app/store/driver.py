@@ -73,7 +73,9 @@ def _connection(s: Session | Connection) -> Connection:
     return s.connection() if isinstance(s, Session) else s
 
 
-def fetch(s: Session | Connection, statement: ClauseElement, params: Mapping[str, Any]) -> list[Row]:
+def fetch(
+    s: Session | Connection, statement: ClauseElement, params: Mapping[str, Any]
+) -> list[Row]:
     """Run one statement in the caller's transaction; its rows (none for a statement that
     returns none)."""
     return pipelined(s, (statement, params))[0]

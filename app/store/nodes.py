@@ -16,6 +16,7 @@ from app.contract.types import Role
 from app.match import Advert, Firsts, adverts_from_rows, candidate_order
 from app.models import Lease, Node, Reservation, Run
 from app.reserve import Held
+from app.store.driver import fetch
 
 
 @dataclass(frozen=True)
@@ -277,7 +278,7 @@ def first_candidates(
     found = [0] * len(wanted)
     labels: dict[str, str | None] = {}
     if wanted:
-        rows = s.connection().execute(_FIRSTS, {"wanted": wanted, "reserved_for": reserved_for})
+        rows = fetch(s, _FIRSTS, {"wanted": wanted, "reserved_for": reserved_for})
         for key_no, node_id, label, busy in rows:
             found[key_no - 1] += 1
             if not busy:
