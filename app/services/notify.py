@@ -294,8 +294,13 @@ class AfterCommit:
         return causes
 
     def snapshot(self) -> AfterCommit:
+        if self == _NOTHING_LEFT:  # most transactions start with nothing left to do: no copy
+            return AfterCommit()
         return copy.deepcopy(self)
 
     def restore(self, snap: AfterCommit) -> None:
         """Forget what a rolled-back attempt recorded (a retried transaction starts clean)."""
         self.__dict__.update(copy.deepcopy(snap).__dict__)
+
+
+_NOTHING_LEFT = AfterCommit()

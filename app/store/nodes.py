@@ -266,8 +266,8 @@ def first_candidates(
     fails the insert on ``pk_leases``."""
     keys: dict[str, int] = {}
     wanted: list[dict[str, Any]] = []
-    for role in roles:
-        key = containment_key(role)
+    role_keys = [containment_key(role) for role in roles]
+    for role, key in zip(roles, role_keys, strict=True):
         if key not in keys:
             keys[key] = len(wanted)
             wanted.append({"contains": containment(role), "limit": role.count})
@@ -285,8 +285,8 @@ def first_candidates(
                 free[key_no - 1].append(node_id)
             labels[node_id] = label
     firsts = []
-    for role in roles:
-        k = keys[containment_key(role)]
+    for key in role_keys:
+        k = keys[key]
         firsts.append(Firsts(tuple(free[k]), found[k], wanted[k]["limit"]))
     return FirstCandidates(firsts, labels)
 
