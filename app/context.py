@@ -1,5 +1,5 @@
 """What a service function needs, built once per app: configuration, the process's database,
-its scan gate and the Record store."""
+its scan gate, its claim listener and notifier, and the Record store."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from app.config import Config
 from app.db import Database, gate_options
-from app.listener import ClaimListener
+from app.listener import ClaimListener, ClaimNotifier
 from app.logs import log
 from app.metrics import count_auth
 from app.records import FilesystemRecords, RecordStore
@@ -26,6 +26,9 @@ class Context:
         )
         self.records: RecordStore = record_store(config)
         self.claims = ClaimListener(config, safety_net=self._claimable_nodes)
+        self.notifier = ClaimNotifier(
+            lambda: self.db.dedicated_connection(name="mediator-notifier")
+        )
         # With the process's caches of checked and refused secrets.
         self.tokens = TokenSet.from_config(config, on_count=count_auth)
         self.failures = FailureLimit(
@@ -49,6 +52,7 @@ class Context:
 
     def close(self) -> None:
         self.claims.close()
+        self.notifier.close()
         self.gate.close()
         self.db.dispose()
 

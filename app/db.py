@@ -117,11 +117,14 @@ class Database:
         with self.engine.connect() as conn:
             yield conn.execution_options(isolation_level="AUTOCOMMIT")
 
-    def dedicated_connection(self, *, options: str | None = None) -> Connection:
+    def dedicated_connection(
+        self, *, options: str | None = None, name: str = "mediator-gate"
+    ) -> Connection:
         """A connection outside the request pool, in autocommit, for session-level advisory locks
-        and LISTEN; the caller owns it and closes it. ``options``: libpq's server-side settings
-        of the session (:func:`gate_options`)."""
-        connect_args: dict[str, Any] = {"application_name": "mediator-gate"}
+        and LISTEN, or the claim notifications; the caller owns it and closes it. ``options``:
+        libpq's server-side settings of the session (:func:`gate_options`); ``name``: its
+        ``application_name``."""
+        connect_args: dict[str, Any] = {"application_name": name}
         if options:
             connect_args["options"] = options
         engine = create_engine(

@@ -1,5 +1,5 @@
 """Waiting claims of one process, woken by PostgreSQL LISTEN/NOTIFY (SPEC §8): the channel, its
-payload and the listening side.
+payload, the listening side and the process's notifier (:class:`ClaimNotifier`).
 
 One listener thread per process, started on the first claim, on a connection of its own. A
 waiting claim registers a :class:`Ticket` under its node before it looks in the database (so a
@@ -24,14 +24,17 @@ import json
 import os
 import threading
 import time
+import weakref
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import psycopg
+from sqlalchemy import Connection
 
 from app.config import Config, to_libpq_url
 from app.logs import log
+from app.store.server import notify_each
 
 CLAIM_CHANNEL = "mediator_claims"
 STOP_CHECK_SECONDS = 0.2
@@ -44,6 +47,31 @@ def claim_payload(nodes: set[str]) -> str:
     (every waiting claim looks again) when the list would not fit (SPEC §8)."""
     payload = json.dumps(sorted(nodes))
     return payload if len(payload.encode()) <= _MAX_PAYLOAD else '"*"'
+
+
+def claim_payloads(requests: list[set[str]]) -> list[str]:
+    """The payloads of several requests' notifications sent together: ``"*"`` alone when one of
+    them was ``"*"`` by itself (:func:`claim_payload`), else their nodes in as few payloads as
+    fit the bound, so that merging never turns named nodes into ``"*"``."""
+    nodes: set[str] = set()
+    for named in requests:
+        payload = claim_payload(named)
+        if payload == '"*"':
+            return [payload]
+        nodes |= named
+    payloads: list[str] = []
+    part: list[str] = []
+    size = 2  # the brackets
+    for node in sorted(nodes):
+        more = len(json.dumps(node).encode()) + (2 if part else 0)  # ", " between two
+        if part and size + more > _MAX_PAYLOAD:
+            payloads.append(json.dumps(part))
+            part, size, more = [], 2, more - 2
+        part.append(node)
+        size += more
+    if part:
+        payloads.append(json.dumps(part))
+    return payloads
 
 
 def claim_nodes(payload: str) -> list[str] | None:
@@ -231,3 +259,95 @@ class ClaimListener:
         thread = self._thread
         if thread is not None and self._pid == os.getpid():
             thread.join(timeout=3)
+
+
+class ClaimNotifier:
+    """The claim notifications of one process (SPEC §8), sent by one thread on a connection of
+    its own: a request hands its nodes over after its commit and goes on; it neither waits for
+    the NOTIFY nor takes a pooled connection for it. What several requests handed over while the
+    thread was busy goes out together, in one statement (:func:`claim_payloads`). Best effort, as
+    every notification: one that fails is logged, and the claims' safety net finds its steps
+    (SPEC §8). Started on the first notification of the process (never across a fork)."""
+
+    def __init__(self, connect: Callable[[], Connection]) -> None:
+        self._connect = connect
+        self._ready = threading.Condition()
+        self._pending: list[set[str]] = []
+        self._thread: threading.Thread | None = None
+        self._pid: int | None = None
+        self._stopping = False
+        # A child starts clean: its lock free, nothing of its parent's pending, no thread yet.
+        forked = weakref.WeakMethod(self._forked)
+        os.register_at_fork(after_in_child=lambda: _call_if_alive(forked))
+
+    def _forked(self) -> None:
+        self._ready = threading.Condition()
+        self._pending = []
+        self._thread = None
+        self._pid = None
+
+    def send(self, nodes: set[str]) -> None:
+        """After the commit that concerns these nodes: their claims may now find a step."""
+        if not nodes:
+            return
+        with self._ready:
+            if self._pid != os.getpid() or self._thread is None or not self._thread.is_alive():
+                self._start()
+            self._pending.append(set(nodes))
+            self._ready.notify()
+
+    def _start(self) -> None:
+        self._pid = os.getpid()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="mediator-notifier", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        conn: Connection | None = None
+        while True:
+            with self._ready:
+                self._ready.wait_for(lambda: bool(self._pending) or self._stopping)
+                if not self._pending:
+                    break
+                requests, self._pending = self._pending, []
+            payloads = claim_payloads(requests)
+            for again in (True, False):
+                try:
+                    if conn is None:
+                        conn = self._connect()
+                    notify_each(conn, CLAIM_CHANNEL, payloads)
+                    break
+                except Exception as exc:
+                    _close(conn)
+                    conn = None
+                    # Once more on a new connection: the server may have ended the old one
+                    # (a restart) while it was idle.
+                    if not again:
+                        nodes = len(set().union(*requests))
+                        log.warning(
+                            "claim notification failed", nodes=nodes, error=type(exc).__name__
+                        )
+        _close(conn)
+
+    def close(self) -> None:
+        """Send what is pending, then stop (a worker shutting down)."""
+        with self._ready:
+            self._stopping = True
+            self._ready.notify()
+        thread = self._thread
+        if thread is not None and self._pid == os.getpid():
+            thread.join(timeout=3)
+
+
+def _call_if_alive(method: weakref.WeakMethod[Callable[[], None]]) -> None:
+    bound = method()
+    if bound is not None:
+        bound()
+
+
+def _close(conn: Connection | None) -> None:
+    if conn is not None:
+        try:
+            conn.close()
+        except Exception:
+            pass

@@ -21,20 +21,18 @@ from urllib.parse import urlsplit
 
 from app.context import Context
 from app.httpclient import Connection
-from app.listener import CLAIM_CHANNEL, claim_payload
 from app.logs import log
 from app.metrics import WEBHOOKS_DROPPED
-from app.store.server import notify
 
 
 def notify_claimable(ctx: Context, nodes: set[str]) -> None:
-    """One NOTIFY naming the nodes whose claims may now find a step (best effort: a lost one is
-    caught by the process's safety-net pass, SPEC §8)."""
+    """One NOTIFY naming the nodes whose claims may now find a step, handed to the process's
+    notifier, which sends it (with what other requests handed over meanwhile) on its own
+    connection (best effort: a lost one is caught by the process's safety-net pass, SPEC §8)."""
     if not nodes:
         return
     try:
-        with ctx.db.autocommit() as conn:
-            notify(conn, CLAIM_CHANNEL, claim_payload(nodes))
+        ctx.notifier.send(nodes)
     except Exception:
         log.warning("claim notification failed", nodes=len(nodes))
 
@@ -294,8 +292,13 @@ class AfterCommit:
         return causes
 
     def snapshot(self) -> AfterCommit:
+        if self == _NOTHING_LEFT:  # most transactions start with nothing left to do: no copy
+            return AfterCommit()
         return copy.deepcopy(self)
 
     def restore(self, snap: AfterCommit) -> None:
         """Forget what a rolled-back attempt recorded (a retried transaction starts clean)."""
         self.__dict__.update(copy.deepcopy(snap).__dict__)
+
+
+_NOTHING_LEFT = AfterCommit()

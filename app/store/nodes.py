@@ -16,6 +16,7 @@ from app.contract.types import Role
 from app.match import Advert, Firsts, adverts_from_rows, candidate_order
 from app.models import Lease, Node, Reservation, Run
 from app.reserve import Held
+from app.store.driver import fetch
 
 
 @dataclass(frozen=True)
@@ -283,8 +284,8 @@ def first_candidates(
     fails the insert on ``pk_leases``."""
     keys: dict[str, int] = {}
     wanted: list[dict[str, Any]] = []
-    for role in roles:
-        key = containment_key(role)
+    role_keys = [containment_key(role) for role in roles]
+    for role, key in zip(roles, role_keys, strict=True):
         if key not in keys:
             keys[key] = len(wanted)
             wanted.append({"contains": containment(role), "limit": role.count})
@@ -295,15 +296,15 @@ def first_candidates(
     found = [0] * len(wanted)
     labels: dict[str, str | None] = {}
     if wanted:
-        rows = s.connection().execute(_FIRSTS, {"wanted": wanted, "reserved_for": reserved_for})
+        rows = fetch(s, _FIRSTS, {"wanted": wanted, "reserved_for": reserved_for})
         for key_no, node_id, label, busy in rows:
             found[key_no - 1] += 1
             if not busy:
                 free[key_no - 1].append(node_id)
             labels[node_id] = label
     firsts = []
-    for role in roles:
-        k = keys[containment_key(role)]
+    for key in role_keys:
+        k = keys[key]
         firsts.append(Firsts(tuple(free[k]), found[k], wanted[k]["limit"]))
     return FirstCandidates(firsts, labels)
 

@@ -29,6 +29,7 @@ from app.models import Node, Placement, Reservation, Run
 from app.reserve import Held
 from app.states import QUEUED
 from app.store import NodeTaken
+from app.store.driver import pipelined
 from app.store.queue import IS_QUEUED, QueuedRun
 from app.store.runs import add_event
 
@@ -202,25 +203,29 @@ _CHECK_AND_PLACE = text(
 )
 
 
+# SPEC §7a: the nodes' rows in node_id order, as the reservation writer locks them.
+_LOCK_NODES = text(
+    "SELECT node_id FROM nodes WHERE node_id = ANY(CAST(:nodes AS text[]))"
+    " ORDER BY node_id FOR SHARE"
+)
+
+
 def place_unreserved(s: Session, run_id: str, priority: int, node_ids: Collection[str]) -> None:
     """Before a lease insert (submit, promotion, acquire; SPEC §7a): ``FOR SHARE`` on the nodes'
     rows (node_id order), then, in a new statement and so a new snapshot, whether a reservation
     is held against the run on one of them; if none is, the placements are recorded
     (``placements (node_id, priority) -> last_at``) in that same statement. A reservation
     written after the caller's read is found: its writer holds ``FOR NO KEY UPDATE`` on those
-    rows until it commits (:func:`write_reservations`). Raises :class:`NodeTaken`: the caller's
-    transaction is rolled back whole (a submit queues, an acquire answers unavailable)."""
+    rows until it commits (:func:`write_reservations`), and the second statement starts only
+    when the first has its locks. Both go to the server in one round trip (pipelined). Raises
+    :class:`NodeTaken`: the caller's transaction is rolled back whole (a submit queues, an
+    acquire answers unavailable)."""
     nodes = sorted(set(node_ids))
     if not nodes:
         return
-    s.execute(
-        select(Node.node_id)
-        .where(Node.node_id.in_(nodes))
-        .order_by(Node.node_id)
-        .with_for_update(read=True)
-    )
     params = {"nodes": nodes, "run_id": run_id, "priority": priority}
-    if s.execute(_CHECK_AND_PLACE, params).scalar_one():
+    _, blocked = pipelined(s, (_LOCK_NODES, {"nodes": nodes}), (_CHECK_AND_PLACE, params))
+    if blocked[0][0]:
         raise NodeTaken(run_id)
 
 

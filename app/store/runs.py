@@ -40,6 +40,7 @@ from app.models import (
 )
 from app.states import FAILED, QUEUED, RUN_ALIVE, RUNNING, check_run_change
 from app.store import DuplicateRun, NodeTaken, NotQueued, PrunedRunId, constraint_name
+from app.store.driver import fetch
 from app.store.rows import LEASE_COLUMNS, STEP_COLUMNS, rows_insert
 
 
@@ -109,9 +110,10 @@ def create_run(
         "new_steps": list(steps),
     }
     try:
-        # Core on the session's connection: nothing here goes through the ORM's identity map.
+        # On the session's driver connection: nothing here goes through the ORM's identity map.
         statement = _create_statement(bool(leases), bool(steps))
-        return s.connection().execute(statement, params).scalar_one()
+        ((created_at,),) = fetch(s, statement, params)
+        return created_at
     except IntegrityError as exc:
         name = constraint_name(exc)
         if name == RUNS_PKEY:

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import Connection, func, literal, select
+from sqlalchemy import Connection, func, literal, select, text
 from sqlalchemy.orm import Session
+
+from app.store.driver import fetch
 
 
 def database_now(s: Session) -> datetime:
@@ -19,17 +21,13 @@ def has_passed(s: Session, when: datetime) -> bool:
     return bool(s.execute(select(literal(when) <= func.now())).scalar_one())
 
 
-def notify(s: Session | Connection, channel: str, payload: str) -> None:
-    """``pg_notify``: delivered to the channel's listeners when the transaction commits (at once
-    on an autocommit connection)."""
-    if isinstance(s, Connection):
-        # Sent as it is, with no statement to build or compile: once after most requests.
-        s.exec_driver_sql(_NOTIFY, {"channel": channel, "payload": payload})
-    else:
-        s.execute(select(func.pg_notify(channel, payload)))
+_NOTIFY_EACH = text("SELECT pg_notify(:channel, p) FROM unnest(CAST(:payloads AS text[])) AS p")
 
 
-_NOTIFY = "SELECT pg_notify(%(channel)s, %(payload)s)"
+def notify_each(conn: Connection, channel: str, payloads: list[str]) -> None:
+    """One ``pg_notify`` per payload, in one statement (on an autocommit connection: delivered at
+    once, as one transaction)."""
+    fetch(conn, _NOTIFY_EACH, {"channel": channel, "payloads": payloads})
 
 
 def durable_commit(s: Session) -> None:

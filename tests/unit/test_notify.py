@@ -101,6 +101,54 @@ def test_notify_claimable_names_the_nodes_on_the_claim_channel(ctx, sql):
     assert json.loads(note.payload) == ["n1", "n2"]
 
 
+# ---------------------------------------------------------------- several requests together
+
+
+def claim_payloads(requests: list[set[str]]) -> list[str]:
+    return app.listener.claim_payloads(requests)
+
+
+def test_the_nodes_of_several_requests_go_in_one_payload_when_they_fit():
+    payloads = claim_payloads([{"n2", "n1"}, {"n3", "n1"}])
+
+    assert [json.loads(p) for p in payloads] == [["n1", "n2", "n3"]]
+
+
+def test_a_request_that_wakes_every_claim_makes_the_star_alone():
+    payloads = claim_payloads([{"n1"}, ids(600)])
+
+    assert [json.loads(p) for p in payloads] == ["*"]
+
+
+@pytest.mark.parametrize(("count", "width"), [(150, 30), (30, 200)])
+def test_merged_requests_too_many_for_one_payload_are_split_and_never_become_the_star(count, width):
+    # Each request names its nodes by itself; together they are several payloads' worth.
+    requests = [ids(count, width, prefix=f"r{k}") for k in range(8)]
+    assert all(json.loads(claim_payload(r)) != "*" for r in requests)
+
+    payloads = claim_payloads(requests)
+
+    assert len(payloads) > 1
+    assert all(size(p) <= 7000 for p in payloads)
+    named = [n for p in payloads for n in json.loads(p)]
+    assert named == sorted(set().union(*requests))
+
+
+def test_the_notifier_sends_what_requests_hand_over_on_the_claim_channel(ctx, sql):
+    sql.execute(f"LISTEN {CLAIM_CHANNEL}")
+
+    ctx.notifier.send({"n2", "n1"})
+    ctx.notifier.send({"n3"})
+
+    named: set[str] = set()
+    for note in sql.notifies(timeout=5):
+        assert note.channel == CLAIM_CHANNEL
+        named |= set(json.loads(note.payload))
+        if named == {"n1", "n2", "n3"}:
+            break
+    assert named == {"n1", "n2", "n3"}
+
+
 # ---------------------------------------------------------------- the listener
 
 
