@@ -32,6 +32,8 @@ from sqlalchemy import Connection, bindparam, func, select, text
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.orm import Session
 
+from app.store.driver import fetch
+
 # Two fixed keys in one namespace of the bigint advisory-lock space ("Mediat" + 1 / 2).
 WAITING_LOCK = 0x4D6564696174_0001
 SCANNING_LOCK = 0x4D6564696174_0002
@@ -246,7 +248,8 @@ _LAST_MARK = text("SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM wa
 def last_mark(conn: Connection | Session) -> int:
     """The highest mark taken so far (0: none yet). A sequence is read as it is now, whatever
     the snapshot of the transaction it is read in."""
-    return int(conn.execute(_LAST_MARK).scalar_one())
+    ((mark,),) = fetch(conn, _LAST_MARK, {})
+    return int(mark)
 
 
 def covered_mark(conn: Connection) -> int:

@@ -36,6 +36,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import Session
 
 from app.models import Placement, QueueCount, Reservation, Run
+from app.store.driver import fetch
 
 # The state as a constant in the SQL text, not a parameter: a prepared statement's generic plan
 # could not prove the partial indexes' ``state = 'QUEUED'`` predicate from a parameter.
@@ -329,5 +330,5 @@ def queue_place(
     ahead of it, the nodes reserved for it, the last wake mark and whether the reservation step
     has work (``reserve_after``: ``queue.reserve_after_seconds``)."""
     params = {"priority": priority, "created_at": created_at, "run_id": run_id}
-    now, state, ahead, own, mark, work = s.execute(_queue_place(reserve_after), params).one()
+    ((now, state, ahead, own, mark, work),) = fetch(s, _queue_place(reserve_after), params)
     return QueuePlace(now, state, int(ahead), list(own), int(mark), bool(work))
