@@ -60,6 +60,9 @@ os.makedirs(METRICS_DIR, exist_ok=True)
 
 preload_app = False
 accesslog = None  # the app logs every request as JSON itself
+# gunicorn would write an access line per request anyway, because logconfig_dict is set: this
+# logger writes one only when accesslog names a destination.
+logger_class = "app.gunicorn_worker.Logger"
 errorlog = "-"
 # gunicorn's own lines (and any access log, and the standard library's records) rendered like the
 # app's: one JSON object a line (SPEC §15), or readable lines with log.format: console.

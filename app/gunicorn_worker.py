@@ -1,10 +1,12 @@
 """The gunicorn worker the Mediator runs in production: gunicorn's threaded worker (gthread),
-whose quick shutdown cannot hang."""
+whose quick shutdown cannot hang; and gunicorn's logger without a second line per request."""
 
 from __future__ import annotations
 
 from types import FrameType
+from typing import Any
 
+from gunicorn import glogging
 from gunicorn.workers.base import Worker
 from gunicorn.workers.gthread import ThreadWorker as GThreadWorker
 
@@ -27,3 +29,17 @@ class ThreadWorker(GThreadWorker):
 
     def handle_quit(self, sig: int, frame: FrameType | None) -> None:
         Worker.handle_quit(self, sig, frame)
+
+
+class Logger(glogging.Logger):
+    """gunicorn's logger, with its access log only when ``accesslog`` names one.
+
+    The Mediator logs every request itself, one JSON line with its route, status, run and
+    duration (SPEC §15). gunicorn counts its access log as enabled whenever a ``logconfig_dict``
+    is set, as ``gunicorn.conf.py`` sets one to render gunicorn's own lines as JSON: it would then
+    build and write a second line for every request (a few percent of a worker's CPU under
+    load)."""
+
+    def access(self, resp: Any, req: Any, environ: Any, request_time: Any) -> None:
+        if self.cfg.accesslog:
+            super().access(resp, req, environ, request_time)

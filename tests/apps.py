@@ -88,6 +88,7 @@ class LiveServer:
         self.env = env
         self.proc = proc
         self.log = log  # gunicorn's stderr, the master's and the workers' lines
+        self.out: Path | None = None  # gunicorn's stdout (an access log would go there)
 
     def headers(self, **extra: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {TOKEN}", **extra}
@@ -127,12 +128,13 @@ def gunicorn_on(db_url: str, tmp_path: Path, **env_extra: str) -> Iterator[LiveS
         }
     )
     log = tmp_path / "gunicorn.log"
-    with open(log, "wb") as err:
+    out = tmp_path / "gunicorn.out"
+    with open(log, "wb") as err, open(out, "wb") as std:
         proc = subprocess.Popen(
             [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "wsgi:app"],
             cwd=ROOT,
             env=env,
-            stdout=subprocess.DEVNULL,
+            stdout=std,
             stderr=err,
         )
     url = f"http://127.0.0.1:{port}"
@@ -147,7 +149,9 @@ def gunicorn_on(db_url: str, tmp_path: Path, **env_extra: str) -> Iterator[LiveS
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(log.read_text()[-3000:])
             time.sleep(0.05)  # waiting for a process to bind its port: there is no event to await
-        yield LiveServer(url, env, proc, log)
+        server = LiveServer(url, env, proc, log)
+        server.out = out
+        yield server
     finally:
         proc.terminate()
         try:

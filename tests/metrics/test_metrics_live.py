@@ -103,9 +103,9 @@ def test_every_line_gunicorn_writes_is_a_json_object(
     with gunicorn_on(fresh_db_url, tmp_path, **env) as server:
         assert requests.get(server.url + "/metrics", timeout=30).status_code == 200
         assert server.get("/v1/runs/nope").status_code == 404
-        log = server.log
+        log, out = server.log, server.out
         own = server.env.get("PROMETHEUS_MULTIPROC_DIR")
-    assert log is not None and own is None
+    assert log is not None and out is not None and own is None
     lines: list[dict[str, Any]] = []
     for text in log.read_text(encoding="utf-8").splitlines():
         line = json.loads(text)  # not JSON: the test fails here, naming the line
@@ -118,6 +118,10 @@ def test_every_line_gunicorn_writes_is_a_json_object(
     assert all({"level", "timestamp"} <= set(x) for x in lines)
     routes = {x.get("route") for x in lines if x.get("event") == "request"}
     assert {"/readyz", "/metrics", "/v1/runs/<run_id>"} <= routes
+    # One line a request, the app's: no access line of gunicorn's beside it (accesslog unset),
+    # which would go to stdout.
+    assert [x for x in lines if x.get("logger") == "gunicorn.access"] == []
+    assert out.read_text(encoding="utf-8") == ""
 
 
 def test_a_reaper_process_serves_its_passes_on_its_metrics_port(fresh_db_url: str, tmp_path: Path):
