@@ -13,7 +13,7 @@ blp = make_blueprint("nodes", "Node agents advertise what they can do")
 
 
 @blp.route("/nodes", methods=["POST"])
-@blp.arguments(NodeAdvertSchema)
+@blp.arguments(NodeAdvertSchema())  # one instance: not a schema built for every advert
 @blp.doc(
     **operation(
         {200: json_reply(AdvertReplySchema, "taken: the node's leases, renewed")},

@@ -6,7 +6,7 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, Integer, bindparam, func, or_, select, text, union
 from sqlalchemy.dialects.postgresql import JSONB
@@ -90,6 +90,22 @@ _HEARTBEAT = text(
 ).bindparams(bindparam("capabilities", type_=JSONB))
 
 
+class _HeartbeatRow(NamedTuple):
+    """A row of ``_HEARTBEAT``, in its column order: ``prev`` (drain, capabilities, live) is all
+    NULL for a new node, and the lease columns are all NULL on a row without a lease."""
+
+    restarted: bool
+    soft: str
+    drain: Any
+    capabilities: Any
+    live: bool | None
+    run_id: str | None
+    node_id: Any
+    capability: Any
+    not_after: Any
+    nonce: Any
+
+
 def heartbeat(
     s: Session,
     *,
@@ -117,7 +133,8 @@ def heartbeat(
     The node row is locked first here (``prev`` is read before the upsert, which selects from
     it). Only adverts of the same node lock it, and none of the transactions that lock runs, steps
     or leases waits for a node row, so this order cannot deadlock with them."""
-    rows = s.execute(
+    found = fetch(
+        s,
         _HEARTBEAT,
         {
             "node_id": node_id,
@@ -130,7 +147,8 @@ def heartbeat(
             "drain": drain,
             "window": window_seconds,
         },
-    ).all()
+    )
+    rows = [_HeartbeatRow._make(row) for row in found]
     head = rows[0]
     previous = (
         None
