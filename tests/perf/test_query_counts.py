@@ -114,6 +114,13 @@ def placed(client: Any, run_id: str = "r1") -> None:
     submit(client, two_steps(run_id), 201)
 
 
+def one_queued(client: Any) -> None:
+    """Node n1 held by r1, and r2 queued behind it."""
+    fleet_of_one(client)
+    placed(client)
+    submit(client, two_steps("r2"), 202)
+
+
 def test_a_placed_submit_stays_within_its_statements(app: Flask, client: Any) -> None:
     fleet_of_one(client)
     with counting(app) as seen:
@@ -132,9 +139,7 @@ def test_a_queued_submit_stays_within_its_statements(app: Flask, client: Any) ->
 def test_a_queued_submit_whose_shape_queued_before_stays_within_its_statements(
     app: Flask, client: Any
 ) -> None:
-    fleet_of_one(client)
-    placed(client)
-    submit(client, two_steps("r2"), 202)
+    one_queued(client)
     with counting(app) as seen:
         submit(client, two_steps("r3"), 202)
     assert_within("submit queued, its shape queued before", seen)
@@ -217,9 +222,7 @@ def test_a_cancel_stays_within_its_statements(app: Flask, client: Any) -> None:
 def test_a_cancel_that_promotes_a_queued_run_stays_within_its_statements(
     app: Flask, client: Any
 ) -> None:
-    fleet_of_one(client)
-    placed(client)
-    submit(client, two_steps("r2"), 202)
+    one_queued(client)
     with counting(app) as seen:
         resp = client.post("/v1/runs/r1/cancel")
     assert resp.status_code == 200, resp.get_json()
