@@ -341,19 +341,34 @@ def wake_queued(
     finally:
         ctx.gate.leave()
         report.seconds = time.monotonic() - started
-        WAKE_SCANS.labels(label).inc()
-        WAKE_SECONDS.labels(label).observe(report.seconds)
-        WAKE_PROMOTED.labels(label).inc(len(report.promoted))
+        _count_scan(report)
     if report.errors or report.again:
         # SPEC §7: a scan that could not finish its work leaves a debt the reaper pays.
         why = "promotion errors" if report.errors else "the queue changed during the scan"
         _record_debt(ctx, f"{cause}: {why}")
     if notify:
         notify_claimable(ctx, report.claim_nodes)
+    _log_scan(
+        report,
+        queued=report.queued if report.queued <= QUEUED_COUNTED else f"more than {QUEUED_COUNTED}",
+    )
+    return report
+
+
+def _count_scan(report: ScanReport) -> None:
+    """A scan that ran, in the metrics of its cause."""
+    label = cause_label(report.cause)
+    WAKE_SCANS.labels(label).inc()
+    WAKE_SECONDS.labels(label).observe(report.seconds)
+    WAKE_PROMOTED.labels(label).inc(len(report.promoted))
+
+
+def _log_scan(report: ScanReport, **extra: object) -> None:
+    """A scan's log line (SPEC §15: why, how many queued, how many promoted, how long)."""
     log.info(
         "wake scan",
-        cause=cause,
-        queued=report.queued if report.queued <= QUEUED_COUNTED else f"more than {QUEUED_COUNTED}",
+        cause=report.cause,
+        **extra,
         shapes=report.shapes,
         looked=report.looked,
         promoted=len(report.promoted),
@@ -361,7 +376,6 @@ def wake_queued(
         passes=report.passes,
         ms=round(report.seconds * 1000, 1),
     )
-    return report
 
 
 def scan_ended_at_marks(cause: str, seconds: float) -> None:
@@ -369,21 +383,9 @@ def scan_ended_at_marks(cause: str, seconds: float) -> None:
     no wake mark was taken since the submit's candidate read and the reservation step has no
     work, so nothing was freed that the read did not see and there is nothing to write. It
     takes no gate and reads no queue, and is counted and logged as a scan of its cause."""
-    label = cause_label(cause)
-    WAKE_SCANS.labels(label).inc()
-    WAKE_SECONDS.labels(label).observe(seconds)
-    WAKE_PROMOTED.labels(label).inc(0)
-    log.info(
-        "wake scan",
-        cause=cause,
-        nothing_freed=True,
-        shapes=0,
-        looked=0,
-        promoted=0,
-        errors=0,
-        passes=0,
-        ms=round(seconds * 1000, 1),
-    )
+    report = ScanReport(cause, seconds=seconds)
+    _count_scan(report)
+    _log_scan(report, nothing_freed=True)
 
 
 def mark_wake(ctx: Context) -> None:

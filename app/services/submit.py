@@ -28,7 +28,7 @@ from app.states import FAILED, QUEUED, RUNNING
 from app.store import DuplicateRun, NodeTaken, PrunedRunId
 from app.store.gate import last_mark
 from app.store.leases import lease_rows
-from app.store.nodes import candidate_adverts, first_candidates
+from app.store.nodes import FirstCandidates, candidate_adverts, first_candidates
 from app.store.queue import queue_place
 from app.store.reservations import place_unreserved
 from app.store.runs import create_run, get_run
@@ -149,15 +149,17 @@ def _place(
         # must be read before the read's snapshot is taken, so in a statement of its own: read
         # first when the run's shape queued last time in this process, else only once the
         # read found every candidate busy, and then the read again, after it.
+        reserved_for = _reserved_for(ctx, contract)
+
+        def look() -> tuple[FirstCandidates, Assignment | Reject]:
+            found = first_candidates(s, contract.requires, reserved_for=reserved_for)
+            return found, match_firsts(contract.requires, found.firsts)
+
         mark = last_mark(s) if ctx.queued_shapes.get(contract.requires_key) else None
-        found = first_candidates(s, contract.requires, reserved_for=_reserved_for(ctx, contract))
-        outcome = match_firsts(contract.requires, found.firsts)
+        found, outcome = look()
         if isinstance(outcome, Reject) and outcome.code == 409 and mark is None:
             mark = last_mark(s)
-            found = first_candidates(
-                s, contract.requires, reserved_for=_reserved_for(ctx, contract)
-            )
-            outcome = match_firsts(contract.requires, found.firsts)
+            found, outcome = look()
         _remember_shape(
             ctx, contract.requires_key, isinstance(outcome, Reject) and outcome.code == 409
         )
@@ -194,7 +196,7 @@ def _place(
             steps=step_rows(contract.run_id, contract.steps, bound),
             **who,
         )
-        if _reserved_for(ctx, contract) is not None:
+        if reserved_for is not None:
             # A reservation written after our read must not be passed (SPEC §7a): NodeTaken
             # rolls the creation back whole. After the run's insert, so a duplicate run_id waits
             # on its key before this transaction holds any node or placement row.
@@ -320,16 +322,16 @@ def _queued_answer(ctx: Context, contract: Contract, caller: Caller, queued: _Qu
             scan = place.mark > queued.mark or place.reservation_work
             if not scan:
                 scan_ended_at_marks(cause, time.monotonic() - started)
-            if not scan and place.state == QUEUED:
-                view = queued_run_view(
-                    s,
-                    contract,
-                    caller=caller,
-                    created_at=queued.created_at,
-                    place=place,
-                    reserve_after=reserve_after,
-                )
-                return Submitted(202, view, queued=True)
+                if place.state == QUEUED:
+                    view = queued_run_view(
+                        s,
+                        contract,
+                        caller=caller,
+                        created_at=queued.created_at,
+                        place=place,
+                        reserve_after=reserve_after,
+                    )
+                    return Submitted(202, view, queued=True)
     if scan:
         wake_after_commit(ctx, cause)
     view = _view(ctx, contract.run_id)

@@ -242,7 +242,8 @@ def take_mark(conn: Connection) -> int:
     return int(conn.execute(text("SELECT nextval('wake_mark')")).scalar_one())
 
 
-_LAST_MARK = text("SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM wake_mark")
+LAST_MARK_SQL = "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM wake_mark"
+_LAST_MARK = text(LAST_MARK_SQL)
 
 
 def last_mark(conn: Connection | Session) -> int:

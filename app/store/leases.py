@@ -88,14 +88,6 @@ def leases_of_runs(s: Session, run_ids: Sequence[str]) -> list[Lease]:
     return list(s.execute(select(Lease).where(Lease.run_id.in_(list(run_ids)))).scalars())
 
 
-def holders_of(s: Session, node_ids: Sequence[str]) -> dict[str, str]:
-    """node_id -> the run holding it."""
-    if not node_ids:
-        return {}
-    rows = s.execute(select(Lease.node_id, Lease.run_id).where(Lease.node_id.in_(list(node_ids))))
-    return {r.node_id: r.run_id for r in rows}
-
-
 def lease_of_node(s: Session, node_id: str) -> Lease | None:
     return s.execute(select(Lease).where(Lease.node_id == node_id)).scalar_one_or_none()
 

@@ -25,6 +25,7 @@ from sqlalchemy import (
     case,
     column,
     exists,
+    false,
     func,
     literal_column,
     or_,
@@ -37,6 +38,7 @@ from sqlalchemy.orm import Session
 
 from app.models import Placement, QueueCount, Reservation, Run
 from app.store.driver import fetch
+from app.store.gate import LAST_MARK_SQL
 
 # The state as a constant in the SQL text, not a parameter: a prepared statement's generic plan
 # could not prove the partial indexes' ``state = 'QUEUED'`` predicate from a parameter.
@@ -275,16 +277,9 @@ def _queued_ahead() -> ColumnElement[int]:
     return counted(QueueCount.priority > priority) + own
 
 
-def _reservation_work(seconds: int) -> ColumnElement[bool]:
-    """The reservation step's filter (as ``scan_probe`` reads it), with the highest queued
-    priority read here rather than from the shapes' first runs."""
-    work: ColumnElement[bool] = exists().where(Reservation.node_id.is_not(None))
-    if seconds <= 0:
-        return work  # reservations off: only leftovers to clear
-    waited = func.now() - func.make_interval(0, 0, 0, 0, 0, 0, seconds)
-    aged = exists().where(IS_QUEUED, Run.created_at <= waited)
-    top = select(func.max(Run.priority)).where(IS_QUEUED).correlate(None).scalar_subquery()
-    oldest = (
+def oldest_queued() -> ColumnElement[datetime]:
+    """The oldest QUEUED run's arrival, as a scalar subquery (one probe of an index)."""
+    return (
         select(Run.created_at)
         .where(IS_QUEUED)
         .order_by(Run.created_at)
@@ -292,13 +287,34 @@ def _reservation_work(seconds: int) -> ColumnElement[bool]:
         .correlate(None)
         .scalar_subquery()
     )
+
+
+def reservation_probes(
+    seconds: int, top: int | ColumnElement[int], oldest: ColumnElement[datetime]
+) -> tuple[ColumnElement[bool], ColumnElement[bool], ColumnElement[bool]]:
+    """Whether a scan's reservation step has anything to do (SPEC §7a), as three index probes:
+    a reservation is stored (``held``), a QUEUED run waited ``seconds`` (``aged``), a run of a
+    priority below ``top`` was placed after ``oldest`` (``placed``, a cheap filter over the
+    record of placements). ``seconds`` <= 0: reservations are off, and no run is aged."""
+    held: ColumnElement[bool] = exists().where(Reservation.node_id.is_not(None))
+    if seconds <= 0:
+        return held, false(), false()
+    waited = func.now() - func.make_interval(0, 0, 0, 0, 0, 0, seconds)
+    aged = exists().where(IS_QUEUED, Run.created_at <= waited)
     placed = (
         select(Placement.node_id)
         .where(Placement.priority < top, Placement.last_at > oldest)
         .correlate(None)
         .exists()
     )
-    return or_(work, aged, placed)
+    return held, aged, placed
+
+
+def _reservation_work(seconds: int) -> ColumnElement[bool]:
+    """:func:`reservation_probes` in one, with the highest queued priority read here rather than
+    from the shapes' first runs."""
+    top = select(func.max(Run.priority)).where(IS_QUEUED).correlate(None).scalar_subquery()
+    return or_(*reservation_probes(seconds, top, oldest_queued()))
 
 
 @functools.cache
@@ -318,7 +334,7 @@ def _queue_place(seconds: int) -> Select[Any]:
             .correlate(None)
             .scalar_subquery()
         ),
-        literal_column("(SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM wake_mark)"),
+        literal_column(f"({LAST_MARK_SQL})"),
         _reservation_work(seconds),
     )
 

@@ -15,7 +15,6 @@ from sqlalchemy import (
     CompoundSelect,
     delete,
     exists,
-    false,
     func,
     literal_column,
     select,
@@ -30,7 +29,7 @@ from app.reserve import Held
 from app.states import QUEUED
 from app.store import NodeTaken
 from app.store.driver import pipelined
-from app.store.queue import IS_QUEUED, QueuedRun
+from app.store.queue import IS_QUEUED, QueuedRun, oldest_queued, reservation_probes
 from app.store.runs import add_event
 
 RESERVING = "reserving: "
@@ -80,20 +79,8 @@ def scan_probe(s: Session, seconds: int, top: int) -> tuple[int, Probe]:
     have it). ``overtaken`` is a cheap filter over the record of placements; the scan checks
     each shape against the placements themselves. ``seconds`` <= 0: reservations are off, and
     no run is aged."""
-    oldest = (
-        select(Run.created_at).where(IS_QUEUED).order_by(Run.created_at).limit(1).scalar_subquery()
-    )
-    held = exists().where(Reservation.node_id.is_not(None))
-    aged: ColumnElement[bool] = false()
-    placed: ColumnElement[bool] = false()
-    if seconds > 0:
-        waited = func.now() - func.make_interval(0, 0, 0, 0, 0, 0, seconds)
-        aged = exists().where(IS_QUEUED, Run.created_at <= waited)
-        placed = (
-            select(Placement.node_id)
-            .where(Placement.priority < top, Placement.last_at > oldest)
-            .exists()
-        )
+    oldest = oldest_queued()
+    held, aged, placed = reservation_probes(seconds, top, oldest)
     counted = select(func.count()).select_from(
         select(Run.run_id).where(IS_QUEUED).limit(QUEUED_COUNTED + 1).subquery()
     )
