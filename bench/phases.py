@@ -27,7 +27,7 @@ from bench.database import (
 from bench.inprocess import client_of, mediator_app
 from bench.load import Load, LoadResult, Plan, Tally, closed_loop, percentile
 from bench.machine import CpuMeter
-from bench.server import Server, floor, mediator
+from bench.server import Reaper, Server, floor, mediator
 
 
 @dataclass(frozen=True)
@@ -136,11 +136,12 @@ class Bench:
         begin: float,
         duration: float,
         probes: Sequence[tuple[float, Callable[[], None]]] = (),
+        also: Sequence[int] = (),
     ) -> tuple[LoadResult, dict[str, float]]:
         """Run ``plans`` and snapshot the CPU at the window's edges (``begin`` seconds after the
         common start, ``duration`` long); each probe is called ``offset`` seconds after the
-        common start (before the window closes)."""
-        meter = CpuMeter(srv.pids(), srv.database)
+        common start (before the window closes). The processes ``also`` count as the server's."""
+        meter = CpuMeter([*srv.pids(), *also], srv.database)
         with Load(plans) as run:
             waits = sorted(
                 [(begin, "first"), (begin + duration, "last")]
@@ -217,6 +218,11 @@ class Sweeper:
 # ---------------------------------------------------------------- placed submits and pgbench
 
 
+# Vacuumed and analysed before each of the three windows on the one database (ours, pgbench's,
+# the floor's), so none starts on the dead rows and stale statistics the one before it left.
+SUBMIT_TABLES = ("nodes", "leases", "reservations", "runs", "steps", "queue_counts")
+
+
 def placed_submits(b: Bench) -> dict[str, Any]:
     """Closed loop of placed two-step submits on a fleet of ``submit_nodes`` boards, then pgbench
     replaying the statements frozen in ``bench/floor.sql``, then the floor app running them, all
@@ -234,6 +240,7 @@ def placed_submits(b: Bench) -> dict[str, Any]:
             srv.port,
             [advert(f"sp-node-{n:05d}", slot=f"s{n % slots}") for n in range(s.submit_nodes)],
         )
+        vacuum_analyze(url, SUBMIT_TABLES)
         say(
             f"placed submits: {b.processes}×{b.client_threads} clients, {s.submit_nodes} nodes, "
             f"{s.submit_seconds:g} s"
@@ -253,10 +260,12 @@ def placed_submits(b: Bench) -> dict[str, Any]:
     say(f"  {app['per_s']}/s placed, p50 {app['p50_ms']} ms, p99 {app['p99_ms']} ms, {cores}")
 
     say(f"pgbench: bench/floor.sql ({len(statements)} statements), {slots} clients")
+    vacuum_analyze(url, SUBMIT_TABLES)
     pg = run_pgbench(url, script, clients=slots, threads=2, seconds=s.pgbench_seconds)
     say(f"  {pg['tps']} TPS")
 
     say("floor: bare Flask + psycopg 3 running bench/floor.sql")
+    vacuum_analyze(url, SUBMIT_TABLES)
     fl_work = work / "floor"
     fl_work.mkdir(exist_ok=True)
     threads = b.threads or 1000  # gunicorn.conf.py's default: the same settings as the Mediator
@@ -659,7 +668,9 @@ def fleet(b: Bench) -> dict[str, Any]:
     ]
     for waiting in s.fleet_claims:
         url = b.dbs.fresh(f"fleet{waiting}")
-        with b.server(url, f"fleet{waiting}") as srv:
+        work = b.workdir / f"fleet{waiting}"
+        # SPEC §16 counts the reaper's CPU with the server's: one beside it, as in production.
+        with b.server(url, f"fleet{waiting}") as srv, Reaper(srv, work) as reaper:
             _advertise_all(srv.port, [advert(f"f-node-{i:05d}", **attrs[i]) for i in range(n)])
             rss0 = srv.rss_kib()
             # Enough threads that a paced request never waits for a free one: its latency
@@ -714,7 +725,12 @@ def fleet(b: Bench) -> dict[str, Any]:
             # The server's memory once the claims wait, before the other load starts.
             with Sweeper(url, f"fs{waiting}-"):
                 result, cores = b.measure(
-                    srv, plans, lead, s.fleet_seconds, probes=[(lead - 1.5, sample)]
+                    srv,
+                    plans,
+                    lead,
+                    s.fleet_seconds,
+                    probes=[(lead - 1.5, sample)],
+                    also=[reaper.pid],
                 )
         sub = summary(result.tally("submit"), s.fleet_seconds, (201,))
         adv = summary(result.tally("advert"), s.fleet_seconds, (200,))

@@ -223,7 +223,9 @@ def _cpu_entries(doc: dict[str, Any]) -> list[tuple[str, dict[str, float]]]:
         ("queued submits", dig(doc, "queued", "cpu_cores")),
     ]
     for claims, run in (doc.get("fleet_by_claims") or {}).items():
-        entries.append((f"fleet, {claims} claims", run.get("cpu_cores")))
+        entries.append(
+            (f"fleet, {claims} claims (server: gunicorn and the reaper)", run.get("cpu_cores"))
+        )
     return [(name, cores) for name, cores in entries if cores]
 
 

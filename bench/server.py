@@ -163,6 +163,48 @@ def mediator(
     return Server("mediator", argv, env, workdir)
 
 
+class Reaper:
+    """``mediator reaper`` beside a server, as production runs it (its own process, a pass every
+    ``lease.renew_seconds``), on the server's environment; its CPU counts as the server's."""
+
+    def __init__(self, server: Server, workdir: Path) -> None:
+        self.env = {k: v for k, v in server.env.items() if k != "MEDIATOR_BIND"}
+        self.log_path = workdir / "reaper.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> Reaper:
+        command = str(Path(sys.executable).with_name("mediator"))
+        with open(self.log_path, "wb") as err:
+            self.proc = subprocess.Popen(
+                [command, "reaper"],
+                cwd=ROOT,
+                env=self.env,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                start_new_session=True,
+            )
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is None:
+            return
+        self.proc.terminate()  # SIGTERM: the reaper ends after its pass
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+        if self.proc.returncode not in (0, -signal.SIGTERM):
+            tail = self.log_path.read_text(errors="replace")[-2000:]
+            raise RuntimeError(f"the reaper exited with {self.proc.returncode}:\n{tail}")
+        self.proc = None
+
+
 def floor(db_url: str, workdir: Path, *, workers: int, threads: int) -> Server:
     """The stack's floor: a bare Flask app that parses the body and runs the statements of
     ``bench/floor.sql`` in one transaction through psycopg 3, under the same gunicorn

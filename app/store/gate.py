@@ -253,11 +253,6 @@ def last_mark(conn: Connection | Session) -> int:
     return int(mark)
 
 
-def covered_mark(conn: Connection) -> int:
-    """The highest mark a successful scan has covered."""
-    return int(conn.execute(text("SELECT last_value FROM wake_covered")).scalar_one())
-
-
 def cover_marks(conn: Connection, mark: int) -> None:
     """A successful scan covered every mark up to ``mark`` (read before its first queue read).
     Called while it holds the scanning lock, so covers never race; never moves backwards."""
