@@ -19,6 +19,7 @@ from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.config import Config
+from app.jsonbytes import compact
 
 
 def _drop_if_server_spoke(dbapi_conn: Any, record: Any, proxy: Any) -> None:
@@ -79,6 +80,7 @@ class Database:
                 # SPEC §15: a request that gets no connection in time is a 503, never a hang.
                 pool_timeout=self.config["database.pool_timeout"],
                 connect_args={"application_name": "mediator"},
+                json_serializer=compact,  # jsonb parameters (SQLAlchemy hands it to psycopg)
             )
             event.listen(self._engine, "checkout", _drop_if_server_spoke)
             self._sessions = sessionmaker(self._engine, expire_on_commit=False)

@@ -4,9 +4,10 @@ with a note, progress files closed by a cap line, numbers checked, JSON document
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
+
+from app.jsonbytes import pretty
 
 SUMS = "SHA256SUMS"
 NOTE_RE = re.compile(rb"\n\[mediator: log truncated at \d+ bytes\]\n\Z")
@@ -80,7 +81,7 @@ def num(value: int, what: str) -> int:
 
 
 def json_bytes(doc: Any) -> bytes:
-    return json.dumps(doc, indent=2, sort_keys=True, default=str).encode() + b"\n"
+    return pretty(doc)
 
 
 def sums_line(digest: str, name: str) -> str:

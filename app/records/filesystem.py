@@ -154,9 +154,8 @@ class FilesystemRecords:
         Not fsynced: the run's row holds everything the manifest says and the seal writes it
         again, durably, from there; ``steps``, ``logs`` and ``blobs`` appear with their first
         file."""
-        body = json.dumps(manifest, indent=2, sort_keys=True, default=str).encode()
         # write_atomic makes the directory (one mkdir a Record opened, not two).
-        write_atomic(self.path(location) / "manifest.json", body + b"\n", durable=False)
+        write_atomic(self.path(location) / "manifest.json", json_bytes(manifest), durable=False)
 
     # -- paths ---------------------------------------------------------------------------------
 

@@ -378,8 +378,7 @@ class S3Records:
 
     @_guarded
     def open(self, location: str, manifest: dict[str, Any]) -> None:
-        body = json.dumps(manifest, indent=2, sort_keys=True, default=str).encode() + b"\n"
-        self._put(self._dir(location) + "manifest.json", body)
+        self._put(self._dir(location) + "manifest.json", json_bytes(manifest))
 
     @_guarded
     def exists(self, location: str) -> bool:
