@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import json
+from collections import namedtuple
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from sqlalchemy import Connection, Integer, bindparam, func, or_, select, text, union
+from sqlalchemy import Connection, Integer, Select, bindparam, func, or_, select, text, union
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 
@@ -195,6 +197,49 @@ def containment_key(role: Role) -> str:
     return json.dumps(containment(role), sort_keys=True)
 
 
+@functools.lru_cache(maxsize=256)
+def _candidates_statement(
+    wanted: int, reserving: bool, with_holders: bool, with_leases: bool
+) -> tuple[Select[Any], type[Any]]:
+    """:func:`candidate_adverts`' statement for ``wanted`` distinct containments, built and
+    compiled once per shape (the driver path), and the named tuple of its rows."""
+    # Correlated on the node only: the outer statement may join leases and reservations too.
+    leased = (
+        select(Lease.node_id).where(Lease.node_id == Node.node_id).correlate_except(Lease).exists()
+    )
+    reasons = [Node.drain != "", leased]
+    if reserving:
+        reasons.append(
+            select(Reservation.node_id)
+            .join(Run, Run.run_id == Reservation.run_id)
+            .where(
+                Reservation.node_id == Node.node_id,
+                Run.priority >= bindparam("reserved_for", type_=Integer),
+            )
+            .correlate_except(Reservation, Run)
+            .exists()
+        )
+    busy = or_(*reasons).label("busy")
+    q = select(Node.node_id, Node.capabilities, Node.label, busy).where(
+        Node.expires_at > func.now(),
+        or_(
+            *(Node.capabilities.contains(bindparam(f"want{i}", type_=JSONB)) for i in range(wanted))
+        ),
+    )
+    if with_holders:
+        q = (
+            q.add_columns(Reservation.run_id.label("holder"), Run.priority.label("holder_priority"))
+            .outerjoin(Reservation, Reservation.node_id == Node.node_id)
+            .outerjoin(Run, Run.run_id == Reservation.run_id)
+        )
+    if with_leases:
+        q = q.add_columns(
+            (Node.drain != "").label("draining"), Lease.run_id.label("lease_holder")
+        ).outerjoin(Lease, Lease.node_id == Node.node_id)
+    shape = namedtuple("CandidateRow", [c.name for c in q.selected_columns])  # type: ignore[misc]
+    return q, shape
+
+
 def candidate_adverts(
     s: Session | Connection,
     roles: Iterable[Role],
@@ -216,35 +261,15 @@ def candidate_adverts(
     wanted = {containment_key(r): containment(r) for r in roles}
     if not wanted:
         return Candidates([], set())
-    # Correlated on the node only: the outer statement may join leases and reservations too.
-    leased = (
-        select(Lease.node_id).where(Lease.node_id == Node.node_id).correlate_except(Lease).exists()
+    statement, shape = _candidates_statement(
+        len(wanted), reserved_for is not None, with_holders, with_leases
     )
-    reasons = [Node.drain != "", leased]
+    params: dict[str, Any] = {f"want{i}": v for i, v in enumerate(wanted.values())}
     if reserved_for is not None:
-        reasons.append(
-            select(Reservation.node_id)
-            .join(Run, Run.run_id == Reservation.run_id)
-            .where(Reservation.node_id == Node.node_id, Run.priority >= reserved_for)
-            .correlate_except(Reservation, Run)
-            .exists()
-        )
-    busy = or_(*reasons).label("busy")
-    q = select(Node.node_id, Node.capabilities, Node.label, busy).where(
-        Node.expires_at > func.now(),
-        or_(*(Node.capabilities.contains(v) for v in wanted.values())),
-    )
-    if with_holders:
-        q = (
-            q.add_columns(Reservation.run_id.label("holder"), Run.priority.label("holder_priority"))
-            .outerjoin(Reservation, Reservation.node_id == Node.node_id)
-            .outerjoin(Run, Run.run_id == Reservation.run_id)
-        )
-    if with_leases:
-        q = q.add_columns(
-            (Node.drain != "").label("draining"), Lease.run_id.label("lease_holder")
-        ).outerjoin(Lease, Lease.node_id == Node.node_id)
-    rows = s.execute(q).all()
+        params["reserved_for"] = reserved_for
+    if isinstance(s, Session):
+        s.flush()  # what Session.execute would do first: the transaction's own writes are seen
+    rows = [shape._make(row) for row in fetch(s, statement, params)]
     adverts = candidate_order(adverts_from_rows((r.node_id, r.capabilities, r.label) for r in rows))
     held = (
         {r.node_id: Held(r.holder, int(r.holder_priority)) for r in rows if r.holder is not None}
