@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+from psycopg import pq
 from sqlalchemy import ClauseElement, Connection, Dialect
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.compiler import SQLCompiler
@@ -104,7 +105,7 @@ def pipelined(
             with driver.pipeline():
                 for sql, values in sent:
                     _send(conn, driver, cursors, sql, values)
-        return [c.fetchall() if c.description is not None else [] for c in cursors]
+        return [c.fetchall() if _has_rows(c) else [] for c in cursors]
     except psycopg.Error as exc:
         # A batch's error arrives when the batch is read: it is reported with the whole batch.
         sql, values = sent[0] if len(sent) == 1 else ("; ".join(q for q, _ in sent), {})
@@ -112,6 +113,13 @@ def pipelined(
     finally:
         for c in cursors:
             c.close()
+
+
+def _has_rows(cursor: psycopg.Cursor[Any]) -> bool:
+    """Whether the statement returned rows (what ``cursor.description`` tells, without building
+    its column objects)."""
+    result = cursor.pgresult
+    return result is not None and result.status == pq.ExecStatus.TUPLES_OK
 
 
 def _send(

@@ -29,6 +29,7 @@ from app.records import (
     legacy_record_location,
     record_location,
 )
+from app.records.common import json_bytes
 from app.records.interface import location_name
 from tests.records.common import BACKENDS, MULTIPART, RUN, Backend, seal_example
 
@@ -247,6 +248,22 @@ def test_open_is_idempotent_and_the_record_then_exists(store: RecordStore) -> No
         "state": "SUCCEEDED",
         "ended_at": "2024-01-01T00:00:00Z",
     }
+
+
+def test_an_opened_manifest_is_the_whole_document(store: RecordStore) -> None:
+    manifest = {"run_id": "r2", "state": "QUEUED", "requires": [{"as": "dut", "n": 1}]}
+    store.open("r2", manifest)
+    assert _files(store, "r2")["manifest.json"] == json_bytes(manifest)
+
+
+def test_a_manifest_a_crashed_attempt_left_half_written_is_replaced_whole(tmp_path: Path) -> None:
+    records = FilesystemRecords(tmp_path)
+    left = records.path("r3")
+    left.mkdir(parents=True)
+    (left / "manifest.json").write_bytes(b'{"run_id": "r3", "sta')
+    records.open("r3", {"run_id": "r3", "state": "RUNNING"})
+    assert json.loads((left / "manifest.json").read_bytes()) == {"run_id": "r3", "state": "RUNNING"}
+    assert [p.name for p in left.iterdir()] == ["manifest.json"]  # no temporary file left
 
 
 # -- logs ----------------------------------------------------------------------------------------
