@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from sqlalchemy.orm import Session
+
 from app.context import Caller, Context
 from app.contract import Contract, validate_contract
 from app.errors import Conflict, Forbidden, MediatorError, NoCandidate
@@ -142,7 +144,7 @@ def _place(
         "record_location": location,
         "principal_self_declared": caller.self_declared,  # SPEC §20.5
     }
-    with ctx.db.begin() as s:
+    with ctx.db.transaction() as s:
         # The last wake mark before the candidate read that queues a run (SPEC §7, closing the
         # submit window): a resource freed after that read takes a mark above it, which is how
         # the submit knows whether its own scan can find anything the read did not. The mark
@@ -204,7 +206,10 @@ def _place(
         fault("submit.after_insert")
         started = starts_anything(contract.steps)
         if started:
-            start_steps(s, ctx, contract.run_id, after)
+            # The ORM's work (acquire steps, asks) joins this transaction.
+            with Session(bind=s, expire_on_commit=False) as orm:
+                start_steps(orm, ctx, contract.run_id, after)
+                orm.flush()
         else:
             # Every step is PENDING and nothing starts by itself: the claims of the steps'
             # nodes are what the commit leaves to do.

@@ -315,7 +315,10 @@ class FirstCandidates:
 
 
 def first_candidates(
-    s: Session, roles: list[Role] | tuple[Role, ...], *, reserved_for: int | None = None
+    s: Session | Connection,
+    roles: list[Role] | tuple[Role, ...],
+    *,
+    reserved_for: int | None = None,
 ) -> FirstCandidates:
     """One statement, bounded by the run and not by the fleet (SPEC §16: a submit's cost must not
     follow the fleet's size): for each distinct requirement, through ``ix_nodes_capabilities``,

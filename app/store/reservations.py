@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy import (
     ColumnElement,
     CompoundSelect,
+    Connection,
     delete,
     exists,
     func,
@@ -197,7 +198,9 @@ _LOCK_NODES = text(
 )
 
 
-def place_unreserved(s: Session, run_id: str, priority: int, node_ids: Collection[str]) -> None:
+def place_unreserved(
+    s: Session | Connection, run_id: str, priority: int, node_ids: Collection[str]
+) -> None:
     """Before a lease insert (submit, promotion, acquire; SPEC §7a): ``FOR SHARE`` on the nodes'
     rows (node_id order), then, in a new statement and so a new snapshot, whether a reservation
     is held against the run on one of them; if none is, the placements are recorded

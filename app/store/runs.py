@@ -10,6 +10,7 @@ from typing import Any
 
 from sqlalchemy import (
     CTE,
+    Connection,
     Select,
     Text,
     bindparam,
@@ -64,7 +65,7 @@ def lock_run(s: Session, run_id: str) -> Run | None:
 
 
 def create_run(
-    s: Session,
+    s: Session | Connection,
     contract: Contract,
     *,
     state: str,
