@@ -140,7 +140,7 @@ class ThreadWorker(GThreadWorker):
         keep = super().handle(conn)
         # True: answered, the connection kept alive (False: closed; gthread's _DEFER: no request
         # yet). Bytes already read past the answer are the next request's.
-        while keep is True and self.alive:
+        while keep is True and self.alive and not getattr(conn, "is_http2", False):
             if not conn.parser.unreader.buf.getvalue() and not _readable(conn.sock, self.LINGER):
                 break
             keep = super().handle(conn)
