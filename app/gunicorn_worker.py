@@ -62,10 +62,12 @@ class ThreadWorker(GThreadWorker):
     nginx's upstream keep-alive, an agent's). Left to that race, 16 clients' connections were
     seen spread 10/4/1/1 over 4 workers: the worker of 10 ran 10 requests at once on its one
     interpreter lock while others idled, and those clients saw the slowest answers. Here a worker
-    that holds more connections than another live worker leaves a new connection to the others
-    for up to ``DEFER`` seconds, looking again every ``RECHECK`` seconds (its listening sockets
-    out of its poller meanwhile); past that it takes the connection itself, so a worker too slow
-    to accept costs a connection at most ``DEFER`` of waiting, never the connection.
+    that holds more than ``SLACK`` connections more than another live worker leaves a new
+    connection to the others for up to ``DEFER`` seconds, looking again every ``RECHECK`` seconds
+    (its listening sockets out of its poller meanwhile); past that it takes the connection itself,
+    so a worker too slow to accept costs a connection at most ``DEFER`` of waiting, never the
+    connection. The slack spares clients that open a connection a request (every worker wakes
+    for each, and deferring at every difference of one cost them 4 % of their rate).
 
     *A kept-alive connection's next request in the same thread.* gthread hands a connection back
     to the worker's main thread after each answer, which puts it in its poller, wakes on the next
@@ -76,6 +78,7 @@ class ThreadWorker(GThreadWorker):
 
     DEFER = 0.1  # seconds a worker with more connections leaves a new one to the others
     RECHECK = 0.002  # seconds between two looks while it does
+    SLACK = 1  # connections more than the fewest elsewhere that a worker still takes at once
     LINGER = 0.005  # seconds a thread waits for a kept-alive connection's next request
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -108,7 +111,7 @@ class ThreadWorker(GThreadWorker):
 
     def _leave_to_others(self, now: float) -> bool:
         fewest = BOARD.fewest_elsewhere(self.slot, now)
-        if fewest is None or self.nr_conns <= fewest:
+        if fewest is None or self.nr_conns <= fewest + self.SLACK:
             self._deferred_since = 0.0
             return False
         if not self._deferred_since or now - self._deferred_since > 2 * self.DEFER:

@@ -118,9 +118,9 @@ def test_a_worker_with_more_connections_leaves_a_new_one_to_the_others_for_a_whi
         assert listens(worker, listener)
         worker.nr_conns = 4
         now = 50.0
-        board.publish(6, 4, now)  # another worker as busy: we take it
+        board.publish(6, 3, now)  # another worker one connection short of us: we take it
         assert worker._leave_to_others(now) is False
-        board.publish(6, 3, now)  # another worker has fewer: left to it, our listener out
+        board.publish(6, 2, now)  # another worker has two fewer: left to it, our listener out
         assert worker._leave_to_others(now) is True
         assert not listens(worker, listener)
         # Our next turn after RECHECK puts the listener back and looks again.
@@ -131,7 +131,7 @@ def test_a_worker_with_more_connections_leaves_a_new_one_to_the_others_for_a_whi
         # Nobody took it within DEFER: we do.
         assert worker._leave_to_others(now + ThreadWorker.DEFER) is False
         # A connection arriving long after is a new one: left to the others again.
-        board.publish(6, 3, now + 10)
+        board.publish(6, 2, now + 10)
         assert worker._leave_to_others(now + 10) is True
         # Unless they stopped writing on the board (a worker gone).
         assert worker._leave_to_others(now + 10 + ConnectionBoard.STALE) is False
