@@ -27,10 +27,13 @@ def _count(*names: str, default: int) -> int:
 bind = os.environ.get("MEDIATOR_BIND", "127.0.0.1:8080")
 # WEB_CONCURRENCY is the variable platforms and gunicorn itself use for the worker count.
 workers = _count("MEDIATOR_WORKERS", "WEB_CONCURRENCY", default=4)
-worker_class = "app.gunicorn_worker.ThreadWorker"  # gthread, with a quick shutdown that cannot hang
+# gthread, with connections shared out evenly, same-thread keep-alive and a quick shutdown that
+# cannot hang (docs/deploy.md)
+worker_class = "app.gunicorn_worker.ThreadWorker"
 # A claim in long poll holds a thread (no database connection) for up to 30 s, and connections
-# do not spread evenly over the workers: a worker whose threads are all held queues every other
-# request of its connections behind them. Threads are started as requests need them and a waiting
+# are spread only as they arrive (one worker may hold all of a fleet's when the others are
+# starting or full): a worker whose threads are all held queues every other request of its
+# connections behind them. Threads are started as requests need them and a waiting
 # one is cheap, so each worker may hold a whole fleet's claims (SPEC §16). The measurements behind
 # these numbers are in bench/README.md ("gunicorn's threads").
 threads = _count("MEDIATOR_THREADS", default=1000)
