@@ -51,8 +51,9 @@ def _draining_and_reserved() -> CompoundSelect:
 
 
 def draining_and_reserved(s: Session) -> tuple[set[str], dict[str, Held]]:
-    """Draining live nodes, and node -> holder of every reservation, in one statement (the run
-    view's explanation of a wait reads both)."""
+    """Draining live nodes, and node -> holder of every reservation, in one statement (the fleet
+    status reads both; a run's explanation of its wait reads its candidates' own, with them:
+    ``candidate_adverts(with_leases=True, with_holders=True)``)."""
     rows = s.execute(_draining_and_reserved()).all()
     drains = {r[0] for r in rows if r[1] is None}
     held = {r[0]: Held(r[1], int(r[2])) for r in rows if r[1] is not None}
