@@ -32,7 +32,6 @@ from app.store.gate import last_mark
 from app.store.leases import lease_rows
 from app.store.nodes import FirstCandidates, candidate_adverts, first_candidates
 from app.store.queue import queue_place
-from app.store.reservations import place_unreserved
 from app.store.runs import create_run, get_run
 from app.store.steps import step_rows
 
@@ -131,8 +130,11 @@ def _place(
     ctx: Context, contract: Contract, caller: Caller, after: AfterCommit
 ) -> _Placed | _Refused | _Queued:
     """SPEC §6.3–6.7 in one transaction: read the first candidates of each role (one statement,
-    bounded by the run's counts, not by the fleet; no locks), match, then write the outcome in one statement — the run RUNNING with its leases and steps, the run
-    QUEUED with its steps, or the rejected submit FAILED with its reject and no steps.
+    bounded by the run's counts, not by the fleet; no locks), match, then write the outcome in
+    one statement — the run RUNNING with its leases and steps, the run QUEUED with its steps, or
+    the rejected submit FAILED with its reject and no steps. The read runs before the
+    transaction's BEGIN, which goes with the write (``Database.transaction``): in READ COMMITTED
+    it has a snapshot of its own either way.
 
     The run row goes first in that statement: a duplicate run_id fails on its key
     (:class:`DuplicateRun`); a node taken since the read fails on ``pk_leases`` and the whole
@@ -196,13 +198,11 @@ def _place(
                 ctx.config["lease.ttl_seconds"],
             ),
             steps=step_rows(contract.run_id, contract.steps, bound),
+            # A reservation written after our read must not be passed (SPEC §7a): NodeTaken
+            # rolls the creation back whole.
+            unreserved_for=reserved_for,
             **who,
         )
-        if reserved_for is not None:
-            # A reservation written after our read must not be passed (SPEC §7a): NodeTaken
-            # rolls the creation back whole. After the run's insert, so a duplicate run_id waits
-            # on its key before this transaction holds any node or placement row.
-            place_unreserved(s, contract.run_id, contract.priority, outcome.nodes())
         fault("submit.after_insert")
         started = starts_anything(contract.steps)
         if started:

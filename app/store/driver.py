@@ -74,26 +74,46 @@ def _connection(s: Session | Connection) -> Connection:
     return s.connection() if isinstance(s, Session) else s
 
 
+# The execution option of a connection whose transaction begins with its first write
+# (``Database.transaction``): its driver connection is in autocommit until a statement sent with
+# ``begin=True`` sends BEGIN itself, in that statement's round trip.
+LATE_BEGIN = "mediator_late_begin"
+_BEGIN = "BEGIN ISOLATION LEVEL READ COMMITTED"
+
+
 def fetch(
-    s: Session | Connection, statement: ClauseElement, params: Mapping[str, Any]
+    s: Session | Connection,
+    statement: ClauseElement,
+    params: Mapping[str, Any],
+    *,
+    begin: bool = False,
 ) -> list[Row]:
     """Run one statement in the caller's transaction; its rows (none for a statement that
-    returns none)."""
-    return pipelined(s, (statement, params))[0]
+    returns none). ``begin``: see :func:`pipelined`."""
+    return pipelined(s, (statement, params), begin=begin)[0]
 
 
 def pipelined(
-    s: Session | Connection, *statements: tuple[ClauseElement, Mapping[str, Any]]
+    s: Session | Connection,
+    *statements: tuple[ClauseElement, Mapping[str, Any]],
+    begin: bool = False,
 ) -> list[list[Row]]:
     """Run statements one after another in the caller's transaction, sent together (psycopg's
     pipeline mode: one round trip for all of them when there are several); the rows of each.
     The server still runs each as its own statement, after the previous one finished: in READ
     COMMITTED each takes its own snapshot, so a statement sees what committed while an earlier
-    one waited on a lock. The first error ends the batch: nothing after it runs."""
+    one waited on a lock. The first error ends the batch: nothing after it runs.
+
+    ``begin``: the statements write. On a connection whose transaction begins with its first
+    write (``Database.transaction``) and has not begun yet, BEGIN is sent ahead of them in the
+    same round trip; on any other connection the driver has begun the transaction already or
+    begins it as usual."""
     conn = _connection(s)
     driver = conn.connection.driver_connection
     assert isinstance(driver, psycopg.Connection)
-    sent = []
+    sent: list[tuple[str, dict[str, Any] | None]] = []
+    if begin and _begins_late(conn, driver):
+        sent.append((_BEGIN, None))
     for statement, params in statements:
         compiled = _compile(statement, conn.dialect)
         sent.append((compiled.sql, compiled.values(params)))
@@ -105,7 +125,8 @@ def pipelined(
             with driver.pipeline():
                 for sql, values in sent:
                     _send(conn, driver, cursors, sql, values)
-        return [c.fetchall() if _has_rows(c) else [] for c in cursors]
+        rows = [c.fetchall() if _has_rows(c) else [] for c in cursors]
+        return rows[len(sent) - len(statements) :]
     except psycopg.Error as exc:
         # A batch's error arrives when the batch is read: it is reported with the whole batch.
         sql, values = sent[0] if len(sent) == 1 else ("; ".join(q for q, _ in sent), {})
@@ -113,6 +134,12 @@ def pipelined(
     finally:
         for c in cursors:
             c.close()
+
+
+def _begins_late(conn: Connection, driver: psycopg.Connection[Any]) -> bool:
+    return driver.pgconn.transaction_status == pq.TransactionStatus.IDLE and bool(
+        conn.get_execution_options().get(LATE_BEGIN)
+    )
 
 
 def _has_rows(cursor: psycopg.Cursor[Any]) -> bool:
@@ -127,10 +154,15 @@ def _send(
     driver: psycopg.Connection[Any],
     cursors: list[psycopg.Cursor[Any]],
     sql: str,
-    values: dict[str, Any],
+    values: dict[str, Any] | None,
 ) -> None:
     cursor = driver.cursor()
     cursors.append(cursor)
+    if values is None:
+        # BEGIN, the only statement without parameters here: transaction control, which the
+        # listeners never see from SQLAlchemy either; it cannot be prepared.
+        cursor.execute(sql, prepare=False)
+        return
     for listen in conn.dispatch.before_cursor_execute:
         listen(conn, cursor, sql, values, None, False)
     cursor.execute(sql, values, prepare=True)

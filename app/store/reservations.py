@@ -19,7 +19,6 @@ from sqlalchemy import (
     func,
     literal_column,
     select,
-    text,
     union_all,
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -28,10 +27,10 @@ from sqlalchemy.orm import Session
 from app.models import Node, Placement, Reservation, Run
 from app.reserve import Held
 from app.states import QUEUED
-from app.store import NodeTaken
 from app.store.driver import pipelined
 from app.store.queue import IS_QUEUED, QueuedRun, oldest_queued, reservation_probes
 from app.store.runs import add_event
+from app.store.unreserved import check_unreserved, unreserved_statements
 
 RESERVING = "reserving: "
 RELEASED = "reservation released"
@@ -177,47 +176,22 @@ def write_reservations(s: Session, stored: Mapping[str, str], plan: Mapping[str,
     return Written(changed, set(touched) - queued)
 
 
-_CHECK_AND_PLACE = text(
-    "WITH blocked AS ("
-    " SELECT r.node_id FROM reservations r JOIN runs h ON h.run_id = r.run_id"
-    " WHERE r.node_id = ANY(CAST(:nodes AS text[])) AND r.run_id <> :run_id"
-    " AND h.priority >= :priority),"
-    " placed AS ("
-    " INSERT INTO placements (node_id, priority, last_at)"
-    " SELECT n, :priority, now() FROM unnest(CAST(:nodes AS text[])) AS n"
-    " WHERE NOT EXISTS (SELECT 1 FROM blocked)"
-    " ON CONFLICT (node_id, priority)"
-    " DO UPDATE SET last_at = GREATEST(placements.last_at, excluded.last_at))"
-    " SELECT count(*) FROM blocked"
-)
-
-
-# SPEC §7a: the nodes' rows in node_id order, as the reservation writer locks them.
-_LOCK_NODES = text(
-    "SELECT node_id FROM nodes WHERE node_id = ANY(CAST(:nodes AS text[]))"
-    " ORDER BY node_id FOR SHARE"
-)
-
-
 def place_unreserved(
     s: Session | Connection, run_id: str, priority: int, node_ids: Collection[str]
 ) -> None:
-    """Before a lease insert (submit, promotion, acquire; SPEC §7a): ``FOR SHARE`` on the nodes'
-    rows (node_id order), then, in a new statement and so a new snapshot, whether a reservation
-    is held against the run on one of them; if none is, the placements are recorded
+    """Before a lease insert (promotion, acquire; SPEC §7a): ``FOR SHARE`` on the nodes' rows
+    (node_id order), then, in a new statement and so a new snapshot, whether a reservation is
+    held against the run on one of them; if none is, the placements are recorded
     (``placements (node_id, priority) -> last_at``) in that same statement. A reservation
     written after the caller's read is found: its writer holds ``FOR NO KEY UPDATE`` on those
     rows until it commits (:func:`write_reservations`), and the second statement starts only
-    when the first has its locks. Both go to the server in one round trip (pipelined). Raises
+    when the first has its locks. Both go to the server in one round trip (pipelined); a submit
+    sends them with its run's insert (:func:`app.store.runs.create_run`). Raises
     :class:`NodeTaken`: the caller's transaction is rolled back whole (a submit queues, an
     acquire answers unavailable)."""
-    nodes = sorted(set(node_ids))
-    if not nodes:
-        return
-    params = {"nodes": nodes, "run_id": run_id, "priority": priority}
-    _, blocked = pipelined(s, (_LOCK_NODES, {"nodes": nodes}), (_CHECK_AND_PLACE, params))
-    if blocked[0][0]:
-        raise NodeTaken(run_id)
+    statements = unreserved_statements(run_id, priority, node_ids)
+    if statements:
+        check_unreserved(run_id, pipelined(s, *statements)[-1])
 
 
 def release_reservations(s: Session, run_id: str) -> list[str]:

@@ -41,8 +41,9 @@ from app.models import (
 )
 from app.states import FAILED, QUEUED, RUN_ALIVE, RUNNING, check_run_change
 from app.store import DuplicateRun, NodeTaken, NotQueued, PrunedRunId, constraint_name
-from app.store.driver import fetch
+from app.store.driver import pipelined
 from app.store.rows import LEASE_COLUMNS, STEP_COLUMNS, rows_insert
+from app.store.unreserved import check_unreserved, unreserved_statements
 
 
 def get_run(s: Session, run_id: str) -> Run | None:
@@ -78,11 +79,18 @@ def create_run(
     leases: Sequence[dict[str, Any]] = (),
     steps: Sequence[dict[str, Any]] = (),
     cause: str = "submit",
+    unreserved_for: int | None = None,
 ) -> datetime:
     """A new run in one statement: its row, its first event, its leases and its steps (rows from
     :func:`app.store.leases.lease_rows` and :func:`app.store.steps.step_rows`), as data-modifying
     CTEs, so a submit writes in one round trip. Returns created_at. A ``principal_self_declared``
-    is marked on the run and, with the token's name, on its first event (SPEC §20.5).
+    is marked on the run and, with the token's name, on its first event (SPEC §20.5). The write
+    begins the caller's transaction when it has not begun (``Database.transaction``).
+
+    ``unreserved_for``: the priority whose reservations the leases may not pass (SPEC §7a): the
+    check of :func:`app.store.reservations.place_unreserved` follows the insert in the same round
+    trip, after it so that a duplicate run_id waits on its key before this transaction holds any
+    node or placement row; a reservation found raises :class:`NodeTaken`.
 
     A duplicate run_id fails on ``pk_runs`` (:class:`DuplicateRun`), a node another run holds on
     ``pk_leases`` (:class:`NodeTaken`), the id of a pruned run on its tombstone (a trigger,
@@ -113,8 +121,11 @@ def create_run(
     try:
         # On the session's driver connection: nothing here goes through the ORM's identity map.
         statement = _create_statement(bool(leases), bool(steps))
-        ((created_at,),) = fetch(s, statement, params)
-        return created_at
+        checks = []
+        if unreserved_for is not None:
+            nodes = [lease["node_id"] for lease in leases]
+            checks = unreserved_statements(contract.run_id, unreserved_for, nodes)
+        rows = pipelined(s, (statement, params), *checks, begin=True)
     except IntegrityError as exc:
         name = constraint_name(exc)
         if name == RUNS_PKEY:
@@ -124,6 +135,10 @@ def create_run(
         if name == TOMBSTONES_PKEY:
             raise PrunedRunId(contract.run_id) from exc
         raise
+    if checks:
+        check_unreserved(contract.run_id, rows[-1])
+    ((created_at,),) = rows[0]
+    return created_at
 
 
 @functools.cache

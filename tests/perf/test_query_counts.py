@@ -16,8 +16,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import psycopg
 import pytest
 from flask import Flask
+from psycopg._connection_base import BaseConnection
 from sqlalchemy import event
 
 from tests.agent import claim, claimed, report
@@ -274,3 +276,68 @@ def test_waiting_claims_cost_one_safety_net_statement_a_period_whatever_their_nu
     for t in threads:
         t.join(timeout=60)
     assert sorted(answers) == [200] * len(nodes)
+
+
+@contextmanager
+def exchanges() -> Iterator[list[tuple[str, bool]]]:
+    """What this thread hands to psycopg, in order: each statement and each transaction command
+    psycopg sends on its own (BEGIN, COMMIT), with whether it went in a pipeline (a batch, one
+    round trip with its neighbours). The real calls run; this only records them."""
+    seen: list[tuple[str, bool]] = []
+    here = threading.get_ident()
+    execute, command = psycopg.Cursor.execute, BaseConnection._exec_command
+
+    def on_execute(cursor: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        if threading.get_ident() == here:
+            seen.append((" ".join(str(query).split())[:60], cursor.connection._pipeline is not None))
+        return execute(cursor, query, *args, **kwargs)
+
+    def on_command(conn: Any, cmd: bytes, *args: Any, **kwargs: Any) -> Any:
+        if threading.get_ident() == here:
+            seen.append((cmd.decode(), conn._pipeline is not None))
+        return command(conn, cmd, *args, **kwargs)
+
+    psycopg.Cursor.execute = on_execute  # type: ignore[method-assign]
+    BaseConnection._exec_command = on_command  # type: ignore[method-assign]
+    try:
+        yield seen
+    finally:
+        psycopg.Cursor.execute = execute  # type: ignore[method-assign]
+        BaseConnection._exec_command = command  # type: ignore[method-assign]
+
+
+def round_trips(seen: list[tuple[str, bool]]) -> list[list[str]]:
+    """``seen`` grouped into round trips: consecutive pipelined sends share one."""
+    trips: list[list[str]] = []
+    for i, (sent, batched) in enumerate(seen):
+        if batched and i and seen[i - 1][1]:
+            trips[-1].append(sent)
+        else:
+            trips.append([sent])
+    return trips
+
+
+def test_a_placed_submit_takes_three_round_trips_its_begin_going_with_its_write(
+    app: Flask, client: Any
+) -> None:
+    """The candidate read before BEGIN (autocommit: its own snapshot, as in READ COMMITTED), then
+    BEGIN with the insert and the reservation check in one batch, then COMMIT: no round trip of
+    its own for BEGIN (SPEC §16: a placed submit costs little more than its SQL)."""
+    fleet_of_one(client)
+    placed(client, "warm")
+    client.post("/v1/runs/warm/cancel", json={})
+    with exchanges() as seen:
+        submit(client, two_steps("r1"), 201)
+    trips = round_trips(seen)
+    heads = [[sent.split()[0] for sent in trip] for trip in trips]
+    assert heads == [["SELECT"], ["BEGIN", "WITH", "SELECT", "WITH"], ["COMMIT"]], trips
+
+
+def test_a_queued_submit_begins_its_transaction_with_its_insert(app: Flask, client: Any) -> None:
+    one_queued(client)
+    with exchanges() as seen:
+        submit(client, two_steps("r3"), 202)
+    trips = round_trips(seen)
+    assert not any(sent.startswith("BEGIN") and len(trip) == 1 for trip in trips for sent in trip)
+    begins = [trip for trip in trips if trip[0].startswith("BEGIN")]
+    assert len(begins) == 1 and begins[0][1].startswith("WITH new_run AS"), trips
