@@ -289,7 +289,9 @@ def exchanges() -> Iterator[list[tuple[str, bool]]]:
 
     def on_execute(cursor: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
         if threading.get_ident() == here:
-            seen.append((" ".join(str(query).split())[:60], cursor.connection._pipeline is not None))
+            seen.append(
+                (" ".join(str(query).split())[:60], cursor.connection._pipeline is not None)
+            )
         return execute(cursor, query, *args, **kwargs)
 
     def on_command(conn: Any, cmd: bytes, *args: Any, **kwargs: Any) -> Any:
