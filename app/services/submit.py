@@ -14,7 +14,6 @@ from app.context import Caller, Context
 from app.contract import Contract, validate_contract
 from app.errors import Conflict, Forbidden, MediatorError, NoCandidate
 from app.faults import fault
-from app.listener import CLAIM_CHANNEL, claim_payloads
 from app.match import Assignment, Reject, match, match_firsts, width_exceeded
 from app.metrics import SUBMITS
 from app.records import record_location
@@ -34,7 +33,6 @@ from app.store.leases import lease_rows
 from app.store.nodes import FirstCandidates, candidate_adverts, first_candidates
 from app.store.queue import queue_place
 from app.store.runs import create_run, get_run
-from app.store.server import commit_and_notify
 from app.store.steps import step_rows
 
 
@@ -212,15 +210,11 @@ def _place(
             with Session(bind=s, expire_on_commit=False) as orm:
                 start_steps(orm, ctx, contract.run_id, after)
                 orm.flush()
+        else:
+            # Every step is PENDING and nothing starts by itself: the claims of the steps'
+            # nodes are what the commit leaves to do.
+            after.claim_nodes |= {bound[st.uses] for st in contract.steps if st.uses in bound}
         ctx.records.open(location, _manifest(contract, caller, RUNNING, created_at))
-        if not started:
-            # Every step is PENDING and nothing starts by itself: the claims of the steps' nodes
-            # are all the commit leaves to do, and their NOTIFY goes with the COMMIT, in its
-            # round trip (SPEC §8: after the commit). Should it fail, the process's notifier
-            # tries again after the commit.
-            nodes = {bound[st.uses] for st in contract.steps if st.uses in bound}
-            if nodes and not commit_and_notify(s, CLAIM_CHANNEL, claim_payloads([nodes])):
-                after.claim_nodes |= nodes
         labels = {n: found.labels.get(n) for n in outcome.nodes()}
         return _Placed(created_at, outcome, labels, started)
 

@@ -136,41 +136,6 @@ def pipelined(
             c.close()
 
 
-def commit_with(
-    s: Session | Connection, *statements: tuple[ClauseElement, Mapping[str, Any]]
-) -> bool:
-    """COMMIT the caller's transaction, begun by a write on a connection of
-    ``Database.transaction``, and run ``statements`` right after it in the same round trip, each
-    a transaction of its own (the connection is in autocommit): work that must follow the commit
-    (a NOTIFY) without a round trip of its own. A COMMIT that fails raises as from SQLAlchemy;
-    when it held and a statement after it failed, the result is False (the transaction is
-    committed whatever they did), else True. The context's own commit then finds nothing to do."""
-    conn = _connection(s)
-    driver = conn.connection.driver_connection
-    assert isinstance(driver, psycopg.Connection)
-    assert conn.get_execution_options().get(LATE_BEGIN) and driver.autocommit
-    if driver.pgconn.transaction_status != pq.TransactionStatus.INTRANS:
-        raise RuntimeError("commit_with: no transaction to commit, or a failed one")
-    sent: list[tuple[str, dict[str, Any] | None]] = [("COMMIT", None)]
-    for statement, params in statements:
-        compiled = _compile(statement, conn.dialect)
-        sent.append((compiled.sql, compiled.values(params)))
-    cursors: list[psycopg.Cursor[Any]] = []
-    try:
-        with driver.pipeline():
-            for sql, values in sent:
-                _send(conn, driver, cursors, sql, values)
-        return True
-    except psycopg.Error as exc:
-        if cursors and cursors[0].statusmessage == "COMMIT":
-            return False  # committed: only what followed failed
-        conn._handle_dbapi_exception(exc, "COMMIT", {}, None, None)
-        raise  # not reached: SQLAlchemy raised its own
-    finally:
-        for c in cursors:
-            c.close()
-
-
 def _begins_late(conn: Connection, driver: psycopg.Connection[Any]) -> bool:
     return driver.pgconn.transaction_status == pq.TransactionStatus.IDLE and bool(
         conn.get_execution_options().get(LATE_BEGIN)
@@ -194,8 +159,8 @@ def _send(
     cursor = driver.cursor()
     cursors.append(cursor)
     if values is None:
-        # BEGIN or COMMIT, the only statements without parameters here: transaction control,
-        # which the listeners never see from SQLAlchemy either; it cannot be prepared.
+        # BEGIN, the only statement without parameters here: transaction control, which the
+        # listeners never see from SQLAlchemy either; it cannot be prepared.
         cursor.execute(sql, prepare=False)
         return
     for listen in conn.dispatch.before_cursor_execute:

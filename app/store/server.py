@@ -8,7 +8,7 @@ from datetime import datetime
 from sqlalchemy import Connection, func, literal, select, text
 from sqlalchemy.orm import Session
 
-from app.store.driver import commit_with, fetch
+from app.store.driver import fetch
 
 
 def database_now(s: Session) -> datetime:
@@ -28,13 +28,6 @@ def notify_each(conn: Connection, channel: str, payloads: list[str]) -> None:
     """One ``pg_notify`` per payload, in one statement (on an autocommit connection: delivered at
     once, as one transaction)."""
     fetch(conn, _NOTIFY_EACH, {"channel": channel, "payloads": payloads})
-
-
-def commit_and_notify(conn: Connection, channel: str, payloads: list[str]) -> bool:
-    """Commit the caller's transaction (on a connection of ``Database.transaction``) and, in the
-    same round trip, one ``pg_notify`` per payload right after it, delivered at once. False when
-    the commit held but the notification failed (best effort, as every notification)."""
-    return commit_with(conn, (_NOTIFY_EACH, {"channel": channel, "payloads": payloads}))
 
 
 def durable_commit(s: Session) -> None:

@@ -41,10 +41,7 @@ from tests.helpers import advertise, cap, contract, submit, two_steps
 # A request that notifies claims no longer sends the NOTIFY itself: it hands the nodes to the
 # process's notifier (SPEC §8, app/listener.py); those limits went down by one.
 MAX_STATEMENTS: dict[str, int] = {
-    # The candidates; BEGIN (not counted), the insert and the two reservation statements in one
-    # batch; then COMMIT (not counted) and the claim NOTIFY in one more, which the notifier's
-    # connection sent before (so the limit went up by one, the round trips down by three).
-    "submit placed": 5,
+    "submit placed": 4,
     # The candidates, the last wake mark and the candidates again (SPEC §7: only a run that
     # queues pays these two), the insert, then its place in the queue with the marks and the
     # candidates with their holders for the 202: no scan when nothing was freed since the read
@@ -282,54 +279,40 @@ def test_waiting_claims_cost_one_safety_net_statement_a_period_whatever_their_nu
 
 
 @contextmanager
-def exchanges() -> Iterator[list[tuple[str, int | None]]]:
+def exchanges() -> Iterator[list[tuple[str, bool]]]:
     """What this thread hands to psycopg, in order: each statement and each transaction command
-    psycopg sends on its own (BEGIN, COMMIT), with the number of the pipeline it went in (a
-    batch: one round trip for all of it), None outside one. The real calls run; this only records
-    them."""
-    seen: list[tuple[str, int | None]] = []
-    batches = [0]
+    psycopg sends on its own (BEGIN, COMMIT), with whether it went in a pipeline (a batch, one
+    round trip with its neighbours). The real calls run; this only records them."""
+    seen: list[tuple[str, bool]] = []
     here = threading.get_ident()
-    execute, command, pipeline = (
-        psycopg.Cursor.execute,
-        BaseConnection._exec_command,
-        psycopg.Connection.pipeline,
-    )
-
-    def batch(conn: Any) -> int | None:
-        return batches[0] if conn._pipeline is not None else None
+    execute, command = psycopg.Cursor.execute, BaseConnection._exec_command
 
     def on_execute(cursor: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
         if threading.get_ident() == here:
-            seen.append((" ".join(str(query).split())[:60], batch(cursor.connection)))
+            seen.append(
+                (" ".join(str(query).split())[:60], cursor.connection._pipeline is not None)
+            )
         return execute(cursor, query, *args, **kwargs)
 
     def on_command(conn: Any, cmd: bytes, *args: Any, **kwargs: Any) -> Any:
         if threading.get_ident() == here:
-            seen.append((cmd.decode(), batch(conn)))
+            seen.append((cmd.decode(), conn._pipeline is not None))
         return command(conn, cmd, *args, **kwargs)
-
-    def on_pipeline(conn: Any) -> Any:
-        if conn._pipeline is None:
-            batches[0] += 1
-        return pipeline(conn)
 
     psycopg.Cursor.execute = on_execute  # type: ignore[method-assign]
     BaseConnection._exec_command = on_command  # type: ignore[method-assign]
-    psycopg.Connection.pipeline = on_pipeline  # type: ignore[method-assign]
     try:
         yield seen
     finally:
         psycopg.Cursor.execute = execute  # type: ignore[method-assign]
         BaseConnection._exec_command = command  # type: ignore[method-assign]
-        psycopg.Connection.pipeline = pipeline  # type: ignore[method-assign]
 
 
-def round_trips(seen: list[tuple[str, int | None]]) -> list[list[str]]:
-    """``seen`` grouped into round trips: what went in one pipeline shares one."""
+def round_trips(seen: list[tuple[str, bool]]) -> list[list[str]]:
+    """``seen`` grouped into round trips: consecutive pipelined sends share one."""
     trips: list[list[str]] = []
-    for i, (sent, batch) in enumerate(seen):
-        if batch is not None and i and seen[i - 1][1] == batch:
+    for i, (sent, batched) in enumerate(seen):
+        if batched and i and seen[i - 1][1]:
             trips[-1].append(sent)
         else:
             trips.append([sent])
@@ -340,9 +323,8 @@ def test_a_placed_submit_takes_three_round_trips_its_begin_going_with_its_write(
     app: Flask, client: Any
 ) -> None:
     """The candidate read before BEGIN (autocommit: its own snapshot, as in READ COMMITTED), then
-    BEGIN with the insert and the reservation check in one batch, then COMMIT with the claim
-    NOTIFY after it: no round trip of its own for BEGIN or for the NOTIFY (SPEC §16: a placed
-    submit costs little more than its SQL)."""
+    BEGIN with the insert and the reservation check in one batch, then COMMIT: no round trip of
+    its own for BEGIN (SPEC §16: a placed submit costs little more than its SQL)."""
     fleet_of_one(client)
     placed(client, "warm")
     client.post("/v1/runs/warm/cancel", json={})
@@ -350,8 +332,7 @@ def test_a_placed_submit_takes_three_round_trips_its_begin_going_with_its_write(
         submit(client, two_steps("r1"), 201)
     trips = round_trips(seen)
     heads = [[sent.split()[0] for sent in trip] for trip in trips]
-    assert heads == [["SELECT"], ["BEGIN", "WITH", "SELECT", "WITH"], ["COMMIT", "SELECT"]], trips
-    assert "pg_notify" in trips[2][1], trips
+    assert heads == [["SELECT"], ["BEGIN", "WITH", "SELECT", "WITH"], ["COMMIT"]], trips
 
 
 def test_a_queued_submit_begins_its_transaction_with_its_insert(app: Flask, client: Any) -> None:
