@@ -20,6 +20,7 @@ from werkzeug.middleware.proxy_fix import ProxyFix
 from app.config import Config, load_config
 from app.context import Context
 from app.errors import MediatorError, Unavailable, error_body
+from app.jsonbytes import AnswerJSON
 from app.logs import configure_logging, log
 from app.metrics import count_request
 from app.migrate import schema_problem
@@ -121,6 +122,7 @@ def create_app(config: Config | Mapping[str, Any] | None = None) -> Flask:
     cfg = _config_of(config)
     configure_logging(cfg["log.format"], cfg["log.level"])
     app = Flask("mediator", static_folder=None)
+    app.json = AnswerJSON(app)
     app.json.sort_keys = False
     app.json.mimetype = "application/json; charset=utf-8"  # SPEC §2
     app.config.update(

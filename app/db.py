@@ -39,6 +39,15 @@ def _drop_if_server_spoke(dbapi_conn: Any, record: Any, proxy: Any) -> None:
         raise DisconnectionError("the database server ended this connection")
 
 
+def _leave_autocommit(conn: Connection, driver: Any) -> None:
+    """Back to transactions before the pool takes the connection again; one that cannot switch
+    (its server went away) is dropped, never handed out in autocommit."""
+    try:
+        driver.autocommit = False
+    except Exception:
+        conn.invalidate()
+
+
 def gate_options(idle_seconds: float) -> str:
     """The scan gate's session settings (SPEC §7, "A waiter that never scans"): server-side TCP
     keepalives and a user timeout drop the session of a host that lost power or its network, and
@@ -114,12 +123,19 @@ class Database:
         ``begin=True``, which carries BEGIN in its own round trip; the reads before it run in
         autocommit, each with its own snapshot as every statement has in READ COMMITTED. So a
         placed submit pays no round trip for BEGIN. ORM work inside it (after that write) joins
-        the transaction through ``Session(bind=conn)``. The pool restores the connection's
-        isolation level when it returns."""
+        the transaction through ``Session(bind=conn)``. The connection leaves autocommit before
+        it returns to the pool."""
         with self.engine.connect() as conn:
-            conn.execution_options(isolation_level="AUTOCOMMIT", **{LATE_BEGIN: True})
-            with conn.begin():
-                yield conn
+            driver = conn.connection.driver_connection
+            assert driver is not None
+            # psycopg's own switch: SQLAlchemy's isolation-level option costs as much again as
+            # the rest of the checkout, on the hottest path.
+            driver.autocommit = True
+            try:
+                with conn.begin():
+                    yield conn.execution_options(**{LATE_BEGIN: True})
+            finally:
+                _leave_autocommit(conn, driver)
 
     @contextmanager
     def read(self, *, snapshot: bool = False) -> Iterator[Session]:

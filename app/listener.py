@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import threading
 import time
 import weakref
@@ -271,18 +272,19 @@ class ClaimNotifier:
 
     def __init__(self, connect: Callable[[], Connection]) -> None:
         self._connect = connect
-        self._ready = threading.Condition()
-        self._pending: list[set[str]] = []
+        self._lock = threading.Lock()  # starting the thread
+        # What requests handed over (None: stop), a queue of C's: a request's hand-over takes no
+        # Python-level lock and wakes the thread without a condition's bookkeeping.
+        self._queue: queue.SimpleQueue[set[str] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._pid: int | None = None
-        self._stopping = False
         # A child starts clean: its lock free, nothing of its parent's pending, no thread yet.
         forked = weakref.WeakMethod(self._forked)
         os.register_at_fork(after_in_child=lambda: _call_if_alive(forked))
 
     def _forked(self) -> None:
-        self._ready = threading.Condition()
-        self._pending = []
+        self._lock = threading.Lock()
+        self._queue = queue.SimpleQueue()
         self._thread = None
         self._pid = None
 
@@ -290,26 +292,34 @@ class ClaimNotifier:
         """After the commit that concerns these nodes: their claims may now find a step."""
         if not nodes:
             return
-        with self._ready:
-            if self._pid != os.getpid() or self._thread is None or not self._thread.is_alive():
-                self._start()
-            self._pending.append(set(nodes))
-            self._ready.notify()
+        thread = self._thread
+        if self._pid != os.getpid() or thread is None or not thread.is_alive():
+            self._start()
+        self._queue.put(set(nodes))
 
     def _start(self) -> None:
-        self._pid = os.getpid()
-        self._stopping = False
-        self._thread = threading.Thread(target=self._run, name="mediator-notifier", daemon=True)
-        self._thread.start()
+        with self._lock:
+            thread = self._thread
+            if self._pid == os.getpid() and thread is not None and thread.is_alive():
+                return  # another request started it meanwhile
+            self._pid = os.getpid()
+            self._thread = threading.Thread(target=self._run, name="mediator-notifier", daemon=True)
+            self._thread.start()
 
     def _run(self) -> None:
         conn: Connection | None = None
-        while True:
-            with self._ready:
-                self._ready.wait_for(lambda: bool(self._pending) or self._stopping)
-                if not self._pending:
+        stopping = False
+        while not stopping:
+            handed = [self._queue.get()]
+            while True:  # and whatever else was handed over meanwhile, in the same statement
+                try:
+                    handed.append(self._queue.get_nowait())
+                except queue.Empty:
                     break
-                requests, self._pending = self._pending, []
+            stopping = None in handed
+            requests = [nodes for nodes in handed if nodes is not None]
+            if not requests:
+                continue
             payloads = claim_payloads(requests)
             for again in (True, False):
                 try:
@@ -331,11 +341,9 @@ class ClaimNotifier:
 
     def close(self) -> None:
         """Send what is pending, then stop (a worker shutting down)."""
-        with self._ready:
-            self._stopping = True
-            self._ready.notify()
         thread = self._thread
         if thread is not None and self._pid == os.getpid():
+            self._queue.put(None)
             thread.join(timeout=3)
 
 

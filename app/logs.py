@@ -9,14 +9,26 @@ and records of the standard ``logging`` module (gunicorn's error and access logs
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from typing import Any, TextIO
 
+import orjson
 import structlog
 from structlog.typing import EventDict, Processor, WrappedLogger
 
-_json: Processor = structlog.processors.JSONRenderer()
+
+def _line(event: Any, **kwargs: Any) -> str:
+    """One JSON line: orjson (a request's line cost a hundredth of a placed submit through the
+    standard library), the standard library for what orjson refuses."""
+    try:
+        return orjson.dumps(event, default=kwargs.get("default")).decode()
+    except orjson.JSONEncodeError:
+        return json.dumps(event, **kwargs)
+
+
+_json: Processor = structlog.processors.JSONRenderer(serializer=_line)
 # What every line ends in; ``configure_logging`` switches it for the whole process, for
 # structlog's events and the standard library's records alike.
 _renderer: Processor = _json

@@ -40,6 +40,7 @@ FORMAT_CHARACTERS = (
 )
 _FORMAT_RE = re.compile(f"[{FORMAT_CHARACTERS}]")
 _SURROGATE_RE = re.compile("[\ud800-\udfff]")  # only a lone one survives json.loads
+_UNSTORABLE_RE = re.compile("[\x00\ud800-\udfff]")
 _CAPABILITY_RE = re.compile(r"[a-z][a-z0-9._-]{0,199}")
 # One term of a duration as Go's time.ParseDuration reads it ("1.5h", "250ms", ".5s"), plus the
 # day that this server took before Go durations were. Longer units first: "ms" before "m".
@@ -391,10 +392,30 @@ def _unstorable(text: str) -> str | None:
     return None
 
 
+def _holds_unstorable(obj: object) -> bool:
+    """Whether any key or string in ``obj`` holds what :func:`_unstorable` names: all of them
+    searched at once."""
+    texts: list[str] = []
+    stack = [obj]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, str):
+            texts.append(node)
+        elif isinstance(node, dict):
+            texts.extend(node)  # its keys (JSON's are strings; anything else is skipped below)
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    joined = "".join(t for t in texts if isinstance(t, str))
+    return _UNSTORABLE_RE.search(joined) is not None
+
+
 def check_no_nul(obj: object) -> None:
     """Raise ``BadRequest`` naming the field when a key or string holds a NUL character or a lone
     surrogate, which no PostgreSQL text or jsonb value can store (SPEC §13: a 4xx, never a 500).
     Iterative, like :func:`check_json_depth`, which bounds the depth first."""
+    if not _holds_unstorable(obj):
+        return  # the common case, found without building a path for every value
     stack: list[tuple[object, str]] = [(obj, "")]
     while stack:
         node, path = stack.pop()
