@@ -279,40 +279,54 @@ def test_waiting_claims_cost_one_safety_net_statement_a_period_whatever_their_nu
 
 
 @contextmanager
-def exchanges() -> Iterator[list[tuple[str, bool]]]:
+def exchanges() -> Iterator[list[tuple[str, int | None]]]:
     """What this thread hands to psycopg, in order: each statement and each transaction command
-    psycopg sends on its own (BEGIN, COMMIT), with whether it went in a pipeline (a batch, one
-    round trip with its neighbours). The real calls run; this only records them."""
-    seen: list[tuple[str, bool]] = []
+    psycopg sends on its own (BEGIN, COMMIT), with the number of the pipeline it went in (a
+    batch: one round trip for all of it), None outside one. The real calls run; this only records
+    them."""
+    seen: list[tuple[str, int | None]] = []
+    batches = [0]
     here = threading.get_ident()
-    execute, command = psycopg.Cursor.execute, BaseConnection._exec_command
+    execute, command, pipeline = (
+        psycopg.Cursor.execute,
+        BaseConnection._exec_command,
+        psycopg.Connection.pipeline,
+    )
+
+    def batch(conn: Any) -> int | None:
+        return batches[0] if conn._pipeline is not None else None
 
     def on_execute(cursor: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
         if threading.get_ident() == here:
-            seen.append(
-                (" ".join(str(query).split())[:60], cursor.connection._pipeline is not None)
-            )
+            seen.append((" ".join(str(query).split())[:60], batch(cursor.connection)))
         return execute(cursor, query, *args, **kwargs)
 
     def on_command(conn: Any, cmd: bytes, *args: Any, **kwargs: Any) -> Any:
         if threading.get_ident() == here:
-            seen.append((cmd.decode(), conn._pipeline is not None))
+            seen.append((cmd.decode(), batch(conn)))
         return command(conn, cmd, *args, **kwargs)
+
+    def on_pipeline(conn: Any) -> Any:
+        if conn._pipeline is None:
+            batches[0] += 1
+        return pipeline(conn)
 
     psycopg.Cursor.execute = on_execute  # type: ignore[method-assign]
     BaseConnection._exec_command = on_command  # type: ignore[method-assign]
+    psycopg.Connection.pipeline = on_pipeline  # type: ignore[method-assign]
     try:
         yield seen
     finally:
         psycopg.Cursor.execute = execute  # type: ignore[method-assign]
         BaseConnection._exec_command = command  # type: ignore[method-assign]
+        psycopg.Connection.pipeline = pipeline  # type: ignore[method-assign]
 
 
-def round_trips(seen: list[tuple[str, bool]]) -> list[list[str]]:
-    """``seen`` grouped into round trips: consecutive pipelined sends share one."""
+def round_trips(seen: list[tuple[str, int | None]]) -> list[list[str]]:
+    """``seen`` grouped into round trips: what went in one pipeline shares one."""
     trips: list[list[str]] = []
-    for i, (sent, batched) in enumerate(seen):
-        if batched and i and seen[i - 1][1]:
+    for i, (sent, batch) in enumerate(seen):
+        if batch is not None and i and seen[i - 1][1] == batch:
             trips[-1].append(sent)
         else:
             trips.append([sent])
