@@ -120,9 +120,10 @@ class Database:
         bookkeeping around each statement was a tenth of a placed submit's CPU.
 
         The transaction begins with its first write, a statement the store sends with
-        ``begin=True``, which carries BEGIN in its own round trip; the reads before it run in
-        autocommit, each with its own snapshot as every statement has in READ COMMITTED. So a
-        placed submit pays no round trip for BEGIN. ORM work inside it (after that write) joins
+        ``begin=True``, which carries BEGIN in that write's round trip; the reads before it run
+        in autocommit, each with its own snapshot as every statement has in READ COMMITTED (so a
+        lock one of them took would end with it: a locking read belongs after the first write).
+        A placed submit pays no round trip for BEGIN. ORM work inside it (after that write) joins
         the transaction through ``Session(bind=conn)``. The connection leaves autocommit before
         it returns to the pool."""
         with self.engine.connect() as conn:
