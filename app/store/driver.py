@@ -131,9 +131,6 @@ def pipelined(
         # A batch's error arrives when the batch is read: it is reported with the whole batch.
         sql, values = sent[0] if len(sent) == 1 else ("; ".join(q for q, _ in sent), {})
         conn._handle_dbapi_exception(exc, sql, values, None, None)
-    finally:
-        for c in cursors:
-            c.close()
 
 
 def _begins_late(conn: Connection, driver: psycopg.Connection[Any]) -> bool:
@@ -156,7 +153,7 @@ def _send(
     sql: str,
     values: dict[str, Any] | None,
 ) -> None:
-    cursor = driver.cursor()
+    cursor = _cursor(driver, sql, cursors)
     cursors.append(cursor)
     if values is None:
         # BEGIN, the only statement without parameters here: transaction control, which the
@@ -166,3 +163,27 @@ def _send(
     for listen in conn.dispatch.before_cursor_execute:
         listen(conn, cursor, sql, values, None, False)
     cursor.execute(sql, values, prepare=True)
+
+
+def _cursor(
+    driver: psycopg.Connection[Any], sql: str, taken: list[psycopg.Cursor[Any]]
+) -> psycopg.Cursor[Any]:
+    """The connection's cursor for ``sql``, kept open while the connection lives: psycopg keeps
+    what it worked out for the last query a cursor ran (the conversion of its parameters: a new
+    cursor or another query builds it again, for an array parameter a new dumper each time),
+    and these statements are few and run over and over. Its last rows stay with it until it runs
+    again; the statements here fetch a few rows each. A statement twice in one batch gets a
+    cursor of its own for the second."""
+    kept: dict[str, psycopg.Cursor[Any]] | None = getattr(driver, _CURSORS, None)
+    if kept is None:
+        kept = {}
+        setattr(driver, _CURSORS, kept)
+    cursor = kept.get(sql)
+    if cursor is None or cursor.closed:
+        cursor = kept[sql] = driver.cursor()
+    elif any(c is cursor for c in taken):
+        return driver.cursor()
+    return cursor
+
+
+_CURSORS = "_mediator_cursors"
