@@ -39,6 +39,15 @@ def _drop_if_server_spoke(dbapi_conn: Any, record: Any, proxy: Any) -> None:
         raise DisconnectionError("the database server ended this connection")
 
 
+def _connect_args(name: str) -> dict[str, Any]:
+    """psycopg's settings of our connections: ``name`` as the ``application_name``, and no
+    statement prepared by psycopg itself. The statements that run often are prepared by
+    ``app.store.driver`` under names of its own, which live as long as the connection; psycopg
+    would send ``DEALLOCATE ALL`` after every ROLLBACK once it had prepared a statement of its
+    own (the end of every read), dropping those with its own."""
+    return {"application_name": name, "prepare_threshold": None}
+
+
 def _leave_autocommit(conn: Connection, driver: Any) -> None:
     """Back to transactions before the pool takes the connection again; one that cannot switch
     (its server went away) is dropped, never handed out in autocommit."""
@@ -89,7 +98,7 @@ class Database:
                 max_overflow=0,
                 # SPEC §15: a request that gets no connection in time is a 503, never a hang.
                 pool_timeout=self.config["database.pool_timeout"],
-                connect_args={"application_name": "mediator"},
+                connect_args=_connect_args("mediator"),
                 json_serializer=compact,  # jsonb parameters (SQLAlchemy hands it to psycopg)
             )
             event.listen(self._engine, "checkout", _drop_if_server_spoke)
@@ -162,7 +171,7 @@ class Database:
         and LISTEN, or the claim notifications; the caller owns it and closes it. ``options``:
         libpq's server-side settings of the session (:func:`gate_options`); ``name``: its
         ``application_name``."""
-        connect_args: dict[str, Any] = {"application_name": name}
+        connect_args = _connect_args(name)
         if options:
             connect_args["options"] = options
         engine = create_engine(

@@ -22,6 +22,7 @@ from flask import Flask
 from psycopg._connection_base import BaseConnection
 from sqlalchemy import event
 
+from app.store import driver
 from tests.agent import claim, claimed, report
 from tests.apps import client_of
 from tests.helpers import advertise, cap, contract, submit, two_steps
@@ -280,17 +281,19 @@ def test_waiting_claims_cost_one_safety_net_statement_a_period_whatever_their_nu
 
 @contextmanager
 def exchanges() -> Iterator[list[tuple[str, int | None]]]:
-    """What this thread hands to psycopg, in order: each statement and each transaction command
-    psycopg sends on its own (BEGIN, COMMIT), with the number of the pipeline it went in (a
-    batch: one round trip for all of it), None outside one. The real calls run; this only records
-    them."""
+    """What this thread sends to the database, in order: each statement and each transaction
+    command, with the number of the round trip it went in when it went with others (a batch of
+    ``app.store.driver.exchange``, or psycopg's pipeline), None when it went alone (psycopg's
+    own BEGIN or COMMIT, a statement through a psycopg cursor). The real calls run; this only
+    records them."""
     seen: list[tuple[str, int | None]] = []
     batches = [0]
     here = threading.get_ident()
-    execute, command, pipeline = (
+    execute, command, pipeline, batch_of = (
         psycopg.Cursor.execute,
         BaseConnection._exec_command,
         psycopg.Connection.pipeline,
+        driver.exchange,
     )
 
     def batch(conn: Any) -> int | None:
@@ -311,15 +314,24 @@ def exchanges() -> Iterator[list[tuple[str, int | None]]]:
             batches[0] += 1
         return pipeline(conn)
 
+    def on_exchange(conn: Any, opening: bytes | None, sent: list[tuple[str, Any]]) -> Any:
+        if threading.get_ident() == here:
+            batches[0] += 1
+            texts = ([opening.decode()] if opening else []) + [sql for sql, _ in sent]
+            seen.extend((" ".join(t.split())[:60], batches[0]) for t in texts)
+        return batch_of(conn, opening, sent)
+
     psycopg.Cursor.execute = on_execute  # type: ignore[method-assign]
     BaseConnection._exec_command = on_command  # type: ignore[method-assign]
     psycopg.Connection.pipeline = on_pipeline  # type: ignore[method-assign]
+    driver.exchange = on_exchange
     try:
         yield seen
     finally:
         psycopg.Cursor.execute = execute  # type: ignore[method-assign]
         BaseConnection._exec_command = command  # type: ignore[method-assign]
         psycopg.Connection.pipeline = pipeline  # type: ignore[method-assign]
+        driver.exchange = batch_of
 
 
 def round_trips(seen: list[tuple[str, int | None]]) -> list[list[str]]:
