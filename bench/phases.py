@@ -35,6 +35,7 @@ class Sizes:
     mode: str
     warmup: float  # seconds of load before a window is counted
     submit_seconds: float
+    submit_rounds: int  # alternating windows of the placed line and of the floor
     submit_nodes: int
     pgbench_seconds: float
     floor_seconds: float
@@ -57,9 +58,10 @@ FULL = Sizes(
     mode="full",
     warmup=3.0,
     submit_seconds=20.0,
+    submit_rounds=4,
     submit_nodes=2000,
     pgbench_seconds=20.0,
-    floor_seconds=15.0,
+    floor_seconds=20.0,
     queued_seconds=15.0,
     queued_before=10_000,
     wake_sizes=(1000, 10000, 100000),
@@ -79,9 +81,10 @@ QUICK = Sizes(
     mode="quick",
     warmup=1.0,
     submit_seconds=4.0,
+    submit_rounds=2,
     submit_nodes=2000,
     pgbench_seconds=3.0,
-    floor_seconds=3.0,
+    floor_seconds=4.0,
     queued_seconds=3.0,
     queued_before=10_000,
     wake_sizes=(1000, 10000),
@@ -224,9 +227,11 @@ SUBMIT_TABLES = ("nodes", "leases", "reservations", "runs", "steps", "queue_coun
 
 
 def placed_submits(b: Bench) -> dict[str, Any]:
-    """Closed loop of placed two-step submits on a fleet of ``submit_nodes`` boards, then pgbench
-    replaying the statements frozen in ``bench/floor.sql``, then the floor app running them, all
-    on one database."""
+    """Closed loop of placed two-step submits on a fleet of ``submit_nodes`` boards, and the
+    floor app running the statements frozen in ``bench/floor.sql``, both up at once on one
+    database and measured in alternating windows (``submit_rounds`` each, the order swapped
+    every round), so that a drift of the machine's speed moves both alike; then pgbench
+    replaying the same statements."""
     s = b.sizes
     url = b.dbs.fresh("submit")
     work = b.workdir / "submit"
@@ -235,53 +240,64 @@ def placed_submits(b: Bench) -> dict[str, Any]:
     slots = b.clients
     script = work / "submit.pgbench.sql"
     script.write_text(pgbench_script(statements, slots))
-    with b.server(url, "submit") as srv:
+    fl_work = work / "floor"
+    fl_work.mkdir(exist_ok=True)
+    threads = b.threads or 1000  # gunicorn.conf.py's default: the same settings as the Mediator
+    window = s.submit_seconds / s.submit_rounds
+    fl_window = s.floor_seconds / s.submit_rounds
+    say(
+        f"placed submits and the floor: {b.processes}×{b.client_threads} clients, "
+        f"{s.submit_nodes} nodes, {s.submit_rounds} alternating windows of {window:g} s "
+        f"and {fl_window:g} s"
+    )
+    tallies = {"app": Tally(), "floor": Tally()}
+    cores_of: dict[str, list[dict[str, float]]] = {"app": [], "floor": []}
+    rounds: list[dict[str, float]] = []
+    with (
+        b.server(url, "submit") as srv,
+        floor(url, fl_work, workers=b.workers, threads=threads) as fsrv,
+    ):
         _advertise_all(
             srv.port,
             [advert(f"sp-node-{n:05d}", slot=f"s{n % slots}") for n in range(s.submit_nodes)],
         )
-        vacuum_analyze(url, SUBMIT_TABLES)
-        say(
-            f"placed submits: {b.processes}×{b.client_threads} clients, {s.submit_nodes} nodes, "
-            f"{s.submit_seconds:g} s"
-        )
-        plans = closed_loop(
-            srv.port,
-            "submit",
-            {"prefix": "sp", "slots": slots},
-            processes=b.processes,
-            threads=b.client_threads,
-            duration=s.submit_seconds,
-            warmup=s.warmup,
-        )
-        with Sweeper(url, "sp-"):
-            result, cores = b.measure(srv, plans, s.warmup, s.submit_seconds)
-    app = summary(result.tally("submit"), s.submit_seconds, (201,))
+        for r in range(s.submit_rounds):
+            rates: dict[str, float] = {}
+            for which in ("app", "floor") if r % 2 == 0 else ("floor", "app"):
+                # Vacuumed and analysed before each window, so that none starts on the dead
+                # lease rows and stale statistics the one before it left.
+                vacuum_analyze(url, SUBMIT_TABLES)
+                server, seconds = (srv, window) if which == "app" else (fsrv, fl_window)
+                prefix = f"sp{r}" if which == "app" else f"fl{r}"
+                plans = closed_loop(
+                    server.port,
+                    "submit",
+                    {"prefix": prefix, "slots": slots},
+                    processes=b.processes,
+                    threads=b.client_threads,
+                    duration=seconds,
+                    warmup=s.warmup,
+                )
+                with Sweeper(url, prefix + "-"):
+                    result, cores = b.measure(server, plans, s.warmup, seconds)
+                tally = result.tally("submit")
+                tallies[which].merge(tally)
+                cores_of[which].append(cores)
+                rates[which] = summary(tally, seconds, (201,))["per_s"]
+            rounds.append(
+                {**rates, "ratio": round(rates["app"] / rates["floor"], 3) if rates["floor"] else 0}
+            )
+            say(f"  round {r + 1}: {rates['app']}/s placed, floor {rates['floor']}/s")
+    app = summary(tallies["app"], s.submit_seconds, (201,))
+    fl = summary(tallies["floor"], s.floor_seconds, (201,))
+    cores, fcores = _mean_cores(cores_of["app"]), _mean_cores(cores_of["floor"])
     say(f"  {app['per_s']}/s placed, p50 {app['p50_ms']} ms, p99 {app['p99_ms']} ms, {cores}")
+    say(f"  floor {fl['per_s']}/s, p99 {fl['p99_ms']} ms, {fcores}")
 
     say(f"pgbench: bench/floor.sql ({len(statements)} statements), {slots} clients")
     vacuum_analyze(url, SUBMIT_TABLES)
     pg = run_pgbench(url, script, clients=slots, threads=2, seconds=s.pgbench_seconds)
     say(f"  {pg['tps']} TPS")
-
-    say("floor: bare Flask + psycopg 3 running bench/floor.sql")
-    vacuum_analyze(url, SUBMIT_TABLES)
-    fl_work = work / "floor"
-    fl_work.mkdir(exist_ok=True)
-    threads = b.threads or 1000  # gunicorn.conf.py's default: the same settings as the Mediator
-    with floor(url, fl_work, workers=b.workers, threads=threads) as fsrv:
-        plans = closed_loop(
-            fsrv.port,
-            "submit",
-            {"prefix": "fl", "slots": slots},
-            processes=b.processes,
-            threads=b.client_threads,
-            duration=s.floor_seconds,
-            warmup=s.warmup,
-        )
-        fres, fcores = b.measure(fsrv, plans, s.warmup, s.floor_seconds)
-    fl = summary(fres.tally("submit"), s.floor_seconds, (201,))
-    say(f"  {fl['per_s']}/s, p99 {fl['p99_ms']} ms")
     return {
         "submit": {
             "app_per_s": app["per_s"],
@@ -295,6 +311,7 @@ def placed_submits(b: Bench) -> dict[str, Any]:
             "clients": f"{b.processes} processes × {b.client_threads} threads, keep-alive",
             "nodes": s.submit_nodes,
             "seconds": s.submit_seconds,
+            "rounds": rounds,
             "cpu_cores": cores,
         },
         "pgbench": {**pg, "statements": len(statements), "script": script.read_text()},
@@ -306,6 +323,12 @@ def placed_submits(b: Bench) -> dict[str, Any]:
             "cpu_cores": fcores,
         },
     }
+
+
+def _mean_cores(windows: list[dict[str, float]]) -> dict[str, float]:
+    """The cores of equally long windows, averaged."""
+    keys = windows[0].keys() if windows else ()
+    return {k: round(sum(w[k] for w in windows) / len(windows), 2) for k in keys}
 
 
 # ---------------------------------------------------------------- queued submits

@@ -1,0 +1,98 @@
+"""``app.store.driver``'s batches on libpq (``exchange``): statements prepared once per connection
+under names of their own, which outlive a rollback; an error raised with its class and
+constraint after the whole batch was read, the connection usable after it; the BEGIN of a
+session outside autocommit sent in the batch with its isolation level; a statement the server
+no longer has prepared fails its batch once and is prepared again."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from flask import Flask
+from sqlalchemy import text
+from sqlalchemy.exc import IntegrityError, ProgrammingError
+
+from app.store.driver import fetch, pipelined
+from tests.apps import app_on
+
+PROBE = text("CREATE TABLE IF NOT EXISTS driver_probe (n int PRIMARY KEY)")
+INSERT = text("INSERT INTO driver_probe (n) VALUES (:n) RETURNING n")
+COUNT = text("SELECT count(*) FROM driver_probe")
+ISOLATION = text("SELECT current_setting('transaction_isolation')")
+OURS = text(
+    "SELECT name FROM pg_prepared_statements WHERE name LIKE '\\_mediator\\_%' ORDER BY name"
+)
+
+
+@pytest.fixture
+def app(clean_db: str, tmp_path: Path) -> Iterator[Flask]:
+    with app_on(clean_db, tmp_path / "records", **{"database.pool_size": 1}) as application:
+        db = application.extensions["mediator"].db
+        with db.engine.begin() as conn:
+            conn.execute(PROBE)
+            conn.execute(text("TRUNCATE driver_probe"))
+        yield application
+
+
+def prepared_here(conn) -> list[str]:  # type: ignore[no-untyped-def]
+    return [row[0] for row in conn.execute(OURS)]
+
+
+def test_a_statement_is_prepared_once_on_its_connection_and_outlives_a_rollback(app: Flask):
+    db = app.extensions["mediator"].db
+    with db.transaction() as conn:
+        for _ in range(5):
+            assert fetch(conn, COUNT, {}) == [(0,)]
+        once = prepared_here(conn)
+    assert len(once) == 1, once
+    with db.begin() as s:  # the pool's only connection: a write, then a rollback
+        fetch(s, INSERT, {"n": 1})
+        s.rollback()
+    with db.transaction() as conn:
+        kept = prepared_here(conn)  # the count's and the insert's: no DEALLOCATE at the rollback
+        assert len(kept) == 2 and once[0] in kept, kept
+        assert fetch(conn, COUNT, {}) == [(0,)]
+        assert prepared_here(conn) == kept  # the count ran on its name again
+
+
+def test_an_error_in_a_batch_is_raised_with_its_constraint_and_nothing_after_it_runs(app: Flask):
+    db = app.extensions["mediator"].db
+    with db.transaction() as conn:
+        fetch(conn, INSERT, {"n": 1}, begin=True)
+    with pytest.raises(IntegrityError) as caught:
+        with db.transaction() as conn:
+            pipelined(conn, (INSERT, {"n": 2}), (INSERT, {"n": 1}), (INSERT, {"n": 3}), begin=True)
+    assert caught.value.orig is not None
+    assert caught.value.orig.diag.constraint_name == "driver_probe_pkey"
+    with db.transaction() as conn:  # the same connection, usable: the whole batch rolled back
+        assert fetch(conn, COUNT, {}) == [(1,)]
+        assert pipelined(conn, (INSERT, {"n": 2}), (INSERT, {"n": 3}), begin=True) == [
+            [(2,)],
+            [(3,)],
+        ]
+    with db.transaction() as conn:
+        assert fetch(conn, COUNT, {}) == [(3,)]
+
+
+def test_a_session_outside_autocommit_begins_in_the_batch_at_its_isolation_level(app: Flask):
+    db = app.extensions["mediator"].db
+    with db.read(snapshot=True) as s:
+        driver = s.connection().connection.driver_connection
+        assert driver.info.transaction_status.name == "IDLE"
+        assert fetch(s, ISOLATION, {}) == [("repeatable read",)]
+        assert driver.info.transaction_status.name == "INTRANS"
+    with db.begin() as s:
+        assert fetch(s, ISOLATION, {}) == [("read committed",)]
+
+
+def test_a_statement_the_server_dropped_fails_its_batch_once_then_is_prepared_again(app: Flask):
+    db = app.extensions["mediator"].db
+    with db.transaction() as conn:
+        assert fetch(conn, COUNT, {}) == [(0,)]
+        conn.exec_driver_sql("DEALLOCATE ALL")  # as a pooler's DISCARD ALL would
+        with pytest.raises(ProgrammingError, match="does not exist"):
+            fetch(conn, COUNT, {})
+        assert fetch(conn, COUNT, {}) == [(0,)]
+        assert len(prepared_here(conn)) == 1
