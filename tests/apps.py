@@ -17,6 +17,7 @@ from typing import Any
 import requests
 from flask import Flask
 from flask.testing import FlaskClient
+from sqlalchemy import text
 
 from app import create_app
 
@@ -53,6 +54,20 @@ def app_on(url: str, records: Any, **keys: Any) -> Iterator[Flask]:
         yield application
     finally:
         application.extensions["mediator"].close()
+
+
+@contextmanager
+def one_connection_app(url: str, records: Any, probe: str) -> Iterator[Flask]:
+    """:func:`app_on` with one connection in its pool (the next unit of work gets the same one)
+    and an empty table of the test's own, created by ``probe`` (``CREATE TABLE IF NOT EXISTS
+    <name> …``)."""
+    table = probe.split()[5]
+    with app_on(url, records, **{"database.pool_size": 1}) as application:
+        db = application.extensions["mediator"].db
+        with db.engine.begin() as conn:
+            conn.execute(text(probe))
+            conn.execute(text(f"TRUNCATE {table}"))
+        yield application
 
 
 def empty_records(root: Path) -> None:

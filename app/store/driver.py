@@ -183,9 +183,13 @@ def exchange(
         pgconn.pipeline_sync()
         _flush(pgconn)
         results = _read_until_sync(pgconn, len(expected))
-    finally:
-        if pgconn.pipeline_status != pq.PipelineStatus.OFF and not pgconn.is_busy():
-            pgconn.exit_pipeline_mode()
+    except BaseException:
+        # Part of a batch on the wire and its results unread (the connection failed, or the
+        # thread was interrupted): nothing can bring the session back to a known state. Closed,
+        # it is dropped by the pool instead of serving the next unit of work.
+        driver.close()
+        raise
+    pgconn.exit_pipeline_mode()
     error: PGresult | None = None
     rows: list[list[Row]] = []
     for result, is_statement, named in zip(results, expected, naming, strict=True):

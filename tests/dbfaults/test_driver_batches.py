@@ -15,9 +15,9 @@ from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError, ProgrammingError
 
 from app.store.driver import fetch, pipelined
-from tests.apps import app_on
+from tests.apps import one_connection_app
 
-PROBE = text("CREATE TABLE IF NOT EXISTS driver_probe (n int PRIMARY KEY)")
+PROBE = "CREATE TABLE IF NOT EXISTS driver_probe (n int PRIMARY KEY)"
 INSERT = text("INSERT INTO driver_probe (n) VALUES (:n) RETURNING n")
 COUNT = text("SELECT count(*) FROM driver_probe")
 ISOLATION = text("SELECT current_setting('transaction_isolation')")
@@ -28,11 +28,7 @@ OURS = text(
 
 @pytest.fixture
 def app(clean_db: str, tmp_path: Path) -> Iterator[Flask]:
-    with app_on(clean_db, tmp_path / "records", **{"database.pool_size": 1}) as application:
-        db = application.extensions["mediator"].db
-        with db.engine.begin() as conn:
-            conn.execute(PROBE)
-            conn.execute(text("TRUNCATE driver_probe"))
+    with one_connection_app(clean_db, tmp_path / "records", PROBE) as application:
         yield application
 
 

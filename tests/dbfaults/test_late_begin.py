@@ -13,20 +13,16 @@ from flask import Flask
 from sqlalchemy import text
 
 from app.store.driver import fetch, pipelined
-from tests.apps import app_on
+from tests.apps import one_connection_app
 
-PROBE = text("CREATE TABLE IF NOT EXISTS late_begin_probe (n int)")
+PROBE = "CREATE TABLE IF NOT EXISTS late_begin_probe (n int)"
 INSERT = text("INSERT INTO late_begin_probe (n) VALUES (:n) RETURNING n")
 COUNT = text("SELECT count(*) FROM late_begin_probe")
 
 
 @pytest.fixture
 def app(clean_db: str, tmp_path: Path) -> Iterator[Flask]:
-    with app_on(clean_db, tmp_path / "records", **{"database.pool_size": 1}) as application:
-        db = application.extensions["mediator"].db
-        with db.engine.begin() as conn:
-            conn.execute(PROBE)
-            conn.execute(text("TRUNCATE late_begin_probe"))
+    with one_connection_app(clean_db, tmp_path / "records", PROBE) as application:
         yield application
 
 
