@@ -150,8 +150,9 @@ def exchange(
     read, so the connection is ready for the ROLLBACK."""
     pgconn = driver.pgconn
     state = _state_of(driver)
-    expected: list[bool] = []  # per result: whether it is a statement's (not BEGIN's, PREPARE's)
-    naming: list[tuple[tuple[bytes, tuple[int, ...]], bytes] | None] = []
+    # What each result answers, in order: a statement (True) or not, and the (key, name) a
+    # PREPARE's result records once it succeeded.
+    commands: list[tuple[bool, tuple[tuple[bytes, tuple[int, ...]], bytes] | None]] = []
     queries = []
     for sql, values in sent:
         query = PostgresQuery(state.adapters)
@@ -161,8 +162,7 @@ def exchange(
     try:
         if opening is not None:
             pgconn.send_query_params(opening, None)
-            expected.append(False)
-            naming.append(None)
+            commands.append((False, None))
         for query in queries:
             key = (query.query, query.types)
             name = state.prepared.get(key)
@@ -170,19 +170,17 @@ def exchange(
                 state.names += 1
                 name = b"_mediator_%d" % state.names
                 pgconn.send_prepare(name, query.query, param_types=query.types)
-                expected.append(False)
-                naming.append((key, name))
+                commands.append((False, (key, name)))
             if name is None:  # too many shapes on this connection: an unnamed statement
                 pgconn.send_query_params(
                     query.query, query.params, param_types=query.types, param_formats=query.formats
                 )
             else:
                 pgconn.send_query_prepared(name, query.params, param_formats=query.formats)
-            expected.append(True)
-            naming.append(None)
+            commands.append((True, None))
         pgconn.pipeline_sync()
         _flush(pgconn)
-        results = _read_until_sync(pgconn, len(expected))
+        results = _read_until_sync(pgconn, len(commands))
     except BaseException:
         # Part of a batch on the wire and its results unread (the connection failed, or the
         # thread was interrupted): nothing can bring the session back to a known state. Closed,
@@ -192,7 +190,7 @@ def exchange(
     pgconn.exit_pipeline_mode()
     error: PGresult | None = None
     rows: list[list[Row]] = []
-    for result, is_statement, named in zip(results, expected, naming, strict=True):
+    for result, (is_statement, named) in zip(results, commands, strict=True):
         status = result.status
         if status == pq.ExecStatus.FATAL_ERROR:
             error = error or result

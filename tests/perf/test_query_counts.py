@@ -283,36 +283,26 @@ def test_waiting_claims_cost_one_safety_net_statement_a_period_whatever_their_nu
 def exchanges() -> Iterator[list[tuple[str, int | None]]]:
     """What this thread sends to the database, in order: each statement and each transaction
     command, with the number of the round trip it went in when it went with others (a batch of
-    ``app.store.driver.exchange``, or psycopg's pipeline), None when it went alone (psycopg's
-    own BEGIN or COMMIT, a statement through a psycopg cursor). The real calls run; this only
-    records them."""
+    ``app.store.driver.exchange``), None when it went alone (psycopg's own BEGIN or COMMIT, a
+    statement through a psycopg cursor). The real calls run; this only records them."""
     seen: list[tuple[str, int | None]] = []
     batches = [0]
     here = threading.get_ident()
-    execute, command, pipeline, batch_of = (
+    execute, command, batch_of = (
         psycopg.Cursor.execute,
         BaseConnection._exec_command,
-        psycopg.Connection.pipeline,
         driver.exchange,
     )
 
-    def batch(conn: Any) -> int | None:
-        return batches[0] if conn._pipeline is not None else None
-
     def on_execute(cursor: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
         if threading.get_ident() == here:
-            seen.append((" ".join(str(query).split())[:60], batch(cursor.connection)))
+            seen.append((" ".join(str(query).split())[:60], None))
         return execute(cursor, query, *args, **kwargs)
 
     def on_command(conn: Any, cmd: bytes, *args: Any, **kwargs: Any) -> Any:
         if threading.get_ident() == here:
-            seen.append((cmd.decode(), batch(conn)))
+            seen.append((cmd.decode(), None))
         return command(conn, cmd, *args, **kwargs)
-
-    def on_pipeline(conn: Any) -> Any:
-        if conn._pipeline is None:
-            batches[0] += 1
-        return pipeline(conn)
 
     def on_exchange(conn: Any, opening: bytes | None, sent: list[tuple[str, Any]]) -> Any:
         if threading.get_ident() == here:
@@ -323,19 +313,17 @@ def exchanges() -> Iterator[list[tuple[str, int | None]]]:
 
     psycopg.Cursor.execute = on_execute  # type: ignore[method-assign]
     BaseConnection._exec_command = on_command  # type: ignore[method-assign]
-    psycopg.Connection.pipeline = on_pipeline  # type: ignore[method-assign]
     driver.exchange = on_exchange
     try:
         yield seen
     finally:
         psycopg.Cursor.execute = execute  # type: ignore[method-assign]
         BaseConnection._exec_command = command  # type: ignore[method-assign]
-        psycopg.Connection.pipeline = pipeline  # type: ignore[method-assign]
         driver.exchange = batch_of
 
 
 def round_trips(seen: list[tuple[str, int | None]]) -> list[list[str]]:
-    """``seen`` grouped into round trips: what went in one pipeline shares one."""
+    """``seen`` grouped into round trips: what went in one batch shares one."""
     trips: list[list[str]] = []
     for i, (sent, batch) in enumerate(seen):
         if batch is not None and i and seen[i - 1][1] == batch:
