@@ -19,10 +19,24 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from sqlalchemy import Connection as SAConnection
+
 from app.context import Context
 from app.httpclient import Connection
+from app.listener import CLAIM_CHANNEL, claim_payloads
 from app.logs import log
 from app.metrics import WEBHOOKS_DROPPED
+from app.store.server import commit_and_notify
+
+
+def commit_notifying(conn: SAConnection, nodes: set[str]) -> None:
+    """Commit, and notify the claims of ``nodes`` in a transaction of its own right after the
+    commit, in the commit's round trip: no hand-over to the notifier and no round trip of its
+    own. A notification that fails is logged (the commit stands; the claims' safety net finds
+    the steps, SPEC §8)."""
+    error = commit_and_notify(conn, CLAIM_CHANNEL, claim_payloads([nodes]))
+    if error is not None:
+        log.warning("claim notification failed", nodes=len(nodes), error=type(error).__name__)
 
 
 def notify_claimable(ctx: Context, nodes: set[str]) -> None:

@@ -19,7 +19,7 @@ from app.metrics import SUBMITS
 from app.records import record_location
 from app.reserve import Held, reserved_against
 from app.services.execution import start_steps, starts_anything
-from app.services.notify import AfterCommit
+from app.services.notify import AfterCommit, commit_notifying
 from app.services.observe import new_run_view, queued_run_view, render_run
 from app.services.placement import assigned_json, grants, node_for_role
 from app.services.queue import scan_ended_at_marks, wake_after_commit
@@ -210,11 +210,11 @@ def _place(
             with Session(bind=s, expire_on_commit=False) as orm:
                 start_steps(orm, ctx, contract.run_id, after)
                 orm.flush()
-        else:
-            # Every step is PENDING and nothing starts by itself: the claims of the steps'
-            # nodes are what the commit leaves to do.
-            after.claim_nodes |= {bound[st.uses] for st in contract.steps if st.uses in bound}
         ctx.records.open(location, _manifest(contract, caller, RUNNING, created_at))
+        if not started:
+            # Every step is PENDING and nothing starts by itself: the claims of the steps'
+            # nodes are all the commit leaves to do, notified in the commit's round trip.
+            commit_notifying(s, {bound[st.uses] for st in contract.steps if st.uses in bound})
         labels = {n: found.labels.get(n) for n in outcome.nodes()}
         return _Placed(created_at, outcome, labels, started)
 

@@ -17,7 +17,7 @@ import select
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import psycopg
 from psycopg import adapt, pq
@@ -113,14 +113,51 @@ def pipelined(
     same round trip. On a connection outside autocommit whose transaction has not begun, the
     BEGIN psycopg would send goes ahead of them in the same way (its isolation level with it)."""
     conn = _connection(s)
-    driver = conn.connection.driver_connection
-    assert isinstance(driver, psycopg.Connection)
+    driver = _driver(conn)
     idle = driver.pgconn.transaction_status == pq.TransactionStatus.IDLE
     opening: bytes | None = None
     if idle and begin and conn.get_execution_options().get(LATE_BEGIN):
         opening = _BEGIN
     elif idle and not driver.autocommit:
         opening = driver._get_tx_start_command()
+    sent = _compiled_batch(conn, statements)
+    try:
+        return exchange(driver, opening, sent)
+    except psycopg.Error as exc:
+        _reraise(conn, exc, sent)
+
+
+def commit_then(
+    s: Session | Connection, *statements: tuple[ClauseElement, Mapping[str, Any]]
+) -> Exception | None:
+    """Commit the caller's transaction, then run ``statements`` after the commit in a transaction
+    of their own (committed at the batch's end), all in one round trip: what must follow a
+    commit (a NOTIFY that wakes a claim to read what it wrote) without a round trip of its own.
+    The COMMIT's error is raised (nothing after it ran, the transaction is gone); an error of the
+    statements after it is returned (their transaction rolled back, the commit stands). The
+    caller's transaction manager finds the connection idle and sends no COMMIT of its own."""
+    conn = _connection(s)
+    driver = _driver(conn)
+    sent = _compiled_batch(conn, statements)
+    after: list[psycopg.Error] = []
+    try:
+        exchange(driver, b"COMMIT", sent, after_opening=after)
+    except psycopg.Error as exc:
+        _reraise(conn, exc, [("COMMIT", {}), *sent])
+    return after[0] if after else None
+
+
+def _driver(conn: Connection) -> psycopg.Connection[Any]:
+    driver = conn.connection.driver_connection
+    assert isinstance(driver, psycopg.Connection)
+    return driver
+
+
+def _compiled_batch(
+    conn: Connection, statements: tuple[tuple[ClauseElement, Mapping[str, Any]], ...]
+) -> list[tuple[str, dict[str, Any]]]:
+    """Each statement's SQL and values, as the engine's ``before_cursor_execute`` listeners see
+    them."""
     sent: list[tuple[str, dict[str, Any]]] = []
     for statement, params in statements:
         compiled = _compile(statement, conn.dialect)
@@ -128,17 +165,25 @@ def pipelined(
         for listen in conn.dispatch.before_cursor_execute:
             listen(conn, None, compiled.sql, values, None, False)
         sent.append((compiled.sql, values))
-    try:
-        return exchange(driver, opening, sent)
-    except psycopg.Error as exc:
-        # A batch's error arrives when the batch is read: it is reported with the whole batch.
-        sql, values = sent[0] if len(sent) == 1 else ("; ".join(q for q, _ in sent), {})
-        conn._handle_dbapi_exception(exc, sql, values, None, None)
-        raise  # not reached: SQLAlchemy raises its own
+    return sent
+
+
+def _reraise(
+    conn: Connection, exc: psycopg.Error, sent: list[tuple[str, dict[str, Any]]]
+) -> NoReturn:
+    """A batch's error, which arrives when the whole batch is read, reported with the batch
+    through the connection's own error handling (SQLAlchemy's exception classes)."""
+    sql, values = sent[0] if len(sent) == 1 else ("; ".join(q for q, _ in sent), {})
+    conn._handle_dbapi_exception(exc, sql, values, None, None)
+    raise AssertionError("not reached: SQLAlchemy raises its own")
 
 
 def exchange(
-    driver: psycopg.Connection[Any], opening: bytes | None, sent: list[tuple[str, dict[str, Any]]]
+    driver: psycopg.Connection[Any],
+    opening: bytes | None,
+    sent: list[tuple[str, dict[str, Any]]],
+    *,
+    after_opening: list[psycopg.Error] | None = None,
 ) -> list[list[Row]]:
     """One round trip: ``opening`` (a BEGIN, or None) and the statements, each prepared on the
     connection the first time it runs there, sent in one write and read back in one pass; the
@@ -147,7 +192,8 @@ def exchange(
     batch two to three times the Python a single statement costs. The parameters are converted
     by psycopg's adapters and the rows by its loaders, as its cursors do. The first error is
     raised as psycopg raises it (its SQLSTATE class, its diagnostics), after the whole batch was
-    read, so the connection is ready for the ROLLBACK."""
+    read, so the connection is ready for the ROLLBACK. ``after_opening``: an error of the
+    statements after an opening that succeeded is appended there instead of raised."""
     pgconn = driver.pgconn
     state = _state_of(driver)
     # What each result answers, in order: a statement (True) or not, and the (key, name) a
@@ -203,7 +249,11 @@ def exchange(
     if error is not None:
         if error.error_field(pq.DiagnosticField.SQLSTATE) in _PREPARED_LOST:
             state.prepared.clear()  # prepared again on the next use
-        raise psycopg.errors.error_from_result(error, encoding=driver.info.encoding)
+        exc = psycopg.errors.error_from_result(error, encoding=driver.info.encoding)
+        opened = opening is not None and results[0].status != pq.ExecStatus.FATAL_ERROR
+        if after_opening is None or not opened:
+            raise exc
+        after_opening.append(exc)
     return rows
 
 

@@ -8,7 +8,7 @@ from datetime import datetime
 from sqlalchemy import Connection, func, literal, select, text
 from sqlalchemy.orm import Session
 
-from app.store.driver import fetch
+from app.store.driver import commit_then, fetch
 
 
 def database_now(s: Session) -> datetime:
@@ -21,13 +21,28 @@ def has_passed(s: Session, when: datetime) -> bool:
     return bool(s.execute(select(literal(when) <= func.now())).scalar_one())
 
 
-_NOTIFY_EACH = text("SELECT pg_notify(:channel, p) FROM unnest(CAST(:payloads AS text[])) AS p")
+# One ``pg_notify`` per payload, in a transaction that does not wait for the WAL to reach the
+# disk at its commit: it holds no data (a notification lost in a crash is one the claims'
+# safety net stands in for, SPEC §8), and a NOTIFY's transaction keeps the database's
+# notification lock until its commit ends.
+_NOTIFY_EACH = text(
+    "WITH soft AS (SELECT set_config('synchronous_commit', 'off', true))"
+    " SELECT pg_notify(:channel, p) FROM soft, unnest(CAST(:payloads AS text[])) AS p"
+)
 
 
 def notify_each(conn: Connection, channel: str, payloads: list[str]) -> None:
     """One ``pg_notify`` per payload, in one statement (on an autocommit connection: delivered at
     once, as one transaction)."""
     fetch(conn, _NOTIFY_EACH, {"channel": channel, "payloads": payloads})
+
+
+def commit_and_notify(conn: Connection, channel: str, payloads: list[str]) -> Exception | None:
+    """Commit the caller's transaction, then send one ``pg_notify`` per payload in a transaction
+    of its own right after it, in the commit's round trip (the notified see what was committed).
+    Raises the commit's error; returns the notifications' (the commit stands, they were not
+    sent)."""
+    return commit_then(conn, (_NOTIFY_EACH, {"channel": channel, "payloads": payloads}))
 
 
 def durable_commit(s: Session) -> None:

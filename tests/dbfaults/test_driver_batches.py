@@ -2,19 +2,23 @@
 under names of their own, which outlive a rollback; an error raised with its class and
 constraint after the whole batch was read, the connection usable after it; the BEGIN of a
 session outside autocommit sent in the batch with its isolation level; a statement the server
-no longer has prepared fails its batch once and is prepared again."""
+no longer has prepared fails its batch once and is prepared again; a commit with statements
+after it in its round trip (``commit_then``), whose own error is raised and theirs returned."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 from flask import Flask
 from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError, ProgrammingError
 
-from app.store.driver import fetch, pipelined
+from app.config import to_libpq_url
+from app.store.driver import commit_then, fetch, pipelined
+from app.store.server import commit_and_notify
 from tests.apps import one_connection_app
 
 PROBE = "CREATE TABLE IF NOT EXISTS driver_probe (n int PRIMARY KEY)"
@@ -92,3 +96,55 @@ def test_a_statement_the_server_dropped_fails_its_batch_once_then_is_prepared_ag
             fetch(conn, COUNT, {})
         assert fetch(conn, COUNT, {}) == [(0,)]
         assert len(prepared_here(conn)) == 1
+
+
+DEFERRED = text(
+    "CREATE TABLE IF NOT EXISTS driver_deferred (n int UNIQUE DEFERRABLE INITIALLY DEFERRED)"
+)
+SOFT = text("SELECT current_setting('synchronous_commit')")
+
+
+def test_a_commit_then_runs_what_follows_it_in_a_transaction_of_its_own(
+    app: Flask, clean_db: str
+):
+    """The commit stands and is visible to others; the statement after it ran after it (its
+    NOTIFY delivered); the connection is idle after the batch and the notification's soft
+    commit setting did not outlive its transaction."""
+    db = app.extensions["mediator"].db
+    with psycopg.connect(to_libpq_url(clean_db), autocommit=True) as listener:
+        listener.execute("LISTEN driver_probe")
+        with db.transaction() as conn:
+            fetch(conn, INSERT, {"n": 1}, begin=True)
+            assert commit_and_notify(conn, "driver_probe", ["one", "two"]) is None
+            driver = conn.connection.driver_connection
+            assert driver.info.transaction_status.name == "IDLE"
+            assert fetch(conn, SOFT, {}) == [("on",)]
+        got = [n.payload for n in listener.notifies(timeout=30, stop_after=2)]
+        assert got == ["one", "two"]
+        assert listener.execute("SELECT n FROM driver_probe").fetchall() == [(1,)]
+
+
+def test_an_error_after_the_commit_is_returned_and_the_commit_stands(app: Flask):
+    db = app.extensions["mediator"].db
+    with db.transaction() as conn:
+        fetch(conn, INSERT, {"n": 1}, begin=True)
+        error = commit_then(conn, (INSERT, {"n": 1}))  # its own transaction: the key is taken
+    assert isinstance(error, psycopg.errors.UniqueViolation), error
+    with db.transaction() as conn:  # the same connection, usable
+        assert fetch(conn, COUNT, {}) == [(1,)]
+
+
+def test_a_commit_that_fails_is_raised_and_nothing_after_it_runs(app: Flask):
+    db = app.extensions["mediator"].db
+    with db.engine.begin() as conn:
+        conn.execute(DEFERRED)
+        conn.execute(text("TRUNCATE driver_deferred"))
+    with pytest.raises(IntegrityError) as caught:
+        with db.transaction() as conn:
+            fetch(conn, text("INSERT INTO driver_deferred VALUES (1), (1)"), {}, begin=True)
+            commit_then(conn, (INSERT, {"n": 7}))  # the unique check is deferred to COMMIT
+    assert caught.value.orig is not None
+    assert caught.value.orig.diag.constraint_name == "driver_deferred_n_key"
+    with db.transaction() as conn:  # the same connection, usable; the insert after never ran
+        assert fetch(conn, COUNT, {}) == [(0,)]
+        assert fetch(conn, text("SELECT count(*) FROM driver_deferred"), {}) == [(0,)]
