@@ -91,8 +91,11 @@ def _restart(s: Session, advert: Advert, after: AfterCommit, causes: list[str]) 
 def _store_advert(
     ctx: Context, advert: Advert, principal: str | None, after: AfterCommit
 ) -> _Stored:
-    """One transaction: the heartbeat's two statements (:func:`heartbeat`); after a restart of
-    the node, its failed runs first, then the same renewal and store."""
+    """The heartbeat's one statement (:func:`heartbeat`) in autocommit: it commits by itself, in
+    its one round trip, with no transaction around it (SPEC §16: an advert that changes nothing
+    costs one small statement). A restart of the node writes nothing there; it is looked at
+    again in one transaction that holds the node row: its failed runs first, then the same
+    renewal and store."""
     causes: list[str] = []
     fields: dict[str, Any] = {
         "node_id": advert.node_id,
@@ -103,11 +106,15 @@ def _store_advert(
         "drain": advert.drain,
         "window_seconds": ctx.lease_window_seconds,
     }
-    with ctx.db.begin() as s:
-        beat = heartbeat(s, **fields)
+    with ctx.db.transaction() as conn:
+        beat = heartbeat(conn, **fields)
         if beat.restarted:
-            _restart(s, advert, after, causes)
-            beat = heartbeat(s, **fields, check_restart=False)
+            beat = heartbeat(conn, **fields, begin=True)  # BEGIN: the row's lock is kept
+        if beat.restarted:
+            with Session(bind=conn, expire_on_commit=False) as s:  # joins the transaction
+                _restart(s, advert, after, causes)
+                s.flush()
+            beat = heartbeat(conn, **fields, check_restart=False)
         previous = beat.previous
     if previous is None or not previous.live:
         causes.append(f"node {advert.node_id} is live")

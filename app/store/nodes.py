@@ -109,7 +109,7 @@ class _HeartbeatRow(NamedTuple):
 
 
 def heartbeat(
-    s: Session,
+    s: Session | Connection,
     *,
     node_id: str,
     label: str | None,
@@ -119,6 +119,7 @@ def heartbeat(
     drain: str,
     window_seconds: int,
     check_restart: bool = True,
+    begin: bool = False,
 ) -> Heartbeat:
     """An advert in one statement (SPEC §4): whether another instance holds a claim of this node
     (a restart), with the node row locked and read as it was; unless it restarted (and
@@ -134,7 +135,11 @@ def heartbeat(
 
     The node row is locked first here (``prev`` is read before the upsert, which selects from
     it). Only adverts of the same node lock it, and none of the transactions that lock runs, steps
-    or leases waits for a node row, so this order cannot deadlock with them."""
+    or leases waits for a node row, so this order cannot deadlock with them.
+
+    ``begin``: on a connection whose transaction begins with its first write
+    (``Database.transaction``), begin it with this statement, so that the row's lock is held
+    until the commit; else, there, the statement commits by itself."""
     found = fetch(
         s,
         _HEARTBEAT,
@@ -149,6 +154,7 @@ def heartbeat(
             "drain": drain,
             "window": window_seconds,
         },
+        begin=begin,
     )
     rows = [_HeartbeatRow._make(row) for row in found]
     head = rows[0]

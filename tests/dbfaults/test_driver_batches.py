@@ -104,9 +104,7 @@ DEFERRED = text(
 SOFT = text("SELECT current_setting('synchronous_commit')")
 
 
-def test_a_commit_then_runs_what_follows_it_in_a_transaction_of_its_own(
-    app: Flask, clean_db: str
-):
+def test_a_commit_then_runs_what_follows_it_in_a_transaction_of_its_own(app: Flask, clean_db: str):
     """The commit stands and is visible to others; the statement after it ran after it (its
     NOTIFY delivered); the connection is idle after the batch and the notification's soft
     commit setting did not outlive its transaction."""

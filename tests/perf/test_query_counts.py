@@ -166,6 +166,20 @@ def test_a_heartbeat_stays_within_its_statements(app: Flask, client: Any) -> Non
     assert_within("advert heartbeat", seen)
 
 
+def test_an_advert_that_changes_nothing_is_one_round_trip_without_begin_or_commit(
+    app: Flask, client: Any
+) -> None:
+    """Its one statement commits by itself (autocommit), so no BEGIN goes ahead of it and no
+    COMMIT after it (SPEC §16: an advert that changes nothing costs one small statement)."""
+    fleet_of_one(client)
+    placed(client)
+    with exchanges() as seen:
+        advertise(client, "n1", cap(), instance="boot-1")
+    trips = round_trips(seen)
+    assert len(trips) == 1 and len(trips[0]) == 1, trips
+    assert trips[0][0].startswith("WITH prev AS"), trips
+
+
 def test_the_first_advert_of_a_node_stays_within_its_statements(app: Flask, client: Any) -> None:
     fleet_of_one(client)
     with counting(app) as seen:
