@@ -54,6 +54,24 @@ class MediatorParser(FlaskParser):
     ) -> NoReturn:
         raise BadRequest("body is not valid JSON")
 
+    def parse(
+        self,
+        argmap: Any,
+        req: Any = None,
+        *,
+        location: str | None = None,
+        validate: Any = None,
+        **kwargs: Any,
+    ) -> Any:
+        """A body schema's ``fast_load`` first, when it has one (the hot routes' bodies of the
+        usual shape); any body it does not take goes through webargs and the schema as always."""
+        fast = getattr(argmap, "fast_load", None)
+        if fast is not None and validate is None and location in (None, "json"):
+            loaded = fast(self.load_json(req, argmap))
+            if loaded is not None:
+                return loaded
+        return super().parse(argmap, req, location=location, validate=validate, **kwargs)
+
     def load_json(self, req: Any, schema: Any) -> Any:
         # A node agent's body is never refused for its text: its schema turns NUL into U+FFFD.
         body = json_body(nul_allowed=isinstance(schema, AgentBody))
