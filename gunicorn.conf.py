@@ -5,6 +5,7 @@ connection, so threads are many and the pool per process is small. Engines, pool
 threads are created in each worker after fork, never in the master (no preload_app).
 """
 
+import gc
 import os
 import sys
 import tempfile
@@ -148,6 +149,11 @@ def post_worker_init(worker):
     from app import startup
 
     startup(worker.wsgi)
+    # What a started worker holds (modules, the app, its tables' metadata) is never garbage:
+    # frozen out of the collector's generations, a full collection no longer traverses it while
+    # every thread of the worker waits (it took 100-170 ms of a worker with a fleet's claims
+    # waiting), only what came since.
+    gc.freeze()
 
 
 def worker_exit(server, worker):

@@ -6,12 +6,14 @@ is where gunicorn's own threaded worker waits forever (seen as a gunicorn that d
 from __future__ import annotations
 
 import ast
+import gc
 import os
 import selectors
 import signal
 import socket
 import threading
 import time
+from types import SimpleNamespace
 from typing import Any
 
 from gunicorn.config import Config
@@ -217,3 +219,24 @@ def test_a_connection_without_a_next_request_goes_back_to_the_poller():
         keep = worker.handle(conn)
         assert answers(client, 1) == 1
     assert keep is True and worker.nr == 1
+
+
+def test_a_started_worker_freezes_what_it_holds_out_of_the_collector(monkeypatch):
+    """post_worker_init: the start-up first, then ``gc.freeze()``, so that a full collection
+    does not traverse the modules and the app while every thread of the worker waits."""
+    tree = ast.parse((ROOT / "gunicorn.conf.py").read_text())
+    hook = next(
+        n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "post_worker_init"
+    )
+    namespace: dict[str, object] = {"gc": gc}
+    exec(compile(ast.Module(body=[hook], type_ignores=[]), "gunicorn.conf.py", "exec"), namespace)
+    started: list[object] = []
+    monkeypatch.setattr("app.startup", lambda wsgi: started.append((wsgi, gc.get_freeze_count())))
+    worker = SimpleNamespace(wsgi=object())
+    assert gc.get_freeze_count() == 0
+    try:
+        namespace["post_worker_init"](worker)  # type: ignore[operator]
+        assert started == [(worker.wsgi, 0)]  # frozen after the start-up, not before
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
