@@ -289,21 +289,38 @@ def candidate_adverts(
     return found
 
 
+# The satisfying live nodes of one wanted entry in candidate order, each with whether it is
+# unavailable (a lease, a drain, or a reservation of a run of ``reserved_for``'s priority or
+# higher). ``busy`` is computed row by row as a LIMIT above pulls them, so a placement that finds
+# free nodes first looks up the holders of those only; each holder is an index probe (a scalar
+# subquery: never a hash of the whole leases table built for one submit).
+_ORDERED = """
+        SELECT n.node_id, n.label, n.attr_count,
+          (n.drain <> ''
+           OR (SELECT true FROM leases WHERE leases.node_id = n.node_id LIMIT 1) IS NOT NULL
+           OR (CAST(:reserved_for AS integer) IS NOT NULL AND (
+                 SELECT true FROM reservations JOIN runs ON runs.run_id = reservations.run_id
+                 WHERE reservations.node_id = n.node_id
+                   AND runs.priority >= CAST(:reserved_for AS integer) LIMIT 1) IS NOT NULL))
+            AS busy
+        FROM nodes AS n
+        WHERE n.expires_at > now() AND n.capabilities @> (k.want -> 'contains')
+        ORDER BY n.attr_count, n.node_id COLLATE "C"
+        OFFSET 0"""
+# The first ``limit`` of them with free ones first: the free ones in order, then (only when they
+# are fewer) the unavailable ones in order.
 _FIRSTS = text(
-    """
+    f"""
     SELECT k.i AS key_no, c.node_id, c.label, c.busy
     FROM jsonb_array_elements(:wanted) WITH ORDINALITY AS k(want, i)
     CROSS JOIN LATERAL (
-      SELECT n.node_id, n.label, n.attr_count,
-        (n.drain <> ''
-         OR EXISTS (SELECT 1 FROM leases WHERE leases.node_id = n.node_id)
-         OR (CAST(:reserved_for AS integer) IS NOT NULL AND EXISTS (
-               SELECT 1 FROM reservations JOIN runs ON runs.run_id = reservations.run_id
-               WHERE reservations.node_id = n.node_id
-                 AND runs.priority >= CAST(:reserved_for AS integer)))) AS busy
-      FROM nodes AS n
-      WHERE n.expires_at > now() AND n.capabilities @> (k.want -> 'contains')
-      ORDER BY busy, n.attr_count, n.node_id COLLATE "C"
+      SELECT * FROM (
+        (SELECT o.* FROM ({_ORDERED}) AS o
+         WHERE NOT o.busy LIMIT CAST(k.want ->> 'limit' AS integer))
+        UNION ALL
+        (SELECT o.* FROM ({_ORDERED}) AS o
+         WHERE o.busy LIMIT CAST(k.want ->> 'limit' AS integer))
+      ) AS u
       LIMIT CAST(k.want ->> 'limit' AS integer)
     ) AS c
     ORDER BY k.i, c.busy, c.attr_count, c.node_id COLLATE "C"
