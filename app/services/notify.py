@@ -3,6 +3,8 @@ notifications (NOTIFY) and webhooks.
 
 Nothing here runs inside a business transaction: a NOTIFY serialises commits in PostgreSQL, a
 webhook may be slow, and a wake inside the freeing transaction would wait on its own rows.
+(:func:`commit_notifying` ends the caller's transaction first, and its NOTIFY runs after the
+commit in a transaction of its own.)
 """
 
 from __future__ import annotations
