@@ -22,10 +22,16 @@ from app.contract import is_valid_id
 from app.contract.fields import FORMAT_CHARACTERS
 from app.wire import parse_ts
 
-NAME = [validate.Length(min=1, max=200), validate.Regexp(r"^[A-Za-z0-9._:@-]+$")]
+# A name's and a capability's characters, shared by the schemas and the advert's fast path.
+_NAME_CHARACTERS = r"[A-Za-z0-9._:@-]"
+_CAPABILITY_FIRST, _CAPABILITY_REST = r"[a-z]", r"[a-z0-9._-]"
+NAME = [validate.Length(min=1, max=200), validate.Regexp(f"^{_NAME_CHARACTERS}+$")]
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 INT64_ERROR = "must be a signed 64-bit integer, got {input}"
-CAPABILITY = [validate.Length(min=1, max=200), validate.Regexp(r"^[a-z][a-z0-9._-]*$")]
+CAPABILITY = [
+    validate.Length(min=1, max=200),
+    validate.Regexp(f"^{_CAPABILITY_FIRST}{_CAPABILITY_REST}*$"),
+]
 
 
 _REPLACED = re.compile(f"[\x00\ud800-\udfff{FORMAT_CHARACTERS}]")
@@ -137,8 +143,9 @@ class NodeAdvertSchema(AgentBody):
 
 
 _ADVERT_KEYS = frozenset({"node_id", "label", "instance", "capabilities", "policy"})
-_FAST_NAME = re.compile(r"[A-Za-z0-9._:@-]{1,200}")
-_FAST_CAPABILITY = re.compile(r"[a-z][a-z0-9._-]{0,199}")
+# NAME and CAPABILITY as one full match each (their lengths included).
+_FAST_NAME = re.compile(f"{_NAME_CHARACTERS}{{1,200}}")
+_FAST_CAPABILITY = re.compile(f"{_CAPABILITY_FIRST}{_CAPABILITY_REST}{{0,199}}")
 
 
 def _plain_text(value: Any, max_length: int | None) -> bool:
