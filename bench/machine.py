@@ -5,7 +5,9 @@ from __future__ import annotations
 import datetime
 import os
 import platform
+import resource
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,6 +70,46 @@ def describe(libpq_url: str, server: dict[str, object]) -> dict[str, object]:
         "date": datetime.datetime.now(datetime.UTC).replace(microsecond=0).isoformat(),
         "git_commit": git_commit(),
         "server": server,
+    }
+
+
+def record_opening(directory: Path, label: str, count: int = 1000) -> dict[str, float]:
+    """What opening a Record costs on the file system the benchmark's Records live on: ``count``
+    Records opened one after another in this process, as the Mediator opens one for every run it
+    creates (``FilesystemRecords.open``: a directory and its ``manifest.json``, two new inodes),
+    while the benchmark loads nothing. The floor writes no file, so the placed line's ratio to it
+    moves with this cost: on an ext4 without a journal, allocating an inode skips every inode of
+    its group deleted in the last ``vm.dirtytime_expire_seconds`` (12 hours by default), one
+    lookup each, and the cost of a Record grows with the files deleted on that disk that day.
+    The probe's Records stay in ``directory`` (deleting them would add to that count)."""
+    from app.records import record_location
+    from app.records.filesystem import FilesystemRecords
+
+    store = FilesystemRecords(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    manifest = {
+        "run_id": "",
+        "work_id": "",
+        "requester": None,
+        "token": "bench",
+        "contract": {"requires": [{"as": "dut", "capability": "board", "slot": "s0"}]},
+        "created_at": datetime.datetime.now(datetime.UTC).isoformat(),
+        "state": "RUNNING",
+    }
+    took: list[float] = []
+    cpu0 = resource.getrusage(resource.RUSAGE_SELF)
+    for i in range(count):
+        run_id = f"record-probe-{label}-{i}"
+        started = time.perf_counter()
+        store.open(record_location(run_id), {**manifest, "run_id": run_id})
+        took.append(time.perf_counter() - started)
+    cpu1 = resource.getrusage(resource.RUSAGE_SELF)
+    took.sort()
+    return {
+        "count": count,
+        "p50_us": round(took[count // 2] * 1e6, 1),
+        "p99_us": round(took[min(count - 1, count * 99 // 100)] * 1e6, 1),
+        "system_us": round((cpu1.ru_stime - cpu0.ru_stime) / count * 1e6, 1),
     }
 
 

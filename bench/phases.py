@@ -26,7 +26,7 @@ from bench.database import (
 )
 from bench.inprocess import client_of, mediator_app
 from bench.load import Load, LoadResult, Plan, Tally, closed_loop, percentile
-from bench.machine import CpuMeter
+from bench.machine import CpuMeter, record_opening
 from bench.server import Reaper, Server, floor, mediator
 
 
@@ -226,6 +226,12 @@ class Sweeper:
 SUBMIT_TABLES = ("nodes", "leases", "reservations", "runs", "steps", "queue_counts")
 
 
+def _opening(probe: dict[str, float]) -> str:
+    return (
+        f"p50 {probe['p50_us']} us, p99 {probe['p99_us']} us, {probe['system_us']} us of system CPU"
+    )
+
+
 def placed_submits(b: Bench) -> dict[str, Any]:
     """Closed loop of placed two-step submits on a fleet of ``submit_nodes`` boards, and the
     floor app running the statements frozen in ``bench/floor.sql``, both up at once on one
@@ -250,6 +256,8 @@ def placed_submits(b: Bench) -> dict[str, Any]:
         f"{s.submit_nodes} nodes, {s.submit_rounds} alternating windows of {window:g} s "
         f"and {fl_window:g} s"
     )
+    opening = {"before": record_opening(work / "record-probe", "before")}
+    say(f"  opening a Record here, alone: {_opening(opening['before'])}")
     tallies = {"app": Tally(), "floor": Tally()}
     cores_of: dict[str, list[dict[str, float]]] = {"app": [], "floor": []}
     rounds: list[dict[str, float]] = []
@@ -291,6 +299,8 @@ def placed_submits(b: Bench) -> dict[str, Any]:
                 {**rates, "ratio": round(rates["app"] / rates["floor"], 3) if rates["floor"] else 0}
             )
             say(f"  round {r + 1}: {rates['app']}/s placed, floor {rates['floor']}/s")
+    opening["after"] = record_opening(work / "record-probe", "after")
+    say(f"  opening a Record here after the rounds: {_opening(opening['after'])}")
     app = summary(tallies["app"], s.submit_seconds, (201,))
     fl = summary(tallies["floor"], s.floor_seconds, (201,))
     cores, fcores = _mean_cores(cores_of["app"]), _mean_cores(cores_of["floor"])
@@ -316,6 +326,7 @@ def placed_submits(b: Bench) -> dict[str, Any]:
             "seconds": s.submit_seconds,
             "rounds": rounds,
             "cpu_cores": cores,
+            "record_opening": opening,
         },
         "pgbench": {**pg, "statements": len(statements), "script": script.read_text()},
         "floor": {

@@ -138,6 +138,16 @@ ROWS = [
     Row("placed submits ÷ floor", _per_floor("submit", "app_per_s"), "", ">=", 0.8),
     Row("placed submits ÷ floor, lowest of the alternating rounds", _lowest_round, ""),
     Row("placed submit p50", at("submit", "p50_ms"), " ms"),
+    Row(
+        "opening a Record alone on this file system, before the placed line (p50)",
+        at("submit", "record_opening", "before", "p50_us"),
+        " µs",
+    ),
+    Row(
+        "opening a Record alone, after the placed line (p50)",
+        at("submit", "record_opening", "after", "p50_us"),
+        " µs",
+    ),
     Row("placed submit p99", at("submit", "p99_ms"), " ms", "<=", 50),
     Row("queued submits (202), 10,000 runs queued before", at("queued", "per_s"), "/s"),
     Row("queued submits ÷ floor", _per_floor("queued", "per_s"), "", ">=", 0.5),
