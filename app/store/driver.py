@@ -185,9 +185,9 @@ def exchange(
     *,
     after_opening: list[psycopg.Error] | None = None,
 ) -> list[list[Row]]:
-    """One round trip: ``opening`` (a BEGIN or a COMMIT, or None) and the statements, each prepared on the
-    connection the first time it runs there, sent in one write and read back in one pass; the
-    rows of each statement. On libpq directly (psycopg's ``PGconn``): psycopg's own pipeline
+    """One round trip: ``opening`` (a BEGIN or a COMMIT, or None) and the statements, each
+    prepared on the connection the first time it runs there, sent in one write and read back in
+    one pass; the rows of each statement. On libpq directly (psycopg's ``PGconn``): psycopg's own pipeline
     writes and polls once per statement and keeps a cursor per statement, which cost this
     batch two to three times the Python a single statement costs. The parameters are converted
     by psycopg's adapters and the rows by its loaders, as its cursors do. The first error is
