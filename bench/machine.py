@@ -84,24 +84,28 @@ def record_opening(directory: Path, label: str, count: int = 1000) -> dict[str, 
     The probe's Records stay in ``directory`` (deleting them would add to that count)."""
     from app.records import record_location
     from app.records.filesystem import FilesystemRecords
+    from app.services.records import manifest
+    from bench.contracts import two_steps
 
     store = FilesystemRecords(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    manifest = {
-        "run_id": "",
-        "work_id": "",
-        "requester": None,
-        "token": "bench",
-        "contract": {"requires": [{"as": "dut", "capability": "board", "slot": "s0"}]},
-        "created_at": datetime.datetime.now(datetime.UTC).isoformat(),
-        "state": "RUNNING",
-    }
+    created_at = datetime.datetime.now(datetime.UTC)
     took: list[float] = []
     cpu0 = resource.getrusage(resource.RUSAGE_SELF)
     for i in range(count):
         run_id = f"record-probe-{label}-{i}"
+        # The manifest of a placed line's run, as the Mediator writes it when the run is created.
+        doc = manifest(
+            run_id=run_id,
+            work_id="",
+            principal=None,
+            token_name="bench",
+            contract=two_steps(run_id, slot="s0"),
+            created_at=created_at,
+            state="RUNNING",
+        )
         started = time.perf_counter()
-        store.open(record_location(run_id), {**manifest, "run_id": run_id})
+        store.open(record_location(run_id), doc)
         took.append(time.perf_counter() - started)
     cpu1 = resource.getrusage(resource.RUSAGE_SELF)
     took.sort()
