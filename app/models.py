@@ -155,6 +155,13 @@ class Run(Base):
             postgresql_where=text("state = 'QUEUED'"),
         ),
         Index("ix_runs_queued_age", "created_at", postgresql_where=text("state = 'QUEUED'")),
+        # The reaper's queue timeouts (docs/queue.md "Leaving the queue"): an IMMUTABLE function
+        # of migration 0014.
+        Index(
+            "ix_runs_queue_deadline",
+            text("queue_deadline(created_at, queue_timeout_seconds)"),
+            postgresql_where=text("state = 'QUEUED' AND queue_timeout_seconds IS NOT NULL"),
+        ),
         # GET /v1/runs: newest first, with a (created_at, run_id) cursor.
         Index("ix_runs_created", text("created_at DESC"), text("run_id DESC")),
         Index("ix_runs_state_created", "state", text("created_at DESC")),

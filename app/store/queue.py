@@ -204,11 +204,12 @@ def set_statement_timeout(s: Session, seconds: float) -> None:
 def timed_out_queued(s: Session, run_id: str | None = None) -> list[str]:
     """QUEUED runs whose contract's ``queue.timeout`` has passed (the reaper, SPEC §12); with
     ``run_id``, whether that one run still is."""
+    # ``queue_deadline`` and the predicate are those of ``ix_runs_queue_deadline``: the pass reads
+    # the runs whose deadline passed, not every QUEUED run with a timeout.
     q = select(Run.run_id).where(
         IS_QUEUED,
         Run.queue_timeout_seconds.is_not(None),
-        Run.created_at + func.make_interval(0, 0, 0, 0, 0, 0, Run.queue_timeout_seconds)
-        <= func.now(),
+        func.queue_deadline(Run.created_at, Run.queue_timeout_seconds) <= func.now(),
     )
     if run_id is not None:
         q = q.where(Run.run_id == run_id)
