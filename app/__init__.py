@@ -24,7 +24,7 @@ from app.jsonbytes import AnswerJSON
 from app.logs import configure_logging, log
 from app.metrics import count_request
 from app.migrate import schema_problem
-from app.services.queue import wake_after_commit
+from app.services.queue import pay_owed, wake_after_commit
 
 
 def _error(status: int, reason: str, headers: Mapping[str, str] | None = None) -> Response:
@@ -201,6 +201,15 @@ def register_request_hooks(app: Flask, guard: SchemaGuard) -> None:
             ms=round(seconds * 1000, 1),
         )
         return resp
+
+    @app.teardown_request
+    def _pay_owed(exc: BaseException | None) -> None:
+        # A wake mark this process could not take after a freeing commit is paid at its next
+        # use of the database (docs/queue.md, "A mark that could not be taken"); one flag check
+        # when nothing is owed.
+        ctx = app.extensions["mediator"]
+        if ctx.owed.is_set():
+            pay_owed(ctx)
 
 
 def startup(app: Flask) -> None:

@@ -3,6 +3,7 @@ its scan gate, its claim listener and notifier, and the Record store."""
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 from app.config import Config
@@ -37,6 +38,10 @@ class Context:
         # requires_key -> the last submit of that shape found every candidate busy: which
         # statement a submit sends first depends on it, never an outcome (services/submit.py).
         self.queued_shapes: dict[str, bool] = {}
+        # Set when a wake mark could not be taken after a freeing commit: this process owes a
+        # mark and a scan, paid at its next successful use of the database (docs/queue.md, "A
+        # mark that could not be taken"; app/services/marks.py).
+        self.owed = threading.Event()
         warn_about_tokens(config, self.tokens)
         warn_of_legacy_vouching(config)
 

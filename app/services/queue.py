@@ -28,6 +28,7 @@ from app.metrics import (
 )
 from app.reserve import reserved_against, reserved_by
 from app.services.execution import start_steps
+from app.services.marks import mark_wake
 from app.services.notify import AfterCommit, notify_claimable
 from app.services.placement import assigned_json, grants, node_for_role
 from app.services.reservations import Reservations, read_inputs, reserve
@@ -35,7 +36,7 @@ from app.services.settle import settle_committed
 from app.services.tx import retrying
 from app.states import QUEUED, RUNNING
 from app.store import NodeTaken, NotQueued
-from app.store.gate import GateLost, cover_marks, last_mark, take_mark
+from app.store.gate import GateLost, cover_marks, last_mark
 from app.store.leases import insert_leases
 from app.store.nodes import candidate_adverts, containment_key, unavailable_node_ids
 from app.store.queue import (
@@ -273,13 +274,17 @@ def _ordinary_pass(
             report.claim_nodes |= claim_nodes
             for node in own:
                 del held[node]  # its reservation went with its promotion
-            if freed or set(own) - set(nodes):
+            left = set(own) - set(nodes)
+            if freed or left:
                 # The run ended inside its promotion, or left reserved nodes it did not take.
                 # Those nodes go to the oldest eligible run first: the runs this pass already
                 # passed over may want them more than the next one, so the scan starts a fresh
                 # pass from the top of the queue instead of going on with this one. Freed nodes
-                # take a wake mark, as after any freeing commit (see _scan).
-                mark_wake(ctx)
+                # take a wake mark after the commit that freed them, as after any freeing
+                # commit: the verdict's took its own (settle_committed), the promotion's
+                # commit that deleted the reservations takes it here.
+                if left:
+                    mark_wake(ctx)
                 report.again = True
                 break
         with ctx.db.begin() as s:
@@ -388,17 +393,6 @@ def scan_ended_at_marks(cause: str, seconds: float) -> None:
     _log_scan(report, nothing_freed=True)
 
 
-def mark_wake(ctx: Context) -> None:
-    """A wake point's mark (SPEC §7): right after the freeing commit, before anything else that
-    can fail (a settle that reads the database, the wake itself). Best effort: if even this
-    fails, the database is out of reach and the wake that follows leaves a debt or fails too."""
-    try:
-        with ctx.db.autocommit() as conn:
-            take_mark(conn)
-    except Exception:
-        log.exception("could not take a wake mark")
-
-
 def _record_debt(ctx: Context, why: str) -> None:
     try:
         with ctx.db.begin() as s:
@@ -422,3 +416,11 @@ def wake_after_commit(
         log.exception("wake scan failed", cause=cause)
         _record_debt(ctx, f"{cause}: {type(exc).__name__}")
         return None
+
+
+def pay_owed(ctx: Context) -> None:
+    """What this process owes since a wake mark could not be taken (``ctx.owed``, see
+    :func:`app.services.marks.mark_wake`): a mark, then a scan, once the database answers again.
+    Never raises; a mark that still cannot be taken stays owed."""
+    if ctx.owed.is_set() and mark_wake(ctx):
+        wake_after_commit(ctx, "owed after a failure", marked=True)

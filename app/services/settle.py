@@ -10,6 +10,7 @@ from typing import Any
 from app.context import Context
 from app.logs import log
 from app.services.execution import step_facts
+from app.services.marks import mark_wake
 from app.services.notify import AfterCommit, post_webhook
 from app.services.records import seal_run
 from app.services.tx import retrying
@@ -49,15 +50,24 @@ def complete_verdict(ctx: Context, run_id: str, after: AfterCommit) -> list[str]
 
 def settle_committed(ctx: Context, after: AfterCommit) -> set[str]:
     """Everything a committed change leaves settled, in order: verdicts of runs that reached
-    VERIFYING, ask webhooks, then sealing and run webhooks of the runs that ended. Returns the
-    nodes the verdicts freed; the caller decides whether and how the queue learns of them."""
+    VERIFYING (each verdict that freed nodes takes a wake mark after its commit), ask webhooks,
+    then sealing and run webhooks of the runs that ended. Returns the nodes the verdicts freed;
+    the caller decides how the queue is scanned for them."""
     freed: set[str] = set()
     for run_id in list(after.verifying):
         try:
-            freed.update(complete_verdict(ctx, run_id, after))
+            ended = complete_verdict(ctx, run_id, after)
         except Exception:
             # The run stays VERIFYING; the reaper settles it again (SPEC §8).
             log.exception("verdict failed; the reaper settles it again", run_id=run_id)
+            continue
+        if ended:
+            # The verdict's commit is the one that frees the run's nodes, after the commit that
+            # made it VERIFYING: its own mark, before anything else can fail (docs/queue.md,
+            # "Which commit frees, and its mark"). A submit that read the fleet between the two
+            # commits scans because of this mark.
+            mark_wake(ctx)
+            freed.update(ended)
     for event in after.asks:
         post_webhook(
             ctx.config["notify.asks_url"], with_page_url(ctx, event), **webhook_limits(ctx)

@@ -695,12 +695,13 @@ def test_the_view_of_a_running_run_has_no_queue_explanation(client):
 
 @contextmanager
 def submit_held_after_its_read(
-    app: Any, sql: Any, db_url: str, doc: dict[str, Any]
+    app: Any, sql: Any, db_url: str, doc: dict[str, Any], *, others_waiting: int = 0
 ) -> Iterator[dict[str, Any]]:
     """Submit ``doc`` in a thread and hold it right after it has read the fleet and the
     unavailable set: an uncommitted row with the same run_id (on ``sql``) makes its insert of the
     run row wait. The body of the ``with`` runs while it waits; on leaving, that row is rolled
-    back, the submit goes on, and the dict holds its response under ``resp``."""
+    back, the submit goes on, and the dict holds its response under ``resp``.
+    ``others_waiting``: the Mediator's backends already waiting on a lock of the test's."""
     other = client_of(app)
     answer: dict[str, Any] = {}
     t = threading.Thread(
@@ -715,7 +716,7 @@ def submit_held_after_its_read(
             )
             t.start()
             await_condition(
-                lambda: backends_waiting_on_locks(watcher) == 1,
+                lambda: backends_waiting_on_locks(watcher) == others_waiting + 1,
                 "the submit's insert waiting on the uncommitted run row",
             )
             answer["watcher"] = watcher
