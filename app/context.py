@@ -42,6 +42,9 @@ class Context:
         # mark and a scan, paid at its next successful use of the database (docs/queue.md, "A
         # mark that could not be taken"; app/services/marks.py).
         self.owed = threading.Event()
+        # The runs whose promotion raised in this process's last scan with errors: a repeat is
+        # not owed again (app/services/queue.py, _new_failures).
+        self.failed_promotions: set[str] = set()
         warn_about_tokens(config, self.tokens)
         warn_of_legacy_vouching(config)
 

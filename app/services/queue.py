@@ -6,7 +6,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import NamedTuple
@@ -16,7 +16,7 @@ from app.contract.types import Role, role_from_wire
 from app.errors import ConfigError
 from app.faults import fault
 from app.logs import log
-from app.match import Advert, Reject, candidate_order, match, width_exceeded
+from app.match import Advert, Reject, candidate_order, match_within_cap, width_exceeded
 from app.metrics import (
     QUEUE_WAIT,
     WAKE_FAILED,
@@ -84,6 +84,7 @@ class ScanReport:
     promoted: list[str] = field(default_factory=list)
     claim_nodes: set[str] = field(default_factory=set)  # to notify once, after the scan
     errors: int = 0
+    failed: list[str] = field(default_factory=list)  # the runs whose promotion raised
     seconds: float = 0.0
     # A promotion of this pass freed nodes again (a run that ended inside its promotion) or a run
     # met a taken node twice: the queue must be looked at again with a fresh snapshot.
@@ -105,16 +106,23 @@ def promote(
     cause: str,
     *,
     reserved: Sequence[str] = (),
+    check: Callable[[], None] = lambda: None,
 ) -> Promotion:
     """One transaction for one run, then what its commit left settled (:class:`Promotion`).
     ``unavailable`` includes the nodes reserved against this run; ``reserved`` are its own
-    reservations, deleted in the same transaction (SPEC §7a).
+    reservations, deleted in the same transaction (SPEC §7a). ``check``: the scan's check of its
+    gate (:meth:`app.store.gate.ScanGate.check`), made before the transaction and again before
+    its commit: a promotion whose statements waited longer than ``gate.idle_seconds`` (a row
+    lock, a slow disk, retries) may have lost the scanning lock meanwhile, and then rolls back
+    and stops the scan (:class:`GateLost`) instead of committing outside its turn.
 
     Safe under concurrency by the row condition and the lease key alone: the conditional UPDATE
     locks the run row first (a cancel, a result or another scan serialises behind it), and a node
     taken meanwhile fails on ``pk_leases`` and rolls everything back (SPEC §7)."""
     roles = [role_from_wire(r) for r in run.requires]
-    assignment = match(roles, adverts, unavailable, ordered=True)
+    assignment = match_within_cap(
+        roles, adverts, unavailable, ctx.config["lease.max_per_run"], ordered=True
+    )
     if isinstance(assignment, Reject):
         return Promotion(Outcome.NO_FIT, [], set(), set())
     over = width_exceeded(assignment, ctx.config["lease.max_per_run"])
@@ -124,6 +132,7 @@ def promote(
         return Promotion(Outcome.WIDTH_CAP, [], set(), set())
     taken = grants(assignment, roles)
     after = AfterCommit()
+    check()
     try:
         with ctx.db.begin() as s:
             set_statement_timeout(s, ctx.config["database.statement_timeout_seconds"])
@@ -137,6 +146,7 @@ def promote(
             bind_steps(s, run.run_id, node_for_role(assignment))
             add_event(s, run.run_id, QUEUED, RUNNING, f"promoted: {cause}", None)
             start_steps(s, ctx, run.run_id, after)
+            check()
             fault("promote.before_commit")
     except NotQueued:
         return Promotion(Outcome.NOT_QUEUED, [], set(), set())
@@ -240,13 +250,16 @@ def _ordinary_pass(
             adverts = _cover(ctx, run, adverts, unavailable, covered)
             blocked = unavailable | reserved_against(held, run.run_id, run.priority)
             outcome, nodes, claim_nodes, freed = promote(
-                ctx, run, adverts, blocked, report.cause, reserved=own
+                ctx, run, adverts, blocked, report.cause, reserved=own, check=ctx.gate.check
             )
+        except GateLost:
+            raise  # the scan's turn is over, not this run's promotion
         except Exception:
             # Failure isolation: one bad run must not stop the scan (its error leaves a wake
             # debt, see wake_queued).
             log.exception("promotion failed", run_id=run.run_id, cause=report.cause)
             report.errors += 1
+            report.failed.append(run.run_id)
             outcome, nodes, claim_nodes, freed = Outcome.NOT_QUEUED, [], set(), set()
         if outcome in (Outcome.NO_FIT, Outcome.WIDTH_CAP):
             # The shape skip never skips a holder: what it may use depends on the run.
@@ -331,11 +344,20 @@ def wake_queued(
             with ctx.db.autocommit() as conn:
                 mark = last_mark(conn)
             _scan(ctx, report)
-        if not (report.errors or report.again):
+        if report.errors and not report.again and _new_failures(ctx, report):
+            # Owed first: a promotion that raised is looked at again by the reaper's scan.
+            _record_debt(ctx, f"{cause}: promotion errors")
+        if not report.again:
+            # Promotion errors do not keep the marks uncovered: the scan looked at every run
+            # after them, and what it owes for the runs that raised is the debt above. A run
+            # whose promotion raises every time would otherwise make every reaper pass scan.
             with ctx.db.autocommit() as conn:
                 cover_marks(conn, mark)
     except Exception as exc:
         WAKE_FAILED.labels(label).inc()
+        # The promotions this scan committed before it raised are placed runs all the same:
+        # their nodes' claims are told now, whoever was to send the request's notification.
+        notify_claimable(ctx, report.claim_nodes)
         if isinstance(exc, GateLost):
             # Another scan may have started without us: ours stops, and what it did not look at
             # is owed (a fresh mark, paid by the reaper if no later scan covers it).
@@ -347,10 +369,9 @@ def wake_queued(
         ctx.gate.leave()
         report.seconds = time.monotonic() - started
         _count_scan(report)
-    if report.errors or report.again:
+    if report.again:
         # SPEC §7: a scan that could not finish its work leaves a debt the reaper pays.
-        why = "promotion errors" if report.errors else "the queue changed during the scan"
-        _record_debt(ctx, f"{cause}: {why}")
+        _record_debt(ctx, f"{cause}: the queue changed during the scan")
     if notify:
         notify_claimable(ctx, report.claim_nodes)
     _log_scan(
@@ -358,6 +379,16 @@ def wake_queued(
         queued=report.queued if report.queued <= QUEUED_COUNTED else f"more than {QUEUED_COUNTED}",
     )
     return report
+
+
+def _new_failures(ctx: Context, report: ScanReport) -> bool:
+    """Whether a run's promotion raised in this scan that had not raised in this process's
+    previous scan with errors. Only those are owed again: a run whose promotion raises every
+    time (its stored requirements do not decode, say) is retried by the next event that scans,
+    and the reaper does not scan each pass for it (that would be a polling loop). The memory is
+    this process's: another process's first scan that meets the run owes it once more."""
+    previous, ctx.failed_promotions = ctx.failed_promotions, set(report.failed)
+    return not set(report.failed) <= previous
 
 
 def _count_scan(report: ScanReport) -> None:

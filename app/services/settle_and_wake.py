@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from app.context import Context
-from app.services.notify import AfterCommit, notify_claimable
 from app.services.marks import mark_wake
+from app.services.notify import AfterCommit, notify_claimable
 from app.services.queue import wake_after_commit
 from app.services.settle import settle_committed
 from app.states import RUN_FINISHED

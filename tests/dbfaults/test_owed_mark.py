@@ -52,7 +52,8 @@ def test_a_mark_lost_with_the_database_is_paid_by_the_next_request_once_it_is_ba
             assert sql.execute("select count(*) from wake_debt").fetchone()[0] == 0
 
             resp: Any = None
-            for _ in range(3):  # the first request after the restart may meet a dead pooled connection
+            # The first request after the restart may meet a dead pooled connection.
+            for _ in range(3):
                 resp = client.get("/v1/runs/waiter")
                 if not ctx.owed.is_set():
                     break
