@@ -5,8 +5,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 
 from app.contract.types import Role
 
@@ -113,6 +114,179 @@ def width_exceeded(assignment: Assignment, max_per_run: int) -> str | None:
     if max_per_run and width > max_per_run:
         return f"requires exceeds the width limit: {width} nodes, limit {max_per_run}"
     return None
+
+
+# How many choices the search for an assignment within the width cap may make before it gives up
+# with the matcher's first answer (docs/contract.md, "How matching works"). A choice is the set of
+# nodes one role adds to the run's (or none); classes of interchangeable nodes (below) keep a fleet
+# of many alike nodes at one choice per class. A search that fits, or finds that nothing can,
+# ends after a handful of choices; only a tangle of nodes that each fill a different few roles
+# reaches the bound. It is paid only by a submit that would have failed and by a promotion that
+# stays QUEUED.
+FIT_TRIES = 2_000
+
+
+def match_within_cap(
+    requires: Sequence[Role],
+    adverts: Sequence[Advert],
+    unavailable: Collection[str],
+    max_per_run: int,
+    *,
+    ordered: bool = False,
+    tries: int = FIT_TRIES,
+) -> Assignment | Reject:
+    """:func:`match`; when its assignment has more distinct nodes than ``max_per_run`` (0 = no
+    cap), the one :func:`fit_within_cap` finds instead, if any, else :func:`match`'s answer
+    unchanged (:func:`width_exceeded` then says why). Within the cap nothing more runs: the same
+    answer as :func:`match`, at its cost."""
+    fleet = adverts if ordered else candidate_order(adverts)
+    outcome = match(requires, fleet, unavailable, ordered=True)
+    if isinstance(outcome, Reject) or not max_per_run or len(outcome.nodes()) <= max_per_run:
+        return outcome
+    within = fit_within_cap(requires, fleet, unavailable, max_per_run, ordered=True, tries=tries)
+    return outcome if within is None else within
+
+
+class _OutOfTries(Exception):
+    pass
+
+
+def fit_within_cap(
+    requires: Sequence[Role],
+    adverts: Sequence[Advert],
+    unavailable: Collection[str],
+    max_per_run: int,
+    *,
+    ordered: bool = False,
+    tries: int = FIT_TRIES,
+) -> Assignment | None:
+    """An assignment of every role to ``count`` distinct free nodes that fill it, with at most
+    ``max_per_run`` distinct nodes in all (a node filling several roles is leased once), or
+    None: there is none, or ``tries`` choices did not find one.
+
+    Depth first over the roles, those with the fewest free nodes first (then in contract order):
+    a role keeps the run's nodes that fill it (in candidate order) and adds as few new nodes as
+    it can, new ones in candidate order. New nodes that fill the same later roles are
+    interchangeable for the rest of the search, so a role's choice is how many it adds of each
+    such class (the first ones of the class), not which. A choice is cut when the run's nodes
+    plus what some later role must still add exceed the cap. A role's nodes are listed in
+    candidate order, as :func:`match` lists them."""
+    if not max_per_run or any(r.count > max_per_run for r in requires):
+        return None
+    fleet = adverts if ordered else candidate_order(adverts)
+    rank = {a.node_id: k for k, a in enumerate(fleet)}  # candidate order
+    free = [
+        [a.node_id for a in fleet if a.node_id not in unavailable and satisfies(a, r)]
+        for r in requires
+    ]
+    if any(len(nodes) < r.count for r, nodes in zip(requires, free)):
+        return None
+    # The roles with the fewest free nodes go first: they decide most, and the others then find
+    # those nodes among the run's.
+    order = sorted(range(len(requires)), key=lambda i: (len(free[i]), i))
+    counts = [requires[i].count for i in order]
+    fills: dict[str, int] = {}  # node -> a bit for each role (in search order) it may fill
+    for bit, i in enumerate(order):
+        for n in free[i]:
+            fills[n] = fills.get(n, 0) | 1 << bit
+    # Per role: its free nodes grouped by the later roles they fill, each class in candidate
+    # order.
+    classes: list[list[tuple[int, list[str]]]] = []
+    for bit, i in enumerate(order):
+        grouped: dict[int, list[str]] = {}
+        for n in free[i]:
+            grouped.setdefault(fills[n] >> (bit + 1), []).append(n)
+        classes.append(list(grouped.items()))
+    left = [tries]
+
+    def place(i: int, used: frozenset[str], have: list[int]) -> list[tuple[str, ...]] | None:
+        """The nodes of roles ``i`` on, given the run's nodes ``used``, of which ``have[j]`` fill
+        role ``j``; None: no fit."""
+        if i == len(counts):
+            return []
+        room = max_per_run - len(used)
+        mine = sorted((n for n in used if fills[n] >> i & 1), key=rank.__getitem__)
+        # The classes' first nodes not yet the run's, classes in the order of those.
+        avail = sorted(
+            (
+                (later, firsts)
+                for later, members in classes[i]
+                if (firsts := list(islice((n for n in members if n not in used), room)))
+            ),
+            key=lambda cls: rank[cls[1][0]],
+        )
+        sizes = [len(members) for _, members in avail]
+        for new in range(max(0, counts[i] - len(mine)), min(counts[i], room) + 1):
+            for spread in _spreads(sizes, new):
+                if left[0] <= 0:
+                    raise _OutOfTries
+                left[0] -= 1
+                grown = list(have)
+                for c, k in spread:
+                    later, j = avail[c][0], i + 1
+                    while later:
+                        if later & 1:
+                            grown[j] += k
+                        later >>= 1
+                        j += 1
+                width = len(used) + new
+                if any(
+                    width + counts[j] - grown[j] > max_per_run for j in range(i + 1, len(counts))
+                ):
+                    continue
+                fresh = [n for c, k in spread for n in avail[c][1][:k]]
+                rest = place(i + 1, used | frozenset(fresh), grown)
+                if rest is not None:
+                    chosen = sorted(mine[: counts[i] - new] + fresh, key=rank.__getitem__)
+                    return [tuple(chosen), *rest]
+        return None
+
+    try:
+        found = place(0, frozenset(), [0] * len(counts))
+    except _OutOfTries:
+        return None
+    if found is None:
+        return None
+    by_role = dict(zip(order, found))
+    return Assignment(tuple((r.name, by_role[i]) for i, r in enumerate(requires)))
+
+
+def _spreads(sizes: Sequence[int], total: int) -> Iterator[tuple[tuple[int, int], ...]]:
+    """Every way to take ``total`` items from classes of ``sizes``, as (class, how many) pairs
+    without zeros, more from earlier classes first (descending lexicographic order). Iterative:
+    each next way costs its own length, whatever the number of classes."""
+    holds = [0] * (len(sizes) + 1)  # holds[c]: what the classes from c on hold
+    for c in range(len(sizes) - 1, -1, -1):
+        holds[c] = holds[c + 1] + sizes[c]
+    if holds[0] < total:
+        return
+
+    def fill(c: int, left: int, out: list[tuple[int, int]]) -> None:
+        while left:
+            if sizes[c]:
+                k = min(sizes[c], left)
+                out.append((c, k))
+                left -= k
+            c += 1
+
+    spread: list[tuple[int, int]] = []
+    fill(0, total, spread)
+    while True:
+        yield tuple(spread)
+        # The last pair that can give one item to the classes after it takes one less, and the
+        # classes after it are filled again from the left.
+        tail = 0
+        for p in range(len(spread) - 1, -1, -1):
+            c, k = spread[p]
+            if holds[c + 1] > tail:
+                del spread[p:]
+                if k > 1:
+                    spread.append((c, k - 1))
+                fill(c + 1, tail + 1, spread)
+                break
+            tail += k
+        else:
+            return
 
 
 def adverts_from_rows(rows: Iterable[tuple[str, object, str | None]]) -> list[Advert]:

@@ -33,7 +33,13 @@ from psycopg.rows import dict_row
 
 from app.config import to_libpq_url
 from app.contract.types import role_from_wire
-from app.match import Assignment, adverts_from_rows, candidate_order, match, width_exceeded
+from app.match import (
+    Assignment,
+    adverts_from_rows,
+    candidate_order,
+    match_within_cap,
+    width_exceeded,
+)
 
 ALIVE_PLACED = ("RUNNING", "VERIFYING")  # runs that hold their nodes
 FINISHED = ("SUCCEEDED", "FAILED")
@@ -317,7 +323,7 @@ def check_quiet(conn: psycopg.Connection[Any], *, max_per_run: int = 0) -> list[
             n for n, (holder, p) in held.items() if holder != run["run_id"] and run["priority"] <= p
         }
         roles = [role_from_wire(r) for r in run["requires"]]
-        outcome = match(roles, adverts, unavailable | against, ordered=True)
+        outcome = match_within_cap(roles, adverts, unavailable | against, max_per_run, ordered=True)
         if isinstance(outcome, Assignment) and not width_exceeded(outcome, max_per_run):
             out.append(f"run {run['run_id']} is QUEUED though free nodes fit it: {outcome.nodes()}")
             unavailable |= set(outcome.nodes())

@@ -14,7 +14,14 @@ from app.context import Caller, Context
 from app.contract import Contract, validate_contract
 from app.errors import Conflict, Forbidden, MediatorError, NoCandidate
 from app.faults import fault
-from app.match import Assignment, Reject, match, match_firsts, width_exceeded
+from app.match import (
+    Assignment,
+    Reject,
+    fit_within_cap,
+    match_firsts,
+    match_within_cap,
+    width_exceeded,
+)
 from app.metrics import SUBMITS
 from app.records import record_location
 from app.reserve import Held, reserved_against
@@ -182,7 +189,18 @@ def _place(
             ctx.records.open(location, _manifest(contract, caller, QUEUED, created_at))
             fault("submit.queued")
             return _Queued(mark, created_at)
-        over = width_exceeded(outcome, ctx.config["lease.max_per_run"])
+        cap = ctx.config["lease.max_per_run"]
+        over = width_exceeded(outcome, cap)
+        if over:
+            # The first candidates of each role may take a node apiece where one node could fill
+            # several roles (docs/contract.md): only then is every candidate read, once.
+            every = candidate_adverts(s, contract.requires, reserved_for=reserved_for)
+            within = fit_within_cap(
+                contract.requires, every.adverts, every.unavailable, cap, ordered=True
+            )
+            if within is not None:
+                outcome, over = within, None
+                found = FirstCandidates(found.firsts, {a.node_id: a.label for a in every.adverts})
         if over:
             create_run(s, contract, state=FAILED, reject=_reject_body("", over), **who)
             return _Refused(over)
@@ -354,10 +372,11 @@ def dry_run(ctx: Context, doc: Any, caller: Caller) -> dict[str, Any]:
     with ctx.db.read() as s:
         reserving = ctx.config["queue.reserve_after_seconds"] > 0
         found = candidate_adverts(s, contract.requires, with_holders=reserving)
-        outcome = match(contract.requires, found.adverts, set(), ordered=True)
+        cap = ctx.config["lease.max_per_run"]
+        outcome = match_within_cap(contract.requires, found.adverts, set(), cap, ordered=True)
         if isinstance(outcome, Reject):
             raise NoCandidate(outcome.reason)
-        over = width_exceeded(outcome, ctx.config["lease.max_per_run"])
+        over = width_exceeded(outcome, cap)
         if over:
             raise NoCandidate(over)
         warnings = list(contract.warnings) + _reserved_warnings(found.held, contract, outcome)

@@ -433,15 +433,17 @@ def test_a_queued_run_whose_promotion_fails_does_not_stop_the_scan(client, sql):
 
 
 def _queued_over_the_width_cap_at_promotion(client: Any) -> None:
-    """n1 offers a board (with an attribute) and the only host; n2 a plain board, so n2 comes
-    first in candidate order. "wide" needs a board and a host: while n1 is held it is only "all
-    busy" (202); once n1 is free the matcher picks n2 for the board and n1 for the host, two
-    nodes over a cap of 1."""
+    """n1 offers a board (with an attribute) and a host: one node that could fill both roles of
+    "wide"; n2 a plain board, n3 a plain host. "wide" is only "all busy" (202) while n1 and n2
+    are held; once n2 is free the matcher picks n2 for the board and n3 for the host, two nodes
+    over a cap of 1, and n1, which would fold them into one, is still held."""
     advertise(client, "n1", cap("board", soc="x"), cap("host"))
     advertise(client, "n2", cap("board"))
-    hold(client, "holder", role("h", "host"))
+    advertise(client, "n3", cap("host"))
+    hold(client, "holder", role("h", soc="x"))
+    hold(client, "takes-n2", role("dut"))
     submit(client, contract("wide", role("dut"), role("host", "host")), 202)
-    assert client.post("/v1/runs/holder/cancel").status_code == 200
+    assert client.post("/v1/runs/takes-n2/cancel").status_code == 200
 
 
 @WIDTH_CAP_1
@@ -450,7 +452,7 @@ def test_a_queued_run_over_the_width_cap_at_promotion_stays_queued_and_takes_not
 
     row = run_row(sql, "wide")
     assert row["state"] == "QUEUED" and row["reject"] is None and row["assigned"] is None
-    assert leases(sql) == []
+    assert leases(sql) == [("n1", "holder")]
     assert [s[5] for s in step_layout(sql, "wide")] == [None, None]
 
 
@@ -459,10 +461,8 @@ def test_a_queued_run_kept_by_the_width_cap_is_promoted_by_a_later_scan_when_its
     client, sql
 ):
     _queued_over_the_width_cap_at_promotion(client)
-    hold(client, "takes-n2", role("dut"))
-    assert leases(sql) == [("n2", "takes-n2")]
 
-    advertise(client, "n3", cap("other"))  # capacity appeared: a wake point (SPEC §7.8)
+    assert client.post("/v1/runs/holder/cancel").status_code == 200  # n1 free: a wake point
 
     view = client.get("/v1/runs/wide").get_json()
     assert view["state"] == "RUNNING"
@@ -470,7 +470,7 @@ def test_a_queued_run_kept_by_the_width_cap_is_promoted_by_a_later_scan_when_its
         ("dut", ["n1"]),
         ("host", ["n1"]),
     ]
-    assert leases(sql) == [("n1", "wide"), ("n2", "takes-n2")]
+    assert leases(sql) == [("n1", "wide")]
 
 
 def test_a_promotion_whose_node_was_taken_meanwhile_rolls_back_and_leaves_the_run_queued(

@@ -5,11 +5,14 @@
 
 from __future__ import annotations
 
+import itertools
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.contract.types import Role
 from app.match import (
+    FIT_TRIES,
     Advert,
     Assignment,
     Capability,
@@ -18,8 +21,10 @@ from app.match import (
     adverts_from_rows,
     candidate_order,
     describe,
+    fit_within_cap,
     match,
     match_firsts,
+    match_within_cap,
     satisfies,
     width_exceeded,
 )
@@ -460,6 +465,121 @@ def test_width_of_an_empty_assignment_is_never_exceeded() -> None:
 
 
 # --------------------------------------------------------------------------------------------------
+# width cap: one node filling several roles, found by a bounded search
+
+
+def caps(node_id: str, *names: str) -> Advert:
+    return adv(node_id, *((n, {}) for n in names))
+
+
+def test_under_the_cap_a_node_filling_both_roles_is_found_when_the_first_choice_is_too_wide() -> (
+    None
+):
+    fleet = [caps("a", "x"), caps("r", "x", "y")]
+    requires = [role("x", "x"), role("y", "y")]
+    # The matcher alone takes "a" for x (candidate order), then "r" for y: two nodes.
+    assert match(requires, fleet, set()) == Assignment((("x", ("a",)), ("y", ("r",))))
+
+    folded = match_within_cap(requires, fleet, set(), 1)
+
+    assert folded == Assignment((("x", ("r",)), ("y", ("r",))))
+    assert width_exceeded(folded, 1) is None
+
+
+def test_when_no_reuse_fits_the_cap_the_answer_is_the_matchers_and_its_width_reason() -> None:
+    fleet = [caps("a", "x"), caps("b", "y")]
+    requires = [role("x", "x"), role("y", "y")]
+
+    outcome = match_within_cap(requires, fleet, set(), 1)
+
+    assert outcome == match(requires, fleet, set())
+    assert width_exceeded(outcome, 1) == "requires exceeds the width limit: 2 nodes, limit 1"
+    assert fit_within_cap(requires, fleet, set(), 1) is None
+
+
+def test_within_the_cap_the_answer_is_the_matchers_even_where_a_narrower_one_exists() -> None:
+    fleet = [caps("a", "x"), caps("r", "x", "y")]
+    requires = [role("x", "x"), role("y", "y")]
+    assert match_within_cap(requires, fleet, set(), 2) == Assignment((("x", ("a",)), ("y", ("r",))))
+    assert match_within_cap(requires, fleet, set(), 0) == match(requires, fleet, set())
+
+
+def test_a_reject_of_the_matcher_is_the_answer_under_a_cap_too() -> None:
+    requires = [role("x", "x"), role("y", "y")]
+    assert match_within_cap(requires, [caps("a", "x")], set(), 1) == Reject(
+        422, "y", "need 1, fleet has 0 - y"
+    )
+    assert match_within_cap(requires, [caps("r", "x", "y")], {"r"}, 1) == Reject(
+        409, "x", "need 1, currently 0 - x"
+    )
+
+
+def test_folding_never_takes_an_unavailable_node() -> None:
+    fleet = [caps("a", "x"), caps("r1", "x", "y"), caps("r2", "x", "y")]
+    requires = [role("x", "x"), role("y", "y")]
+    assert match_within_cap(requires, fleet, {"r1"}, 1) == Assignment(
+        (("x", ("r2",)), ("y", ("r2",)))
+    )
+    assert fit_within_cap(requires, fleet, {"r1", "r2"}, 1) is None
+
+
+def test_a_role_with_a_count_gets_count_distinct_nodes_when_folded() -> None:
+    # x and y each need two nodes: "a" and "b" fill only x, "r1" and "r2" fill both.
+    fleet = [caps("a", "x"), caps("b", "x"), caps("r1", "x", "y"), caps("r2", "x", "y")]
+    requires = [role("x", "x", count=2), role("y", "y", count=2)]
+    assert width_exceeded(match(requires, fleet, set()), 2) is not None
+
+    assert match_within_cap(requires, fleet, set(), 2) == Assignment(
+        (("x", ("r1", "r2")), ("y", ("r1", "r2")))
+    )
+    # With room for three the search still adds as few nodes as it can.
+    assert match_within_cap(requires, fleet, set(), 3) == match_within_cap(
+        requires, fleet, set(), 2
+    )
+
+
+def test_a_role_whose_count_is_over_the_cap_can_never_fit() -> None:
+    fleet = [caps("a", "x"), caps("b", "x"), caps("c", "x")]
+    assert fit_within_cap([role("x", "x", count=3)], fleet, set(), 2) is None
+
+
+def test_a_folded_role_lists_its_nodes_in_candidate_order() -> None:
+    # "r2" has fewer attributes than "r1": it comes first, and a role's steps bind to it.
+    r1 = adv("r1", ("x", {"k": "v"}), ("y", {}))
+    r2 = adv("r2", ("x", {}), ("y", {}))
+    fleet = [caps("a", "x"), r1, r2]
+    requires = [role("y", "y", count=2), role("x", "x", count=2)]
+    assert match_within_cap(requires, fleet, set(), 2) == Assignment(
+        (("y", ("r2", "r1")), ("x", ("r2", "r1")))
+    )
+
+
+def test_the_search_prefers_a_node_the_run_already_has_over_a_new_one() -> None:
+    # y is decided first (one free node); x then keeps "r" rather than take "a" beside it.
+    fleet = [caps("a", "x"), caps("r", "x", "y")]
+    requires = [role("x", "x"), role("y", "y")]
+    assert fit_within_cap(requires, fleet, set(), 2) == Assignment((("x", ("r",)), ("y", ("r",))))
+
+
+def test_many_alike_nodes_cost_one_choice_not_one_each() -> None:
+    # 2,000 plain x nodes ahead of "r": the search takes "r" for y, then keeps it for x.
+    fleet = [caps(f"a{i:04d}", "x") for i in range(2000)] + [caps("r", "x", "y")]
+    requires = [role("x", "x"), role("y", "y")]
+    assert fit_within_cap(requires, fleet, set(), 1, tries=2) == Assignment(
+        (("x", ("r",)), ("y", ("r",)))
+    )
+
+
+def test_the_search_gives_up_after_its_bound_with_the_matchers_answer() -> None:
+    # The fit above takes two choices (y takes "r", x keeps it): one is not enough.
+    fleet = [caps("a", "x"), caps("r", "x", "y")]
+    requires = [role("x", "x"), role("y", "y")]
+    assert fit_within_cap(requires, fleet, set(), 1, tries=1) is None
+    assert match_within_cap(requires, fleet, set(), 1, tries=1) == match(requires, fleet, set())
+    assert fit_within_cap(requires, fleet, set(), 1, tries=2) is not None
+
+
+# --------------------------------------------------------------------------------------------------
 # adverts_from_rows
 
 
@@ -749,3 +869,79 @@ def test_match_firsts_names_the_exact_fleet_and_free_counts_below_the_limit() ->
     assert match_firsts(need_two, [Firsts(("n1", "n2"), 2, 2)]) == Assignment(
         (("dut", ("n1", "n2")),)
     )
+
+
+# Small enough that the search never reaches its bound: a choice at the l-th role decided is the
+# nodes that role adds, so each choice is one way to spread the n free nodes over "added by
+# role 1..l" or "not used", at most (l + 1) ** n; with 5 nodes and 3 roles, 32 + 243 + 1024.
+SMALL_NODES = 5
+SMALL_ROLES = 3
+
+
+def most_choices(nodes: int, roles: int) -> int:
+    return sum((level + 1) ** nodes for level in range(1, roles + 1))
+
+
+@st.composite
+def small_cases(draw: st.DrawFn) -> tuple[list[Role], list[Advert], set[str], int]:
+    node_ids = draw(st.lists(st.sampled_from([f"n{i}" for i in range(8)]), unique=True, max_size=5))
+    fleet = [Advert(n, tuple(draw(st.lists(cap_st, max_size=3)))) for n in node_ids]
+    names = draw(st.lists(st.sampled_from(["r1", "r2", "r3"]), unique=True, min_size=1))
+    requires = [
+        Role(n, draw(st.sampled_from(NAMES)), draw(st.integers(1, 3)), draw(attrs_st))
+        for n in names
+    ]
+    unavailable = draw(st.sets(st.sampled_from(node_ids or ["ghost"])))
+    return requires, fleet, unavailable, draw(st.integers(1, 5))
+
+
+def fits_by_brute_force(requires, fleet, unavailable, cap) -> bool:
+    """Whether any assignment (every role: count distinct free nodes that fill it) has at most
+    ``cap`` distinct nodes, trying them all."""
+    free = [
+        [a.node_id for a in fleet if satisfies(a, r) and a.node_id not in unavailable]
+        for r in requires
+    ]
+    choices = [itertools.combinations(nodes, r.count) for r, nodes in zip(requires, free)]
+    return any(len(set().union(*picked)) <= cap for picked in itertools.product(*choices))
+
+
+def test_small_cases_never_reach_the_bound() -> None:
+    assert most_choices(SMALL_NODES, SMALL_ROLES) <= FIT_TRIES
+
+
+@PROPS
+@given(small_cases())
+def test_property_a_fit_within_the_cap_is_found_exactly_when_one_exists(case) -> None:
+    requires, fleet, unavailable, cap = case
+    found = fit_within_cap(requires, fleet, unavailable, cap)
+    assert (found is not None) == fits_by_brute_force(requires, fleet, unavailable, cap)
+    if found is None:
+        return
+    by_id = {a.node_id: a for a in fleet}
+    assert [name for name, _ in found.roles] == [r.name for r in requires]
+    for r, (_, nodes) in zip(requires, found.roles):
+        assert len(nodes) == len(set(nodes)) == r.count
+        assert all(satisfies(by_id[n], r) for n in nodes)
+        assert nodes == tuple(a.node_id for a in candidate_order(fleet) if a.node_id in nodes)
+    assert not set(found.nodes()) & unavailable
+    assert len(found.nodes()) <= cap
+
+
+@PROPS
+@given(small_cases(), st.randoms(use_true_random=False))
+def test_property_match_within_cap_is_the_matchers_answer_unless_that_is_too_wide(
+    case, rnd
+) -> None:
+    requires, fleet, unavailable, cap = case
+    shuffled = list(fleet)
+    rnd.shuffle(shuffled)
+    plain = match(requires, fleet, unavailable)
+    outcome = match_within_cap(requires, shuffled, unavailable, cap)
+    if isinstance(plain, Reject) or width_exceeded(plain, cap) is None:
+        assert outcome == plain
+    elif fits_by_brute_force(requires, fleet, unavailable, cap):
+        assert outcome == fit_within_cap(requires, fleet, unavailable, cap)
+        assert width_exceeded(outcome, cap) is None
+    else:
+        assert outcome == plain
