@@ -144,7 +144,8 @@ LEASE_EXPIRIES = Counter(
 )
 REAPER_PASSES = Counter(
     "mediator_reaper_passes_total",
-    "Reaper passes, by result: done, skipped (another reaper held the lock), failed",
+    "Reaper passes, by result: done, skipped (another reaper held the lock), lost (the lock went"
+    " away during the pass, which ended early), failed",
     ["result"],
 )
 REAPER_ACTIONS = (

@@ -376,8 +376,24 @@ class ReaperState(Base):
     last_pass_at: Mapped[datetime | None] = mapped_column()
     # The ``wake_mark`` this pass read: the next pass scans when it exceeds ``wake_covered`` (SPEC §7).
     wake_mark: Mapped[int | None] = mapped_column(BigInteger)
+    # ``pg_postmaster_start_time()`` of the server the last pass ran on: another value means the
+    # database restarted or switched since (docs/queue.md, "Crashes and restarts").
+    server_started_at: Mapped[datetime | None] = mapped_column()
 
     __table_args__ = (CheckConstraint("id = 1", name="one_row"),)
+
+
+class ReaperMarker(Base):
+    """One row each reaper pass writes, in an UNLOGGED table: crash recovery empties it and a
+    promoted standby never had it, so a pass that finds no row sees the database restarted or
+    switched even where the start time stayed the same (docs/queue.md, "Crashes and restarts")."""
+
+    __tablename__ = "reaper_marker"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    written_at: Mapped[datetime] = mapped_column(server_default=func.now())
+
+    __table_args__ = (CheckConstraint("id = 1", name="one_row"), {"prefixes": ["UNLOGGED"]})
 
 
 class AuthFailure(Base):

@@ -1,13 +1,17 @@
 """The reaper (SPEC §12): a pass every ``lease.renew_seconds``; safe with several reapers (a
 ``pg_try_advisory_lock`` skips the pass when another holds it) and with API workers (every change
 locks the run row and re-checks). It wakes the queue only when it freed something or a wake debt
-is set: it never polls the queue."""
+is set: it never polls the queue.
+
+The reaper's lock lives like the scan gate's (docs/queue.md, "The reaper"): on a session that
+PostgreSQL drops when its host or process stops answering, looked at between the pass's rows and
+from a thread during a long one; a pass that finds it gone ends after the row in hand."""
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -15,11 +19,12 @@ from typing import Any
 from sqlalchemy import func
 
 from app.context import Context
+from app.db import gate_options
 from app.logs import log
 from app.metrics import LEASE_EXPIRIES, REAPER_DONE, REAPER_PASSES
 from app.services.execution import Picture, settle
 from app.services.notify import AfterCommit
-from app.services.queue import mark_wake, wake_queued
+from app.services.queue import mark_wake, wake_after_commit, wake_queued
 from app.services.records import seal_run
 from app.services.retention import prune_expired
 from app.services.settle import complete_verdict
@@ -30,13 +35,15 @@ from app.states import ASKED, FAILED, QUEUED, RUN_FINISHED, RUNNING
 from app.store import reaper as reaper_store
 from app.store.auth import forget_old_failures
 from app.store.queue import timed_out_queued
+from app.store.reaper import ReaperLock, ReaperLockLost
 from app.store.reservations import queued_crossed_age
-from app.store.runs import clear_wake_debt, lock_run, wake_debt_set
+from app.store.runs import clear_wake_debt, lock_run, set_wake_debt, wake_debt_set
 from app.store.server import database_now, has_passed
 from app.store.steps import fail_open_steps, lock_steps, update_step
 from app.store.ui_sessions import forget_expired_sessions
 
 LEASE_EXPIRED = "lease expired: renewal stopped"
+RESTARTED = "the database restarted or switched"
 
 
 @dataclass
@@ -55,6 +62,10 @@ class PassReport:
     uncovered: bool = False
     pruned: int = 0  # runs deleted by retention (SPEC §11) in this pass
     crossed_age: bool = False  # a QUEUED run crossed the reservation age since the last pass
+    # The database restarted or switched since the previous pass: a scan is owed (a wake debt)
+    # and the leases got the outage grace.
+    restarted: bool = False
+    lost: str | None = None  # why the pass lost the reaper's lock and ended early
 
     @property
     def freed(self) -> bool:
@@ -139,39 +150,47 @@ def _queue_timeout(ctx: Context, run_id: str) -> bool:
         return True
 
 
-def _row_by_row(items: list[Any], handle: Callable[[Any], Any], what: str) -> int:
-    """Each candidate in its own transaction: one failing run never stops the pass. Returns the
-    sum of what the handler counted (True counts 1)."""
-    done = 0
+def _rows(lock: ReaperLock, items: list[Any]) -> Iterator[Any]:
+    """The candidates of a step, one at a time, each only while the pass still holds the
+    reaper's lock: the row in hand is finished, the next one is left to the reaper that holds
+    the lock now (raises :class:`ReaperLockLost`)."""
     for item in items:
-        try:
-            done += int(handle(item) or 0)
-        except Exception:
-            log.exception(f"reaper: {what} failed", item=str(item))
-    return done
+        lock.check()
+        yield item
+
+
+def _isolated(handle: Callable[[Any], Any], item: Any, what: str) -> int:
+    """One candidate in its own transaction: one failing run never stops the pass. Returns what
+    the handler counted (True counts 1)."""
+    try:
+        return int(handle(item) or 0)
+    except Exception:
+        log.exception(f"reaper: {what} failed", item=str(item))
+        return 0
 
 
 def reap_pass(ctx: Context, *, previous_failed: bool = False) -> PassReport:
-    """One pass, in the order of SPEC §12."""
+    """One pass, in the order of SPEC §12, while this process holds the reaper's lock."""
     report = PassReport()
+    idle = ctx.config["gate.idle_seconds"]
     try:
-        gate = ctx.db.dedicated_connection()
+        lock = ReaperLock(
+            ctx.db.dedicated_connection(options=gate_options(idle), name="mediator-reaper"), idle
+        )
         try:
-            if not reaper_store.try_reaper_lock(gate):
+            if not lock.take():
                 report.skipped = True
                 REAPER_PASSES.labels("skipped").inc()
                 return report
-            try:
-                _pass(ctx, report, previous_failed)
-            finally:
-                reaper_store.release_reaper_lock(gate)
+            with lock.kept():
+                _pass(ctx, report, previous_failed, lock)
         finally:
-            gate.close()
+            lock.close()
     except Exception:
         REAPER_PASSES.labels("failed").inc()
         count_pass(report)  # what the pass did before it failed stays done
         raise
-    REAPER_PASSES.labels("done").inc()
+    REAPER_PASSES.labels("lost" if report.lost else "done").inc()
     count_pass(report)
     return report
 
@@ -203,26 +222,48 @@ def _crossed_age(ctx: Context, s: Any, previous: Any) -> bool:
     return seconds > 0 and queued_crossed_age(s, seconds, previous)
 
 
-def _pass(ctx: Context, report: PassReport, previous_failed: bool) -> None:
-    """The steps of SPEC §12, in its order; each step's runs in their own transactions."""
-    _begin_pass(ctx, report)
+def _pass(ctx: Context, report: PassReport, previous_failed: bool, lock: ReaperLock) -> None:
+    """The steps of SPEC §12, in its order; each step's runs in their own transactions, each
+    looked at only while the pass holds the reaper's lock (between steps too). A pass that
+    finds the lock gone finishes the row in hand and ends: it writes nothing more (its
+    ``reaper_state`` row was written at its start), and what its rows freed is still marked,
+    announced and woken for, through the ordinary gate."""
     after = AfterCommit()
-    _expire_asks(ctx, report, after)  # 1
-    _expire_leases(ctx, report, after)  # 2
-    _fail_steps_of_finished_runs(ctx, report)  # 3
-    _delete_leases_of_finished_runs(ctx, report)  # 4
-    _settle_verifying_and_time_out_queued(ctx, report, after)  # 5
-    causes = _mark_and_settle(ctx, report, after)  # 6 marks now; its wake is below
-    _seal_finished_runs(ctx, report)  # 5, last part: after the ends above are announced
-    _wake_or_pay(ctx, report, causes, previous_failed)  # 6 and 7
-    _prune(ctx, report)
+    causes: list[str] | None = None  # set once step 6 has marked and announced
+    paying = False  # steps 6 and 7 began: their wake is this pass's own
+    try:
+        lock.check()
+        _begin_pass(ctx, report)
+        _expire_asks(ctx, report, after, lock)  # 1
+        _expire_leases(ctx, report, after, lock)  # 2
+        _fail_steps_of_finished_runs(ctx, report, lock)  # 3
+        _delete_leases_of_finished_runs(ctx, report, lock)  # 4
+        _settle_verifying_and_time_out_queued(ctx, report, after, lock)  # 5
+        causes = _mark_and_settle(ctx, report, after)  # 6 marks now; its wake is below
+        _seal_finished_runs(ctx, report, lock)  # 5, last part: after the ends above are announced
+        lock.check()
+        paying = True
+        _wake_or_pay(ctx, report, causes, previous_failed)  # 6 and 7
+        lock.check()
+        _prune(ctx, report)
+    except ReaperLockLost as exc:
+        report.lost = str(exc)
+        log.warning("reaper: the reaper's lock is gone; the pass ends", reason=report.lost)
+        if causes is None:
+            causes = _mark_and_settle(ctx, report, after)
+        if (report.freed or causes) and not paying:
+            # What this pass freed is woken for as at any wake point; what is owed is left to
+            # the reaper that holds the lock now.
+            wake_after_commit(ctx, "reaper: freed nodes", marked=True)
     _log_pass(report)
 
 
 def _begin_pass(ctx: Context, report: PassReport) -> None:
-    """Record the pass and read what the previous one left (its time, its wake marks); forget
-    stale 429 counts and page sessions; note a run crossing the reservation age; after an outage
-    longer than a lease window, give every lease a full window before anything is reaped."""
+    """Record the pass and read what the previous one left (its time, its wake marks, the
+    database's start time); forget stale 429 counts and page sessions; note a run crossing the
+    reservation age; after an outage longer than a lease window, or when the database restarted
+    or switched since the previous pass, give every lease a full window before anything is
+    reaped (docs/queue.md, "Crashes and restarts")."""
     window = timedelta(seconds=ctx.lease_window_seconds)
     with ctx.db.begin() as s:
         start = reaper_store.begin_pass(s)
@@ -231,70 +272,85 @@ def _begin_pass(ctx: Context, report: PassReport) -> None:
         forget_old_failures(s)  # the 429 counts of addresses whose minute is long over
         forget_expired_sessions(s)  # the pages' sessions past their expiry (SPEC §21)
         report.crossed_age = _crossed_age(ctx, s, previous)
-        if previous is not None and now - previous > window:
-            # The Mediator was down: no node could renew. Give every lease a full window first.
+        report.restarted = start.restarted
+        if start.restarted:
+            # The restart or switch may have swallowed a wake mark or a wake debt: a scan is
+            # owed, written as a debt in the transaction that stores the new start time, so a
+            # pass that ends before its scan leaves it to the next one.
+            set_wake_debt(s, RESTARTED)
+        outage = previous is not None and now - previous > window
+        if outage or start.restarted:
+            # The Mediator or its database was down: no node could renew (and after a switch
+            # now() is another host's clock). Give every lease a full window first.
             report.extended = reaper_store.extend_leases(s, window)
             log.warning(
                 "reaper: outage grace",
-                gap_s=round((now - previous).total_seconds()),
+                gap_s=round((now - previous).total_seconds()) if previous is not None else None,
+                restarted=start.restarted,
                 leases=report.extended,
             )
 
 
-def _expire_asks(ctx: Context, report: PassReport, after: AfterCommit) -> None:
+def _expire_asks(ctx: Context, report: PassReport, after: AfterCommit, lock: ReaperLock) -> None:
     """Step 1: asks past their deadline fail (``ask deadline passed``) and their runs settle."""
     with ctx.db.read() as s:
         asks = reaper_store.expired_asks(s)
-    report.asks_expired = _row_by_row(
-        asks, lambda a: _expire_ask(ctx, a[0], a[1], after), "ask expiry"
-    )
+    for ask in _rows(lock, asks):
+        report.asks_expired += _isolated(
+            lambda a: _expire_ask(ctx, a[0], a[1], after), ask, "ask expiry"
+        )
 
 
-def _expire_leases(ctx: Context, report: PassReport, after: AfterCommit) -> None:
+def _expire_leases(ctx: Context, report: PassReport, after: AfterCommit, lock: ReaperLock) -> None:
     """Step 2: runs whose lease's ``not_after`` passed, with no ASKED step, become FAILED (410)."""
     with ctx.db.read() as s:
         expired = reaper_store.runs_with_expired_leases(s)
-    report.lease_expired = [
-        r
-        for r in expired
-        if _row_by_row([r], lambda r: _fail_expired(ctx, r, after), "lease expiry")
-    ]
+    for run_id in _rows(lock, expired):
+        if _isolated(lambda r: _fail_expired(ctx, r, after), run_id, "lease expiry"):
+            report.lease_expired.append(run_id)
 
 
-def _fail_steps_of_finished_runs(ctx: Context, report: PassReport) -> None:
+def _fail_steps_of_finished_runs(ctx: Context, report: PassReport, lock: ReaperLock) -> None:
     """Step 3: open steps of finished runs become FAILED."""
     with ctx.db.read() as s:
         open_runs = reaper_store.open_steps_of_finished_runs(s)
-    report.steps_failed = _row_by_row(open_runs, lambda r: _fail_open_steps(ctx, r), "open steps")
+    for run_id in _rows(lock, open_runs):
+        report.steps_failed += _isolated(lambda r: _fail_open_steps(ctx, r), run_id, "open steps")
 
 
-def _delete_leases_of_finished_runs(ctx: Context, report: PassReport) -> None:
+def _delete_leases_of_finished_runs(ctx: Context, report: PassReport, lock: ReaperLock) -> None:
     """Step 4: leases of finished runs go (runs that ended while the Mediator was down)."""
     with ctx.db.read() as s:
         leased = reaper_store.leases_of_finished_runs(s)
-    report.leases_deleted = _row_by_row(
-        leased, lambda r: _delete_finished_leases(ctx, r), "lease cleanup"
-    )
+    for run_id in _rows(lock, leased):
+        report.leases_deleted += _isolated(
+            lambda r: _delete_finished_leases(ctx, r), run_id, "lease cleanup"
+        )
 
 
 def _settle_verifying_and_time_out_queued(
-    ctx: Context, report: PassReport, after: AfterCommit
+    ctx: Context, report: PassReport, after: AfterCommit, lock: ReaperLock
 ) -> None:
     """Step 5: runs left in VERIFYING get their verdict; QUEUED runs past their ``queue.timeout``
     fail (``queue timeout``), and their reservations go with them, so the queue is woken."""
     with ctx.db.read() as s:
         verifying = reaper_store.verifying_runs(s)
         timed_out = timed_out_queued(s)
-    report.verdicts = _row_by_row(
-        verifying, lambda r: complete_verdict(ctx, r, after) is not None, "verdict"
-    )
-    report.queue_timeouts = [
-        r for r in timed_out if _row_by_row([r], lambda r: _queue_timeout(ctx, r), "queue timeout")
-    ]
-    after.settled += report.queue_timeouts
-    if report.queue_timeouts:
-        # A timed-out run's reservations went with it: the wake hands those nodes on (SPEC §7a).
-        after.wake("queue timeout of " + ", ".join(report.queue_timeouts))
+    for run_id in _rows(lock, verifying):
+        report.verdicts += _isolated(
+            lambda r: complete_verdict(ctx, r, after) is not None, run_id, "verdict"
+        )
+    try:
+        for run_id in _rows(lock, timed_out):
+            if _isolated(lambda r: _queue_timeout(ctx, r), run_id, "queue timeout"):
+                report.queue_timeouts.append(run_id)
+    finally:
+        # Also when the pass ends early: the runs timed out so far are announced and woken for.
+        after.settled += report.queue_timeouts
+        if report.queue_timeouts:
+            # A timed-out run's reservations went with it: the wake hands those nodes on (SPEC
+            # §7a).
+            after.wake("queue timeout of " + ", ".join(report.queue_timeouts))
 
 
 def _mark_and_settle(ctx: Context, report: PassReport, after: AfterCommit) -> list[str]:
@@ -308,11 +364,13 @@ def _mark_and_settle(ctx: Context, report: PassReport, after: AfterCommit) -> li
     return causes
 
 
-def _seal_finished_runs(ctx: Context, report: PassReport) -> None:
+def _seal_finished_runs(ctx: Context, report: PassReport, lock: ReaperLock) -> None:
     """Step 5, last part: seal the Records of finished runs that are not sealed yet."""
     with ctx.db.read() as s:
         unsealed = reaper_store.unsealed_finished_runs(s)
-    report.sealed = sum(1 for run_id in unsealed if seal_run(ctx, run_id))
+    for run_id in _rows(lock, unsealed):
+        if seal_run(ctx, run_id):
+            report.sealed += 1
 
 
 def _wake_or_pay(
@@ -329,6 +387,8 @@ def _wake_or_pay(
         return
     if report.freed or causes:
         why = "reaper: freed nodes"
+    elif report.restarted:
+        why = f"reaper: {RESTARTED}"
     elif report.uncovered:
         why = "reaper: uncovered wake marks"
     else:
@@ -368,19 +428,22 @@ def _log_pass(report: PassReport) -> None:
         sealed=report.sealed,
         woke=report.woke,
         pruned=report.pruned,
+        restarted=report.restarted,
+        lost=report.lost,
     )
 
 
 def reap_once(ctx: Context, *, previous_failed: bool) -> bool:
     """One turn of the reaper's loop; returns whether a debt is still owed by this reaper (its
-    pass failed, or it was skipped while one was owed: a pass that could not take the reaper's
-    lock does not forget the debt it saw, SPEC §7)."""
+    pass failed, or one was owed and its scan did not run: the pass was skipped, lost the
+    reaper's lock before it, or the scanning lock did not come in time; a pass that could not
+    take the reaper's lock does not forget the debt it saw, SPEC §7)."""
     try:
         report = reap_pass(ctx, previous_failed=previous_failed)
     except Exception:
         log.exception("reaper pass failed")
         return True
-    return previous_failed and report.skipped
+    return previous_failed and not report.woke
 
 
 def run_reaper(ctx: Context, stop: threading.Event) -> None:

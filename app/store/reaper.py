@@ -3,27 +3,135 @@ handled in its own transaction that locks the run and re-checks the condition.""
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import Connection, delete, func, literal_column, select, text, update
+from sqlalchemy import Connection, bindparam, delete, func, literal_column, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
-from app.models import OPEN_STEPS, UNSEALED_RUNS, Lease, ReaperState, Run, Step
+from app.models import OPEN_STEPS, UNSEALED_RUNS, Lease, ReaperMarker, ReaperState, Run, Step
 from app.states import ASKED, RUN_ALIVE, RUN_FINISHED, RUNNING, VERIFYING
 from app.store import rowcount
 
 REAPER_LOCK = 0x4D6564696174_0003  # one pass at a time across reapers (pg_try_advisory_lock)
 
+# The session's own row of the lock in pg_locks (a bigint key shows as classid = its high 32
+# bits, objid = its low 32 bits, objsubid 1), on a server that is still the primary: advisory
+# locks work on a standby too, and a session left on a demoted server would find its lock there
+# while the pass writes on the new primary (docs/queue.md, "The reaper").
+_HOLDS_REAPER_LOCK = text(
+    "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory'"
+    " AND pid = pg_backend_pid() AND granted AND objsubid = 1"
+    " AND classid = CAST(:hi AS oid) AND objid = CAST(:lo AS oid))"
+    " AND NOT pg_is_in_recovery()"
+).bindparams(bindparam("hi", REAPER_LOCK >> 32), bindparam("lo", REAPER_LOCK & 0xFFFFFFFF))
 
-def try_reaper_lock(conn: Connection) -> bool:
-    """Take the session advisory lock of a pass on this (autocommit) connection, if it is free."""
-    return bool(conn.execute(select(func.pg_try_advisory_lock(REAPER_LOCK))).scalar())
+
+class ReaperLockLost(Exception):
+    """The reaper's lock is gone under a running pass: the pass ends after the row in hand."""
 
 
-def release_reaper_lock(conn: Connection) -> None:
-    conn.execute(select(func.pg_advisory_unlock(REAPER_LOCK)))
+class ReaperLock:
+    """One pass's turn: the session advisory lock :data:`REAPER_LOCK` on ``conn``, a connection of
+    its own (autocommit) that the caller opened with the gate's liveness settings
+    (:func:`app.db.gate_options`), so PostgreSQL drops the session of a host that lost power or
+    of a process that hangs, and the lock with it, and another reaper passes again
+    (docs/queue.md, "The reaper").
+
+    While the pass runs, the session must never stay idle for ``idle_seconds``: :meth:`check`
+    (between the pass's rows) and the thread of :meth:`kept` (during a long row: sealing a big
+    Record, a prune batch) look at the session's pg_locks row, the thread whenever
+    ``idle_seconds``/3 have passed since the last look. A look that fails or finds no lock marks
+    the turn lost for good. Two threads share the connection, so every statement on it is made
+    under one mutex."""
+
+    def __init__(self, conn: Connection, idle_seconds: float) -> None:
+        self._conn = conn
+        self._period = idle_seconds / 3
+        self._mutex = threading.Lock()
+        self._taken = False
+        self._lost: str | None = None  # why the turn was lost
+        self._looked = time.monotonic()  # when the session's last statement ended
+
+    def take(self) -> bool:
+        """Take the lock if it is free (another reaper's pass holds it otherwise)."""
+        with self._mutex:
+            self._taken = bool(
+                self._conn.execute(select(func.pg_try_advisory_lock(REAPER_LOCK))).scalar()
+            )
+            self._looked = time.monotonic()
+        return self._taken
+
+    def _look(self) -> None:
+        """The look itself; the caller holds the mutex."""
+        if self._lost is not None:
+            return
+        try:
+            held = bool(self._conn.execute(_HOLDS_REAPER_LOCK).scalar())
+        except Exception as exc:
+            self._lost = f"its session failed: {type(exc).__name__}"
+            return
+        self._looked = time.monotonic()
+        if not held:
+            self._lost = "the lock is no longer held"
+
+    def check(self) -> None:
+        """Between two rows of the pass: raise :class:`ReaperLockLost` unless the session still
+        holds the lock, looked at now."""
+        with self._mutex:
+            self._look()
+        if self._lost is not None:
+            raise ReaperLockLost(self._lost)
+
+    @property
+    def lost(self) -> str | None:
+        """Why the turn was lost, as found by the last look; None while it is held."""
+        return self._lost
+
+    @contextmanager
+    def kept(self) -> Iterator[None]:
+        """A thread looks at the lock whenever ``idle_seconds``/3 have passed since the last look,
+        for as long as the block runs (the pass's rows on pooled connections leave this session
+        idle meanwhile)."""
+        stop = threading.Event()
+        thread = threading.Thread(
+            target=self._keep, args=(stop,), name="mediator-reaper-lock", daemon=True
+        )
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
+
+    def _keep(self, stop: threading.Event) -> None:
+        while self._lost is None:
+            due = self._looked + self._period - time.monotonic()
+            if stop.wait(max(0.0, due)):
+                return
+            with self._mutex:
+                if time.monotonic() - self._looked >= self._period:
+                    self._look()
+
+    def close(self) -> None:
+        """Give the lock back and close the session; never raises (a session that is gone took
+        its lock with it). The explicit unlock makes the lock free before this returns, not
+        when the server gets round to ending the session."""
+        with self._mutex:
+            if self._taken and self._lost is None:
+                try:
+                    self._conn.execute(select(func.pg_advisory_unlock(REAPER_LOCK)))
+                except Exception:
+                    pass
+            try:
+                self._conn.close()
+            except Exception:
+                pass
 
 
 @dataclass(frozen=True)
@@ -32,32 +140,50 @@ class PassStart:
     previous: datetime | None  # the previous pass's time
     previous_mark: int | None  # the wake mark the previous pass read (SPEC §7)
     covered: int  # the highest mark a successful scan has covered, read now
+    # The database restarted or switched since the previous pass: its server's start time
+    # changed, or the pass's row in the UNLOGGED marker table is gone.
+    restarted: bool = False
 
 
 _LAST_MARK = text("(SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM wake_mark)")
 
 
 def begin_pass(s: Session) -> PassStart:
-    """Record this pass, with the ``wake_mark`` it reads, and return what the previous pass
-    stored (``reaper_state``, locked: several reapers take turns)."""
+    """Record this pass, with the ``wake_mark`` it reads, the start time of the server it runs
+    on and its row in ``reaper_marker``, and return what the previous pass stored
+    (``reaper_state``, locked: several reapers take turns).
+
+    ``restarted``: the previous pass stored another ``pg_postmaster_start_time()`` (a restart, or
+    another server: a failover), or its marker row is gone (crash recovery empties UNLOGGED
+    tables and keeps the start time; a promoted standby never had the row). A pass with no start
+    time stored before it (the first ever, or the first after the upgrade that added it) knows
+    of no server to compare with: never a restart."""
     now = s.execute(select(func.now())).scalar_one()
     row = s.execute(
-        select(ReaperState.last_pass_at, ReaperState.wake_mark)
+        select(ReaperState.last_pass_at, ReaperState.wake_mark, ReaperState.server_started_at)
         .where(ReaperState.id == 1)
         .with_for_update()
     ).first()
     covered = int(s.execute(text("SELECT last_value FROM wake_covered")).scalar_one())
+    server_started = s.execute(select(func.pg_postmaster_start_time())).scalar_one()
+    marker = s.execute(select(ReaperMarker.id)).first() is not None
+    stored = {
+        "last_pass_at": func.now(),
+        "wake_mark": _LAST_MARK,
+        "server_started_at": func.pg_postmaster_start_time(),
+    }
     s.execute(
         pg_insert(ReaperState)
-        .values(id=1, last_pass_at=func.now(), wake_mark=_LAST_MARK)
-        .on_conflict_do_update(
-            index_elements=[ReaperState.id],
-            set_={"last_pass_at": func.now(), "wake_mark": _LAST_MARK},
-        )
+        .values(id=1, **stored)
+        .on_conflict_do_update(index_elements=[ReaperState.id], set_=stored)
     )
+    s.execute(pg_insert(ReaperMarker).values(id=1).on_conflict_do_nothing())
     if row is None:
         return PassStart(now, None, None, covered)
-    return PassStart(now, row.last_pass_at, row.wake_mark, covered)
+    restarted = row.server_started_at is not None and (
+        row.server_started_at != server_started or not marker
+    )
+    return PassStart(now, row.last_pass_at, row.wake_mark, covered, restarted)
 
 
 def extend_leases(s: Session, window: timedelta) -> int:

@@ -25,6 +25,7 @@ TABLES = (
     "nodes",
     "wake_debt",
     "reaper_state",
+    "reaper_marker",
     "run_tombstones",
     "auth_failures",
     "ui_sessions",
