@@ -259,25 +259,21 @@ def _pass(ctx: Context, report: PassReport, previous_failed: bool, lock: ReaperL
 
 
 def _begin_pass(ctx: Context, report: PassReport) -> None:
-    """Record the pass and read what the previous one left (its time, its wake marks, the
-    database's start time); forget stale 429 counts and page sessions; note a run crossing the
+    """Read what the previous pass left (its time, its wake marks, the database's start time)
+    and record this one; forget stale 429 counts and page sessions; note a run crossing the
     reservation age; after an outage longer than a lease window, or when the database restarted
     or switched since the previous pass, give every lease a full window before anything is
-    reaped (docs/queue.md, "Crashes and restarts")."""
+    reaped (docs/queue.md, "Crashes and restarts"). One transaction, its locks in the global
+    order: leases, then the singletons ``wake_debt`` and ``reaper_state``."""
     window = timedelta(seconds=ctx.lease_window_seconds)
     with ctx.db.begin() as s:
-        start = reaper_store.begin_pass(s)
+        start = reaper_store.read_pass_start(s)
         now, previous = start.now, start.previous
         report.uncovered = start.previous_mark is not None and start.previous_mark > start.covered
         forget_old_failures(s)  # the 429 counts of addresses whose minute is long over
         forget_expired_sessions(s)  # the pages' sessions past their expiry (SPEC §21)
         report.crossed_age = _crossed_age(ctx, s, previous)
         report.restarted = start.restarted
-        if start.restarted:
-            # The restart or switch may have swallowed a wake mark or a wake debt: a scan is
-            # owed, written as a debt in the transaction that stores the new start time, so a
-            # pass that ends before its scan leaves it to the next one.
-            set_wake_debt(s, RESTARTED)
         outage = previous is not None and now - previous > window
         if outage or start.restarted:
             # The Mediator or its database was down: no node could renew (and after a switch
@@ -289,6 +285,12 @@ def _begin_pass(ctx: Context, report: PassReport) -> None:
                 restarted=start.restarted,
                 leases=report.extended,
             )
+        if start.restarted:
+            # The restart or switch may have swallowed a wake mark or a wake debt: a scan is
+            # owed, written as a debt in the transaction that stores the new start time, so a
+            # pass that ends before its scan leaves it to the next one.
+            set_wake_debt(s, RESTARTED)
+        reaper_store.record_pass(s)
 
 
 def _expire_asks(ctx: Context, report: PassReport, after: AfterCommit, lock: ReaperLock) -> None:

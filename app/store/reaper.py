@@ -148,25 +148,37 @@ class PassStart:
 _LAST_MARK = text("(SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM wake_mark)")
 
 
-def begin_pass(s: Session) -> PassStart:
-    """Record this pass, with the ``wake_mark`` it reads, the start time of the server it runs
-    on and its row in ``reaper_marker``, and return what the previous pass stored
-    (``reaper_state``, locked: several reapers take turns).
+def read_pass_start(s: Session) -> PassStart:
+    """What the previous pass stored (``reaper_state``) and what this one compares it with, read
+    without a lock: the reaper's lock keeps passes apart, and :func:`record_pass` locks the row
+    last in the pass's first transaction (the singletons come last in the lock order).
 
     ``restarted``: the previous pass stored another ``pg_postmaster_start_time()`` (a restart, or
     another server: a failover), or its marker row is gone (crash recovery empties UNLOGGED
     tables and keeps the start time; a promoted standby never had the row). A pass with no start
     time stored before it (the first ever, or the first after the upgrade that added it) knows
     of no server to compare with: never a restart."""
-    now = s.execute(select(func.now())).scalar_one()
+    now, server_started = s.execute(select(func.now(), func.pg_postmaster_start_time())).one()
     row = s.execute(
-        select(ReaperState.last_pass_at, ReaperState.wake_mark, ReaperState.server_started_at)
-        .where(ReaperState.id == 1)
-        .with_for_update()
+        select(
+            ReaperState.last_pass_at, ReaperState.wake_mark, ReaperState.server_started_at
+        ).where(ReaperState.id == 1)
     ).first()
     covered = int(s.execute(text("SELECT last_value FROM wake_covered")).scalar_one())
-    server_started = s.execute(select(func.pg_postmaster_start_time())).scalar_one()
     marker = s.execute(select(ReaperMarker.id)).first() is not None
+    if row is None:
+        return PassStart(now, None, None, covered)
+    restarted = row.server_started_at is not None and (
+        row.server_started_at != server_started or not marker
+    )
+    return PassStart(now, row.last_pass_at, row.wake_mark, covered, restarted)
+
+
+def record_pass(s: Session) -> None:
+    """Record this pass: its time, the ``wake_mark`` it reads, the start time of the server it
+    runs on, and its row in ``reaper_marker`` (the next pass compares them, see
+    :func:`read_pass_start`). Two passes that overlap (one lost its lock) take turns on the
+    ``reaper_state`` row."""
     stored = {
         "last_pass_at": func.now(),
         "wake_mark": _LAST_MARK,
@@ -178,12 +190,6 @@ def begin_pass(s: Session) -> PassStart:
         .on_conflict_do_update(index_elements=[ReaperState.id], set_=stored)
     )
     s.execute(pg_insert(ReaperMarker).values(id=1).on_conflict_do_nothing())
-    if row is None:
-        return PassStart(now, None, None, covered)
-    restarted = row.server_started_at is not None and (
-        row.server_started_at != server_started or not marker
-    )
-    return PassStart(now, row.last_pass_at, row.wake_mark, covered, restarted)
 
 
 def extend_leases(s: Session, window: timedelta) -> int:
