@@ -357,13 +357,14 @@ def _settle_verifying_and_time_out_queued(
 
 def _mark_and_settle(ctx: Context, report: PassReport, after: AfterCommit) -> list[str]:
     """Mark the wake right after the freeing commits when steps 1, 2, 4 or 5 changed anything,
-    then announce the runs that ended; returns the wake causes the steps gave."""
+    then settle and announce the runs that ended; returns the wake causes, those of the verdicts
+    the settle computed included (a run whose ask expired in step 1 ends there, and its verdict
+    takes its own mark after its commit)."""
     # Step 6 wakes once, in _wake_or_pay; ``settle_and_wake`` must not wake a second time.
-    causes = list(after.wake_causes)
-    if report.freed or causes:
-        mark_wake(ctx)  # SPEC §7: right after the freeing commits, before anything that can fail
+    if report.freed or after.wake_causes:
+        mark_wake(ctx)  # docs/queue.md: right after the freeing commits, before anything can fail
     settle_and_wake(ctx, after, wake=False)
-    return causes
+    return list(after.wake_causes)
 
 
 def _seal_finished_runs(ctx: Context, report: PassReport, lock: ReaperLock) -> None:
@@ -384,7 +385,10 @@ def _wake_or_pay(
     with ctx.db.read() as s:
         debt = wake_debt_set(s)
         started = database_now(s)
-    owed = bool(debt or previous_failed or report.uncovered)
+    # A mark this process could not take earlier (app/services/marks.py) is taken now and
+    # paid by this pass's scan.
+    paying = ctx.owed.is_set() and mark_wake(ctx)
+    owed = bool(debt or previous_failed or report.uncovered or paying)
     if not (report.freed or causes or owed or report.crossed_age):
         return
     if report.freed or causes:
@@ -401,7 +405,14 @@ def _wake_or_pay(
     report.woke = not scan.skipped
     if scan.skipped:
         log.warning("reaper: the scanning lock was not free in time; next pass", why=why)
-    elif debt and not (scan.errors or scan.again):
+        # What this scan was for (the reservation age, no freeing commit; a debt or a failed
+        # pass that the next pass would not see again) becomes a mark now: uncovered, the next
+        # pass pays it with its direct turn.
+        mark_wake(ctx)
+    elif debt:
+        # The scan ran to its end: the debt it paid goes. What the scan itself still owes (a
+        # queue that changed under it, a promotion that raised for the first time) it set
+        # again after ``started``, and that stays for the next pass.
         with ctx.db.begin() as s:
             clear_wake_debt(s, set_before=started)
 
