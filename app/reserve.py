@@ -7,7 +7,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from app.contract.types import Role
-from app.match import Advert, Reject, match, satisfies, width_exceeded
+from app.match import Advert, Reject, match, match_within_cap, satisfies, width_exceeded
 
 
 @dataclass(frozen=True)
@@ -99,8 +99,12 @@ def plan_reservations(
     for holder in lost:
         own = {n for n, r in plan.items() if r == holder.run_id}
         others = set(plan) - own
-        outcome = match(
-            holder.roles, _preferring(adverts, own), set(draining) | others, ordered=True
+        outcome = match_within_cap(
+            holder.roles,
+            _preferring(adverts, own),
+            set(draining) | others,
+            max_per_run,
+            ordered=True,
         )
         for n in own:
             del plan[n]
@@ -115,13 +119,16 @@ def plan_reservations(
             break  # nothing free, nothing of a lower priority: no later run can do better
         if run.run_id in planned or run.requires_key in skipped:
             continue
-        outcome = match(run.roles, adverts, set(draining) | plan.keys(), ordered=True)
+        outcome = match_within_cap(
+            run.roles, adverts, set(draining) | plan.keys(), max_per_run, ordered=True
+        )
         if takeable and (isinstance(outcome, Reject) or width_exceeded(outcome, max_per_run)):
             # Takeover: unreserved nodes first, then those of lower-priority holders.
-            outcome = match(
+            outcome = match_within_cap(
                 run.roles,
                 _preferring(adverts, usable - plan.keys()),
                 set(draining) | (plan.keys() - takeable),
+                max_per_run,
                 ordered=True,
             )
         if isinstance(outcome, Reject) or width_exceeded(outcome, max_per_run):

@@ -81,3 +81,12 @@ def test_a_holder_left_short_by_a_takeover_fills_its_places_again_at_the_next_sc
         0,
     )
     assert plan["b2"] == "low" and list(plan.values()).count("low") == 2
+
+
+def test_under_the_width_cap_a_run_reserves_the_one_node_that_fills_both_its_roles():
+    """a(x) and r(x, y), roles x and y, ``lease.max_per_run`` 1: r alone fills both, as a
+    promotion would place it (docs/contract.md, "How matching works")."""
+    a = Advert("a", (Capability("x"),))
+    r = Advert("r", (Capability("x"), Capability("y")))
+    both = Reserving("both", "x+y", (Role("x", "x", 1, {}), Role("y", "y", 1, {})), 0)
+    assert plan_reservations({}, {}, [both], [a, r], (), 1) == {"r": "both"}
