@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import func
@@ -32,11 +33,9 @@ from app.states import (
     STEP_SETTLED,
     VERIFYING,
 )
-from app.store import NodeTaken
 from app.store.blobs import accepted_blob_names
-from app.store.leases import Grant, delete_leases, insert_lease_if_free, run_not_after
+from app.store.leases import Grant, acquire_lease, delete_leases, run_not_after
 from app.store.nodes import candidate_adverts
-from app.store.reservations import place_unreserved
 from app.store.runs import add_event, lock_run, set_run_fields, set_run_state
 from app.store.steps import bind_steps, lock_steps, update_step
 from app.verdict import StepFacts, changed_paths
@@ -85,38 +84,36 @@ def _skip(s: Session, pic: Picture, step_id: str | None) -> None:
         pic.change(s, target, [PENDING], state=SKIPPED, ended_at=func.now())
 
 
-def _unreserved(s: Session, ctx: Context, run_id: str, priority: int, node: str) -> bool:
-    """An acquire honours a reservation written after its read (SPEC §7a): False means the node
-    is unavailable to it. Nothing is written then, and the transaction goes on."""
-    if ctx.config["queue.reserve_after_seconds"] <= 0:
-        return True
-    try:
-        place_unreserved(s, run_id, priority, [node])
-    except NodeTaken:
-        return False
-    return True
-
-
 def run_acquire(s: Session, ctx: Context, pic: Picture, st: Step, after: AfterCommit) -> None:
-    """Grab one more node mid-run (SPEC §8 acquire): live adverts minus unavailable nodes; the lease
-    insert is ``ON CONFLICT DO NOTHING`` so a node taken meanwhile just means "unavailable"."""
+    """Grab one more node mid-run (SPEC §8 acquire): live adverts minus unavailable nodes, in the
+    matcher's order. A candidate whose lease cannot be had at this moment (its row held by a
+    transaction placing a lease there, a reservation written since the read, a lease taken since
+    the read: :func:`acquire_lease`) joins the unavailable nodes and the next one is tried; none
+    left means "unavailable". It never waits on another transaction (docs/queue.md, "Lock
+    order"), and a candidate it did not get leaves no placement behind."""
     spec = st.spec["acquire"]
     want = parse_requirement(spec["want"], f"steps[{st.seq - 1}].acquire.want")
     # Acquire honours reservations like a submit (SPEC §7a): a running run holds none.
     reserving = ctx.config["queue.reserve_after_seconds"] > 0
-    found = candidate_adverts(s, [want], reserved_for=pic.run.priority if reserving else None)
-    outcome = match([want], found.adverts, found.unavailable, ordered=True)
+    reserved_for = pic.run.priority if reserving else None
+    found = candidate_adverts(s, [want], reserved_for=reserved_for)
+    unavailable = set(found.unavailable)
+    ttl = ctx.config["lease.ttl_seconds"]
+    not_after: datetime | None = None
     node = None
-    if isinstance(outcome, Assignment):
+    # Each look either leases a node or adds one to the unavailable ones: bounded by the fleet.
+    while node is None:
+        outcome = match([want], found.adverts, unavailable, ordered=True)
+        if not isinstance(outcome, Assignment):
+            break
         candidate = outcome.roles[0][1][0]
+        if not_after is None:
+            not_after = run_not_after(s, pic.run.run_id)
         grant = Grant(candidate, want.name, want.capability)
-        not_after = run_not_after(s, pic.run.run_id)
-        if _unreserved(
-            s, ctx, pic.run.run_id, pic.run.priority, candidate
-        ) and insert_lease_if_free(
-            s, pic.run.run_id, grant, not_after, ctx.config["lease.ttl_seconds"]
-        ):
+        if acquire_lease(s, pic.run.run_id, grant, not_after, ttl, reserved_for=reserved_for):
             node = candidate
+        else:
+            unavailable.add(candidate)
     if node is not None:
         bind_steps(s, pic.run.run_id, {want.name: node})
         for other in pic.steps.values():

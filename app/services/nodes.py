@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from app.context import Context
-from app.models import Lease
+from app.models import Lease, Run
 from app.services.notify import AfterCommit
 from app.services.settle_and_wake import settle_and_wake
 from app.services.settle_failed import settle_failed, step_did_not_complete
@@ -63,14 +63,20 @@ class _Stored:
 
 def _restart(s: Session, advert: Advert, after: AfterCommit, causes: list[str]) -> None:
     """Fail the runs whose step this node claimed under another instance (SPEC §4 restart
-    detection): run, steps and leases, in the global lock order."""
+    detection). The advert holds its node's row already (the one lock taken before runs,
+    docs/queue.md, "Lock order"); then every such run's row in run_id order, and only then what
+    they own: the steps, the events, the leases."""
     assert advert.instance
     durable_commit(s)  # runs end here: not soft state like the heartbeat itself
-    for run_id, seq in claimed_by_other_instance(s, advert.node_id, advert.instance):
+    claimed = claimed_by_other_instance(s, advert.node_id, advert.instance)
+    runs: dict[str, Run] = {}
+    for run_id in sorted({run_id for run_id, _ in claimed}):
         run = lock_run(s, run_id)
-        if run is None or run.state != RUNNING:
-            continue  # ended meanwhile; the reaper fails open steps of finished runs
-        if not fail_step(s, run_id, seq, from_states=[CLAIMED], error=RESTARTED):
+        if run is not None and run.state == RUNNING:
+            runs[run_id] = run  # else ended meanwhile; the reaper fails open steps of those
+    for run_id, seq in claimed:
+        run = runs.get(run_id)
+        if run is None or not fail_step(s, run_id, seq, from_states=[CLAIMED], error=RESTARTED):
             continue
         step_id = next(
             (c["id"] for i, c in enumerate(run.contract["steps"], 1) if i == seq), str(seq)

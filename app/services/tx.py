@@ -12,7 +12,8 @@ from sqlalchemy.exc import DBAPIError
 from app.logs import log
 from app.services.notify import AfterCommit
 
-RETRYABLE = frozenset({"40P01", "40001"})
+DEADLOCK = "40P01"
+RETRYABLE = frozenset({DEADLOCK, "40001"})
 RETRIES = 3
 
 P = ParamSpec("P")
@@ -21,6 +22,13 @@ T = TypeVar("T")
 
 def sqlstate(exc: BaseException) -> str | None:
     return getattr(getattr(exc, "orig", None), "sqlstate", None)
+
+
+def _detail(exc: BaseException) -> str | None:
+    """The DETAIL of a database error (a deadlock's names the processes and what each waits
+    for; the statements are in the server's log only)."""
+    diag = getattr(getattr(exc, "orig", None), "diag", None)
+    return getattr(diag, "message_detail", None)
 
 
 def retrying(fn: Callable[P, T]) -> Callable[P, T]:
@@ -40,7 +48,17 @@ def retrying(fn: Callable[P, T]) -> Callable[P, T]:
                     a.restore(snap)
                 if sqlstate(exc) not in RETRYABLE or attempt == RETRIES:
                     raise
-                log.info("transaction retried", function=fn.__name__, sqlstate=sqlstate(exc))
+                if sqlstate(exc) == DEADLOCK:
+                    # One lock order (docs/queue.md, "Lock order"), so a deadlock is a bug to
+                    # find: what PostgreSQL says of the cycle goes in the log.
+                    log.warning(
+                        "transaction retried after a deadlock",
+                        function=fn.__name__,
+                        detail=_detail(exc),
+                        statement=" ".join(str(getattr(exc, "statement", "")).split())[:300],
+                    )
+                else:
+                    log.info("transaction retried", function=fn.__name__, sqlstate=sqlstate(exc))
         raise AssertionError("unreachable")
 
     return wrapper

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import func, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -15,7 +15,14 @@ from sqlalchemy.orm import Session
 from app.models import LEASES_PKEY, Lease, Run
 from app.states import RUN_ALIVE
 from app.store import NodeTaken, constraint_name
-from app.store.rows import LEASE_COLUMNS, rows_insert
+from app.store.driver import pipelined
+from app.store.placing import (
+    check_and_place,
+    check_unreserved,
+    free_node_lock,
+    leasing_statements,
+)
+from app.store.rows import delete_in_key_order
 
 
 @dataclass(frozen=True)
@@ -26,8 +33,8 @@ class Grant:
 
 
 def lease_rows(run_id: str, grants: Sequence[Grant], ttl_seconds: int) -> list[dict[str, object]]:
-    """One lease per distinct node, in node_id order (SPEC §1 lock order), a fresh random nonce
-    each, ``not_after = now() + ttl_seconds``. Inserted with the run
+    """One lease per distinct node, in node_id order (the lock order, docs/queue.md), a fresh
+    random nonce each, ``not_after = now() + ttl_seconds``. Inserted with the run
     (:func:`app.store.runs.create_run`) or at its promotion (:func:`insert_leases`)."""
     return [
         {
@@ -42,16 +49,16 @@ def lease_rows(run_id: str, grants: Sequence[Grant], ttl_seconds: int) -> list[d
     ]
 
 
-_INSERT_LEASES = rows_insert(Lease, LEASE_COLUMNS, "leases")
-
-
 def insert_leases(s: Session, run_id: str, grants: Sequence[Grant], ttl_seconds: int) -> None:
-    """The leases of a promoted run. A node another run holds fails on ``pk_leases`` ->
+    """The leases of a promoted run, after its run row (and, with reservations on, after
+    :func:`app.store.reservations.place_unreserved`): the nodes' rows ``FOR SHARE`` in node_id
+    order (again, a no-op, when the check locked them), then the leases in node_id order, in one
+    statement (docs/queue.md, "Lock order"). A node another run holds fails on ``pk_leases`` ->
     :class:`NodeTaken`; the transaction is then unusable and the caller rolls it back whole."""
     if not grants:
         return
     try:
-        s.connection().execute(_INSERT_LEASES, {"leases": lease_rows(run_id, grants, ttl_seconds)})
+        pipelined(s, *leasing_statements(run_id, None, lease_rows(run_id, grants, ttl_seconds)))
     except IntegrityError as exc:
         if constraint_name(exc) == LEASES_PKEY:
             raise NodeTaken(run_id) from exc
@@ -59,9 +66,10 @@ def insert_leases(s: Session, run_id: str, grants: Sequence[Grant], ttl_seconds:
 
 
 def delete_leases_of_run(s: Session, run_id: str) -> list[str]:
-    """Delete every lease of a run (settle, cancel, reaper cleanup); the run row is locked first.
-    Returns the freed node ids."""
-    rows = s.execute(delete(Lease).where(Lease.run_id == run_id).returning(Lease.node_id)).all()
+    """Delete every lease of a run (settle, cancel, reaper cleanup); the run row is locked first,
+    then its leases in node_id order (:func:`app.store.rows.delete_in_key_order`). Returns the
+    freed node ids."""
+    rows = s.execute(delete_in_key_order(Lease.node_id, Lease.run_id == run_id)).all()
     return sorted(r.node_id for r in rows)
 
 
@@ -97,11 +105,58 @@ def run_not_after(s: Session, run_id: str) -> datetime | None:
     return s.execute(select(func.max(Lease.not_after)).where(Lease.run_id == run_id)).scalar_one()
 
 
-def insert_lease_if_free(
-    s: Session, run_id: str, grant: Grant, not_after: datetime | None, ttl_seconds: int
+def acquire_lease(
+    s: Session,
+    run_id: str,
+    grant: Grant,
+    not_after: datetime | None,
+    ttl_seconds: int,
+    *,
+    reserved_for: int | None,
 ) -> bool:
-    """``INSERT … ON CONFLICT DO NOTHING``: a node taken meanwhile is "unavailable" for an acquire
-    step, not an error that would end the surrounding transaction (SPEC §8)."""
+    """An acquire step's lease (docs/contract.md, "acquire"), or False: "unavailable". Inside a
+    SAVEPOINT, so that its placement and its lease are written together or not at all (a
+    placement without its lease would make a queued run count as overtaken, docs/priorities.md):
+    the node's row ``FOR NO KEY UPDATE SKIP LOCKED`` (another transaction holding it is placing a
+    lease there, writing a reservation or storing an advert: unavailable); with ``reserved_for``
+    (reservations on) the check that no reservation of that priority or higher holds the node,
+    with its placement, in a new statement; then the lease, ``ON CONFLICT DO NOTHING`` (taken
+    since the caller's read). Anything short of the lease rolls the savepoint back.
+
+    It never waits: every lease insert holds its nodes' rows from before its placement to its
+    commit, so with the row held here no other transaction is placing or leasing this node, and
+    the placement and the insert find nothing to wait for. That is what makes an acquire safe
+    after its run's own leases, out of the lock order (docs/queue.md, "Lock order")."""
+    savepoint = s.begin_nested()
+    try:
+        acquired = _acquire(s, run_id, grant, not_after, ttl_seconds, reserved_for)
+    except BaseException:
+        savepoint.rollback()
+        raise
+    if acquired:
+        savepoint.commit()
+    else:
+        savepoint.rollback()
+    return acquired
+
+
+def _acquire(
+    s: Session,
+    run_id: str,
+    grant: Grant,
+    not_after: datetime | None,
+    ttl_seconds: int,
+    reserved_for: int | None,
+) -> bool:
+    if not pipelined(s, free_node_lock(grant.node_id))[0]:
+        return False
+    if reserved_for is not None:
+        try:
+            check_unreserved(
+                run_id, pipelined(s, check_and_place(run_id, reserved_for, grant.node_id))[0]
+            )
+        except NodeTaken:
+            return False
     row = s.execute(
         pg_insert(Lease)
         .values(
@@ -119,13 +174,14 @@ def insert_lease_if_free(
 
 
 def delete_leases(s: Session, run_id: str, node_ids: Sequence[str]) -> list[str]:
-    """Release: delete this run's leases of the given nodes (SPEC §8 ``release``)."""
+    """Release: delete this run's leases of the given nodes (SPEC §8 ``release``), in node_id
+    order (:func:`app.store.rows.delete_in_key_order`); the run row is locked first."""
     if not node_ids:
         return []
     rows = s.execute(
-        delete(Lease)
-        .where(Lease.run_id == run_id, Lease.node_id.in_(sorted(node_ids)))
-        .returning(Lease.node_id)
+        delete_in_key_order(
+            Lease.node_id, (Lease.run_id == run_id) & Lease.node_id.in_(sorted(node_ids))
+        )
     ).all()
     return sorted(r.node_id for r in rows)
 

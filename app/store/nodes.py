@@ -134,8 +134,11 @@ def heartbeat(
     restart (SPEC §12), so nothing that was acknowledged to a submitter is lost.
 
     The node row is locked first here (``prev`` is read before the upsert, which selects from
-    it). Only adverts of the same node lock it, and none of the transactions that lock runs, steps
-    or leases waits for a node row, so this order cannot deadlock with them.
+    it), then the node's lease row: the lock order (docs/queue.md, "Lock order"). What else locks
+    the node's row (a lease insert, the reservation writer) never holds its lease row while it
+    waits for it, and what deletes the node's lease (a cancel, a settle, a release) never waits
+    for the node's row (an acquire after a release takes its node ``SKIP LOCKED``), so this
+    cannot deadlock with them.
 
     ``begin``: on a connection whose transaction begins with its first write
     (``Database.transaction``), begin it with this statement, so that the row's lock is held

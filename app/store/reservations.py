@@ -1,6 +1,7 @@
 """Reservations (SPEC §7a): nodes a long-waiting QUEUED run holds back from runs of its priority or
 lower. Written by wake scans (under the scan gate), deleted by every transaction that ends a
-holder's wait; lock order: the holder's run row first, then its reservation rows (SPEC §1)."""
+holder's wait; lock order (docs/queue.md, "Lock order"): the holders' run rows first, then the
+nodes' rows the writer reserves, then the reservation rows, in node_id order."""
 
 from __future__ import annotations
 
@@ -14,11 +15,11 @@ from sqlalchemy import (
     ColumnElement,
     CompoundSelect,
     Connection,
-    delete,
     exists,
     func,
     literal_column,
     select,
+    true,
     union_all,
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -28,9 +29,10 @@ from app.models import Node, Placement, Reservation, Run
 from app.reserve import Held
 from app.states import QUEUED
 from app.store.driver import pipelined
+from app.store.placing import check_unreserved, unreserved_statements
 from app.store.queue import IS_QUEUED, QueuedRun, oldest_queued, reservation_probes
+from app.store.rows import delete_in_key_order
 from app.store.runs import add_event
-from app.store.unreserved import check_unreserved, unreserved_statements
 
 RESERVING = "reserving: "
 RELEASED = "reservation released"
@@ -136,8 +138,10 @@ def write_reservations(s: Session, stored: Mapping[str, str], plan: Mapping[str,
     """Write only the difference between ``stored`` and ``plan`` (a kept row keeps its
     ``since``). The holders concerned are locked ``FOR SHARE`` in run_id order first, and rows
     are written only for holders still QUEUED (a cancel or promotion may have ended a wait
-    since the plan was read). Each run whose set changed gets an event: ``reserving: <nodes>``
-    or ``reservation released``."""
+    since the plan was read). Then the nodes' rows it reserves ``FOR NO KEY UPDATE`` in node_id
+    order, then the reservation rows: the ones gone deleted in node_id order, the new ones
+    inserted in node_id order (docs/queue.md, "Lock order"). Each run whose set changed gets an
+    event: ``reserving: <nodes>`` or ``reservation released``."""
     gone = [n for n, run in stored.items() if plan.get(n) != run]
     new = {n: run for n, run in plan.items() if stored.get(n) != run}
     touched = sorted({stored[n] for n in gone} | set(new.values()))
@@ -162,7 +166,7 @@ def write_reservations(s: Session, stored: Mapping[str, str], plan: Mapping[str,
             .with_for_update(key_share=True)  # FOR NO KEY UPDATE
         )
     if gone:
-        s.execute(delete(Reservation).where(Reservation.node_id.in_(sorted(gone))))
+        s.execute(delete_in_key_order(Reservation.node_id, Reservation.node_id.in_(sorted(gone))))
     if rows:
         s.execute(pg_insert(Reservation).values(rows).on_conflict_do_nothing())
     changed: dict[str, list[str]] = {}
@@ -179,16 +183,18 @@ def write_reservations(s: Session, stored: Mapping[str, str], plan: Mapping[str,
 def place_unreserved(
     s: Session | Connection, run_id: str, priority: int, node_ids: Collection[str]
 ) -> None:
-    """Before a lease insert (promotion, acquire; SPEC §7a): ``FOR SHARE`` on the nodes' rows
-    (node_id order), then, in a new statement and so a new snapshot, whether a reservation is
-    held against the run on one of them; if none is, the placements are recorded
-    (``placements (node_id, priority) -> last_at``) in that same statement. A reservation
-    written after the caller's read is found: its writer holds ``FOR NO KEY UPDATE`` on those
-    rows until it commits (:func:`write_reservations`), and the second statement starts only
-    when the first has its locks. Both go to the server in one round trip (pipelined); a submit
-    sends them with its run's insert (:func:`app.store.runs.create_run`). Raises
-    :class:`NodeTaken`: the caller's transaction is rolled back whole (a submit queues, an
-    acquire answers unavailable)."""
+    """Before a promotion's lease insert (SPEC §7a): ``FOR SHARE`` on the nodes' rows (node_id
+    order), then, in a new statement and so a new snapshot, whether a reservation is held
+    against the run on one of them; if none is, the placements are recorded (``placements
+    (node_id, priority) -> last_at``) in that same statement. A reservation written after the
+    caller's read is found: its writer holds ``FOR NO KEY UPDATE`` on those rows until it
+    commits (:func:`write_reservations`), and the second statement starts only when the first
+    has its locks. Both go to the server in one round trip (pipelined); the leases follow
+    (:func:`app.store.leases.insert_leases`), as the lock order has them: nodes, placements,
+    leases. A submit sends the same statements with its run's insert
+    (:func:`app.store.runs.create_run`), an acquire its own (:func:`app.store.leases.acquire_lease`).
+    Raises :class:`NodeTaken`: the caller's transaction is rolled back whole (the promotion
+    leaves the run QUEUED)."""
     statements = unreserved_statements(run_id, priority, node_ids)
     if statements:
         check_unreserved(run_id, pipelined(s, *statements)[-1])
@@ -196,20 +202,19 @@ def place_unreserved(
 
 def release_reservations(s: Session, run_id: str) -> list[str]:
     """Delete the run's reservations (its wait ended: promoted, cancelled, timed out) in the
-    caller's transaction, which holds the run row; an event when there were any."""
-    nodes = list(
-        s.execute(
-            delete(Reservation).where(Reservation.run_id == run_id).returning(Reservation.node_id)
-        ).scalars()
-    )
+    caller's transaction, which holds the run row (and, at a promotion, its leases: reservations
+    come after them in the lock order), in node_id order; an event when there were any."""
+    deleted = s.execute(delete_in_key_order(Reservation.node_id, Reservation.run_id == run_id))
+    nodes = [row.node_id for row in deleted]
     if nodes:
         add_event(s, run_id, QUEUED, QUEUED, RELEASED, None)
     return sorted(nodes)
 
 
 def clear_reservations(s: Session) -> None:
-    """Reservations off (``queue.reserve_after_seconds`` = 0): the empty set."""
-    s.execute(delete(Reservation))
+    """Reservations off (``queue.reserve_after_seconds`` = 0): the empty set, deleted in node_id
+    order (a cancel deleting its run's rows meanwhile locks them in that order too)."""
+    s.execute(delete_in_key_order(Reservation.node_id, true()))
 
 
 def queued_crossed_age(s: Session, seconds: int, previous: datetime | None) -> bool:

@@ -33,7 +33,6 @@ from app.models import (
     LEASES_PKEY,
     RUNS_PKEY,
     TOMBSTONES_PKEY,
-    Lease,
     Run,
     RunEvent,
     Step,
@@ -42,8 +41,8 @@ from app.models import (
 from app.states import FAILED, QUEUED, RUN_ALIVE, RUNNING, check_run_change
 from app.store import DuplicateRun, NodeTaken, NotQueued, PrunedRunId, constraint_name
 from app.store.driver import pipelined
-from app.store.rows import LEASE_COLUMNS, STEP_COLUMNS, rows_insert
-from app.store.unreserved import check_unreserved, unreserved_statements
+from app.store.placing import check_unreserved, leasing_statements
+from app.store.rows import STEP_COLUMNS, rows_insert
 
 
 def get_run(s: Session, run_id: str) -> Run | None:
@@ -81,16 +80,19 @@ def create_run(
     cause: str = "submit",
     unreserved_for: int | None = None,
 ) -> datetime:
-    """A new run in one statement: its row, its first event, its leases and its steps (rows from
-    :func:`app.store.leases.lease_rows` and :func:`app.store.steps.step_rows`), as data-modifying
-    CTEs, so a submit writes in one round trip. Returns created_at. A ``principal_self_declared``
-    is marked on the run and, with the token's name, on its first event (SPEC §20.5). The write
-    begins the caller's transaction when it has not begun (``Database.transaction``).
+    """A new run in one round trip: one statement for its row, its first event and its steps
+    (rows from :func:`app.store.steps.step_rows`), as data-modifying CTEs, then its leases (rows
+    from :func:`app.store.leases.lease_rows`) in the lock order (docs/queue.md, "Lock order"):
+    its nodes' rows, the reservation check and the placements, the leases
+    (:func:`app.store.placing.leasing_statements`). Returns created_at. A
+    ``principal_self_declared`` is marked on the run and, with the token's name, on its first
+    event (SPEC §20.5). The write begins the caller's transaction when it has not begun
+    (``Database.transaction``).
 
-    ``unreserved_for``: the priority whose reservations the leases may not pass (SPEC §7a): the
-    check of :func:`app.store.reservations.place_unreserved` follows the insert in the same round
-    trip, after it so that a duplicate run_id waits on its key before this transaction holds any
-    node or placement row; a reservation found raises :class:`NodeTaken`.
+    The run row goes first, so a duplicate run_id waits on its key before this transaction holds
+    any node, placement or lease row. ``unreserved_for``: the priority whose reservations the
+    leases may not pass (SPEC §7a; None: reservations are off, and nothing is checked or
+    placed); a reservation found raises :class:`NodeTaken`.
 
     A duplicate run_id fails on ``pk_runs`` (:class:`DuplicateRun`), a node another run holds on
     ``pk_leases`` (:class:`NodeTaken`), the id of a pruned run on its tombstone (a trigger,
@@ -115,17 +117,13 @@ def create_run(
         "priority": contract.priority,
         "record_location": record_location,
         "cause": cause,
-        "new_leases": list(leases),
         "new_steps": list(steps),
     }
     try:
         # On the session's driver connection: nothing here goes through the ORM's identity map.
-        statement = _create_statement(bool(leases), bool(steps))
-        checks = []
-        if unreserved_for is not None:
-            nodes = [lease["node_id"] for lease in leases]
-            checks = unreserved_statements(contract.run_id, unreserved_for, nodes)
-        rows = pipelined(s, (statement, params), *checks, begin=True)
+        statement = _create_statement(bool(steps))
+        leasing = leasing_statements(contract.run_id, unreserved_for, leases)
+        rows = pipelined(s, (statement, params), *leasing, begin=True)
     except IntegrityError as exc:
         name = constraint_name(exc)
         if name == RUNS_PKEY:
@@ -135,14 +133,14 @@ def create_run(
         if name == TOMBSTONES_PKEY:
             raise PrunedRunId(contract.run_id) from exc
         raise
-    if checks:
+    if leasing and unreserved_for is not None:
         check_unreserved(contract.run_id, rows[-1])
     ((created_at,),) = rows[0]
     return created_at
 
 
 @functools.cache
-def _create_statement(with_leases: bool, with_steps: bool) -> Select[Any]:
+def _create_statement(with_steps: bool) -> Select[Any]:
     """The statement of :func:`create_run`, built once per shape (building it costs more Python
     than sending it); every value is a bound parameter."""
     state = bindparam("state", type_=Text)
@@ -190,8 +188,6 @@ def _create_statement(with_leases: bool, with_steps: bool) -> Select[Any]:
         ),
     )
     ctes: list[CTE] = [event.cte("new_event")]
-    if with_leases:
-        ctes.append(rows_insert(Lease, LEASE_COLUMNS, "new_leases").cte("new_leases"))
     if with_steps:
         ctes.append(rows_insert(Step, STEP_COLUMNS, "new_steps").cte("new_steps"))
     return select(new_run.c.created_at).add_cte(*ctes)

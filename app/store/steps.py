@@ -88,14 +88,17 @@ def steps_of_runs(s: Session, run_ids: Sequence[str]) -> dict[str, list[Step]]:
 
 def claimed_by_other_instance(s: Session, node_id: str, instance: str) -> list[tuple[str, int]]:
     """CLAIMED steps on this node whose claiming instance is known and differs (SPEC §4 restart
-    detection). A claim made without an instance header cannot be told apart and is left alone."""
+    detection), in (run_id, seq) order: the order their runs are locked in. A claim made without
+    an instance header cannot be told apart and is left alone."""
     rows = s.execute(
-        select(Step.run_id, Step.seq).where(
+        select(Step.run_id, Step.seq)
+        .where(
             Step.node_id == node_id,
             Step.state == CLAIMED,
             Step.claimed_instance.is_not(None),
             Step.claimed_instance != instance,
         )
+        .order_by(Step.run_id, Step.seq)
     ).all()
     return [(r.run_id, r.seq) for r in rows]
 

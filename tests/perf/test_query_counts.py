@@ -42,8 +42,9 @@ from tests.helpers import advertise, cap, contract, submit, two_steps
 # A request that notifies claims no longer sends the NOTIFY itself: it hands the nodes to the
 # process's notifier (SPEC §8, app/listener.py); those limits went down by one.
 MAX_STATEMENTS: dict[str, int] = {
-    # The candidates, the insert, the reservation lock and check, and after the commit, in its
-    # round trip, the claims' NOTIFY (which no other thread sends for it).
+    # The candidates, the insert (run, first event, steps), the nodes' lock, the reservation
+    # check with the placements and then the leases (docs/queue.md, "Lock order"), and after the
+    # commit, in its round trip, the claims' NOTIFY (which no other thread sends for it).
     "submit placed": 5,
     # The candidates, the last wake mark and the candidates again (SPEC §7: only a run that
     # queues pays these two), the insert, then its place in the queue with the marks and the

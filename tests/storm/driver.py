@@ -2,12 +2,14 @@
 
 Roles:
 - ``submitter``: submits runs of many shapes (one and two steps, two roles and a release, acquire
-  steps, two-node roles, loops, asks with a deadline, queue timeouts, runs no node can take),
+  steps after a step, at creation and right after a release, two-node roles, loops, asks with a
+  deadline, queue timeouts, runs no node can take),
   resubmits known run ids, sends invalid contracts and dry-runs, reads runs and lists.
 - ``canceller``: cancels QUEUED and RUNNING runs it finds in the lists (and unknown ones), answers
   open asks (some against their schema), reads the node list.
 - ``nodes``: a few node agents: adverts as heartbeats, drains (graceful, at-boundary) and their
-  lifting, restarts (a new instance id, the claimed step forgotten), capability changes, going
+  lifting, restarts (a new instance id, the claimed step forgotten; every tenth operation one of
+  a node holding a claimed step, until a few were made), capability changes, going
   silent past their lease window and coming back, claims, logs and blobs, results (exit 0,
   failures, errors, a late or duplicated report).
 - ``reaper``: ``reap_pass`` in a loop on the same database as the server.
@@ -132,6 +134,7 @@ def shapes(rng: random.Random, run_id: str) -> dict[str, Any]:
             "release",
             "acquire",
             "acquires-crossed",
+            "release-acquire",
             "wide",
             "loop",
             "ask",
@@ -172,6 +175,23 @@ def shapes(rng: random.Random, run_id: str) -> dict[str, Any]:
                 },
             },
             {"id": "measure", "uses": "extra", "run": ["measure"]},
+            {"id": "fallback", "uses": "host", "run": ["fallback"], "needs": ["grab"]},
+        ]
+    elif kind == "release-acquire":
+        # The acquire runs in the transaction of the result that released a board, and may get
+        # that very board back (the lock order's exception for a release, docs/queue.md).
+        doc["requires"] = [board(), {"as": "host", "capability": "host"}]
+        doc["steps"] = [
+            {"id": "flash", "uses": "dut", "run": ["flash"], "release": ["dut"]},
+            {
+                "id": "grab",
+                "acquire": {
+                    "want": {"as": "again", "capability": "board"},
+                    "acquired": "measure",
+                    "unavailable": "fallback",
+                },
+            },
+            {"id": "measure", "uses": "again", "run": ["measure"]},
             {"id": "fallback", "uses": "host", "run": ["fallback"], "needs": ["grab"]},
         ]
     elif kind == "acquires-crossed":
@@ -441,6 +461,9 @@ class Node:
 
 NODE_ACTIONS = ("work", "drain", "restart", "reshape", "duplicate", "bad advert")
 NODE_WEIGHTS = (86, 5, 2, 3, 3, 1)
+# Restarts of a node that holds a claimed step (restart detection fails its run), made on every
+# tenth operation while one holds a step, until this many were made.
+RESTARTS_MID_STEP = 3
 
 
 class Nodes(Driver):
@@ -455,6 +478,11 @@ class Nodes(Driver):
                 if now >= node.silent_until and now - node.last_advert > self.args.heartbeat:
                     self.advertise(node)
             node = self.rng.choice(nodes)
+            busy = [n for n in nodes if n.step is not None and now >= n.silent_until]
+            if busy and self.ops % 10 == 0 and self.notes["restarts mid-step"] < RESTARTS_MID_STEP:
+                self.notes["restarts mid-step"] += 1
+                self.restart(self.rng.choice(busy))
+                continue
             if now < node.silent_until:
                 continue
             action = self.rng.choices(NODE_ACTIONS, NODE_WEIGHTS)[0]
@@ -466,11 +494,7 @@ class Nodes(Driver):
                 node.drain = ""  # lifted: a wake
                 self.advertise(node)
             elif action == "restart":
-                node.restarts += 1
-                node.instance = f"{node.node_id}-i{node.restarts}"
-                node.step = None  # a restarted agent forgets what it was doing
-                self.notes["restarts"] += 1
-                self.advertise(node)
+                self.restart(node)
             elif action == "reshape":
                 node.reshape(self.rng)
                 self.notes["capability changes"] += 1
@@ -492,6 +516,15 @@ class Nodes(Driver):
         for node in nodes:
             node.drain = ""
             self.advertise(node)
+
+    def restart(self, node: Node) -> None:
+        """A new instance id, the claimed step forgotten: restart detection fails the run of a
+        step it held (docs/queue.md, "Crashes and restarts")."""
+        node.restarts += 1
+        node.instance = f"{node.node_id}-i{node.restarts}"
+        node.step = None  # a restarted agent forgets what it was doing
+        self.notes["restarts"] += 1
+        self.advertise(node)
 
     def die(self, node: Node, now: float) -> None:
         """The agent dies in the middle of a step and stays silent past the lease window: its

@@ -23,6 +23,7 @@ from app.config import KEYS_BY_NAME
 from app.services.reaper import reap_pass
 from tests.apps import ROOT, TOKEN, LiveServer, app_on, gunicorn_on
 from tests.invariants import check, check_settled, connect
+from tests.support.concurrency import deadlocks
 
 RENEW_SECONDS = 2  # lease window 6 s: a silent node's leases expire within a storm
 SAMPLE_EVERY = 0.25
@@ -77,6 +78,10 @@ class StormReport:
     final_violations: list[str] = field(default_factory=list)
     rows: dict[str, int] = field(default_factory=dict)
     latency: dict[str, list[float]] = field(default_factory=dict)  # route -> seconds
+    # pg_stat_database.deadlocks of the storm's database before it and once every process of it
+    # has ended (one lock order, docs/queue.md: a storm adds none).
+    deadlocks_before: int = 0
+    deadlocks_after: int = 0
 
     @property
     def overloaded(self) -> int:
@@ -89,6 +94,11 @@ class StormReport:
         out += [f"driver error: {e}" for e in self.driver_errors]
         out += [f"sampled violation: {v}" for v in self.sampled_violations]
         out += [f"final violation: {v}" for v in self.final_violations]
+        if self.deadlocks_after != self.deadlocks_before:
+            out.append(
+                f"deadlocks: pg_stat_database.deadlocks went from {self.deadlocks_before}"
+                f" to {self.deadlocks_after}"
+            )
         return out
 
     def describe(self) -> str:
@@ -98,7 +108,8 @@ class StormReport:
         lines = [
             f"storm seed {self.seed} (STORM_SEED={self.seed} replays its random stream):"
             f" {self.requests} requests in {self.seconds:.1f} s, {self.overloaded} answered 503,"
-            f" checker sampled {self.samples} times",
+            f" checker sampled {self.samples} times,"
+            f" deadlocks {self.deadlocks_before} -> {self.deadlocks_after}",
             "answers: " + ", ".join(f"{k}: {n}" for k, n in sorted(by_route.items())),
             "events: " + ", ".join(f"{k}: {n}" for k, n in sorted(self.notes.items())),
             "rows: " + ", ".join(f"{k}: {n}" for k, n in sorted(self.rows.items())),
@@ -138,6 +149,16 @@ def _rows(url: str) -> dict[str, int]:
             " (select count(distinct priority) from runs) as priorities,"
             " (select count(*) from steps) as steps,"
             " (select count(*) from nodes where expires_at > now()) as live_nodes,"
+            " (select count(*) from steps where kind = 'acquire' and state = 'DONE')"
+            "  as acquire_steps_done,"
+            " (select count(*) from steps a join steps t on t.run_id = a.run_id"
+            "  and t.step_id = a.spec->'acquire'->>'acquired'"
+            "  where a.kind = 'acquire' and a.state = 'DONE' and t.state <> 'SKIPPED')"
+            "  as acquires_that_got_a_node,"
+            " (select count(*) from run_events where cause = 'node restarted')"
+            "  as runs_failed_by_a_restart,"
+            " (select count(*) from run_events where cause like 'cancelled by %')"
+            "  as cancels,"
             " (select count(*) from nodes where expires_at > now() and drain = ''"
             "  and node_id not in (select node_id from leases)) as free_live_nodes"
         ).fetchone()
@@ -177,11 +198,13 @@ def run_storm(
         "MEDIATOR_QUEUE_RESERVE_AFTER_SECONDS": str(plan.reserve_after),
         **{KEYS_BY_NAME[k].env: v for k, v in store.items()},
     }
+    report.deadlocks_before = deadlocks(url)
     with contextlib.ExitStack() as servers:
         for d in host_dirs:
             d.mkdir(parents=True, exist_ok=True)
         live = [servers.enter_context(gunicorn_on(url, d, **env)) for d in host_dirs]
         _storm(url, workdir, host_dirs, live, seed, plan, store, report)
+    report.deadlocks_after = deadlocks(url)
     report.seconds = time.monotonic() - started
     return report
 

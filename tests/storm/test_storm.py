@@ -1,6 +1,8 @@
 """The storm (SPEC §1, §7, §8, §12): gunicorn with 4 workers and two reapers on one database,
 submitters, a canceller and node agents at once; the invariant checker sampled throughout and
-run in full once the storm is quiet; every answer a status its route documents.
+run in full once the storm is quiet; every answer a status its route documents; and
+``pg_stat_database.deadlocks`` of the storm's database the same after it as before, read once
+every session of it has ended (one lock order, docs/queue.md).
 
 Seeded: the seed is printed, and ``STORM_SEED=<n>`` gives every driver the same random stream
 again (what it draws also depends on the answers it gets, and the interleaving of processes is
@@ -31,10 +33,16 @@ def test_a_storm_keeps_every_invariant_and_answers_only_documented_statuses(
     report = run_storm(fresh_db_url, tmp_path, seed, plan)
     print(report.describe())
     assert report.failures() == [], f"seed {seed}\n" + report.describe()
-    # The storm did what it is for: runs placed, queued and promoted, finished both ways.
+    # The storm did what it is for: runs placed, queued and promoted, finished both ways, acquire
+    # steps done, runs failed by a node's restart and cancelled, and no deadlock meanwhile (one
+    # lock order, docs/queue.md).
     assert report.rows.get("promotions", 0) > 0, report.describe()
     assert report.rows.get("runs SUCCEEDED", 0) > 0, report.describe()
     assert report.rows.get("runs FAILED", 0) > 0, report.describe()
+    assert report.rows.get("acquire steps done", 0) > 0, report.describe()
+    assert report.rows.get("runs failed by a restart", 0) > 0, report.describe()
+    assert report.rows.get("cancels", 0) > 0, report.describe()
+    assert report.deadlocks_after == report.deadlocks_before, report.describe()
     assert report.samples > 0
 
 
@@ -43,7 +51,8 @@ def test_a_storm_with_priorities_and_reservations_keeps_every_invariant(
 ) -> None:
     """The same storm, shorter, with runs of several priorities and reservations after one
     second of waiting: a reserved node is never leased to a run of equal or lower priority, no
-    reservation outlives its holder's wait, and the quiet check honours reservations."""
+    reservation outlives its holder's wait, the quiet check honours reservations, and nothing
+    deadlocks while reservations are written beside acquires, restarts and cancels."""
     seed = storm_seed()
     print(f"storm seed {seed}")
     plan = Plan(deadline=15, submitter_ops=60, node_ops=160, priorities=True, reserve_after=1)
@@ -53,3 +62,5 @@ def test_a_storm_with_priorities_and_reservations_keeps_every_invariant(
     assert report.rows.get("promotions", 0) > 0, report.describe()
     assert report.rows.get("reservings", 0) > 0, report.describe()
     assert report.rows.get("priorities", 0) > 1, report.describe()
+    assert report.rows.get("acquire steps done", 0) > 0, report.describe()
+    assert report.deadlocks_after == report.deadlocks_before, report.describe()

@@ -185,6 +185,33 @@ def backends_waiting_on_locks(sql: Any, application_name: str = "mediator") -> i
     ).fetchone()[0]
 
 
+# How many times :func:`deadlocks` looks for the database's other sessions to have ended, 0.1 s
+# apart: a safety net of 60 s, far more than a session takes to end once its client has gone.
+SESSIONS_GONE_LOOKS = 600
+
+
+def deadlocks(url: str) -> int:
+    """``pg_stat_database.deadlocks`` of the database ``url``, once no other session is connected
+    to it (close the apps first). The count is kept by the session that detected the deadlock
+    and reaches the shared statistics when that session flushes them (at a transaction's end, at
+    most once a second, and always when it exits): read after every other session has ended, it
+    is complete."""
+    with connect(url) as sql:
+        for _ in range(SESSIONS_GONE_LOOKS):
+            others = sql.execute(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            ).fetchone()[0]
+            if others == 0:
+                break
+            time.sleep(0.1)  # a server process ending has no event a client can await
+        sql.execute("SELECT pg_stat_clear_snapshot()")
+        row = sql.execute(
+            "SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()"
+        ).fetchone()
+        return int(row[0] or 0) if row is not None else 0
+
+
 def queued_run(sql: Any, run_id: str) -> QueuedRun:
     row = sql.execute(
         "select run_id, created_at, requires_key, requires from runs where run_id = %s", (run_id,)
