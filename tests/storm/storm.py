@@ -284,10 +284,11 @@ def _storm(
         report.notes[f"{role} seconds"] = max(
             report.notes[f"{role} seconds"], round(summary["seconds"])
         )
-    # Quiet now: one reaper pass, then every check.
+    # Quiet now: two reaper passes (the second pays the marks the first read), then every check.
     records = host_dirs[0] / "records"
     keys = {"lease.renew_seconds": RENEW_SECONDS, "queue.reserve_after_seconds": plan.reserve_after}
     with app_on(url, records, **keys, **store) as app:
+        reap_pass(app.extensions["mediator"])
         reap_pass(app.extensions["mediator"])
     with connect(url) as sql:
         report.final_violations = check_settled(sql)
