@@ -19,13 +19,17 @@ def settle_and_wake(ctx: Context, after: AfterCommit, *, wake: bool = True) -> N
     """Settle what the commit left, wake the queue once for its causes, then notify the claims of
     the request's nodes and of the wake's promotions. ``wake=False``: the caller wakes itself (the
     reaper's pass wakes once, at its end)."""
-    # SPEC §7: the mark right after the freeing commit, before the settle, which reads the
-    # database (verdicts, webhooks, seals) and can fail; and a failed settle still wakes.
-    marked = wake and bool(after.causes() or after.verifying)
+    # The mark right after the freeing commit, before the settle, which reads the database
+    # (verdicts, webhooks, seals) and can fail; and a failed settle still wakes. Only a commit
+    # that freed something marks here: a run that reached VERIFYING frees its nodes in its
+    # verdict's commit, which takes its own mark (docs/queue.md, "Which commit frees, and its
+    # mark").
+    marked = wake and bool(after.wake_causes)
     if marked:
         mark_wake(ctx)
     try:
-        settle_committed(ctx, after)
+        if settle_committed(ctx, after):
+            marked = True  # a verdict freed nodes and took its mark after its commit
     finally:
         # Even when the settle raised: its freeing commit is followed by a scan.
         causes = after.causes()
