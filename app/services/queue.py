@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import NamedTuple
 
+from sqlalchemy.exc import DBAPIError
+
 from app.context import Context
 from app.contract.types import Role, role_from_wire
 from app.errors import ConfigError
@@ -84,7 +86,10 @@ class ScanReport:
     promoted: list[str] = field(default_factory=list)
     claim_nodes: set[str] = field(default_factory=set)  # to notify once, after the scan
     errors: int = 0
-    failed: list[str] = field(default_factory=list)  # the runs whose promotion raised
+    # The runs whose promotion raised of itself (not a database error: the same again at the
+    # next try), and how many promotions met a database error (a time-out, a lost connection).
+    failed: list[str] = field(default_factory=list)
+    database_errors: int = 0
     seconds: float = 0.0
     # A promotion of this pass freed nodes again (a run that ended inside its promotion) or a run
     # met a taken node twice: the queue must be looked at again with a fresh snapshot.
@@ -254,12 +259,15 @@ def _ordinary_pass(
             )
         except GateLost:
             raise  # the scan's turn is over, not this run's promotion
-        except Exception:
+        except Exception as exc:
             # Failure isolation: one bad run must not stop the scan (its error leaves a wake
             # debt, see wake_queued).
             log.exception("promotion failed", run_id=run.run_id, cause=report.cause)
             report.errors += 1
-            report.failed.append(run.run_id)
+            if isinstance(exc, DBAPIError):
+                report.database_errors += 1
+            else:
+                report.failed.append(run.run_id)
             outcome, nodes, claim_nodes, freed = Outcome.NOT_QUEUED, [], set(), set()
         if outcome in (Outcome.NO_FIT, Outcome.WIDTH_CAP):
             # The shape skip never skips a holder: what it may use depends on the run.
@@ -382,13 +390,15 @@ def wake_queued(
 
 
 def _new_failures(ctx: Context, report: ScanReport) -> bool:
-    """Whether a run's promotion raised in this scan that had not raised in this process's
-    previous scan with errors. Only those are owed again: a run whose promotion raises every
-    time (its stored requirements do not decode, say) is retried by the next event that scans,
-    and the reaper does not scan each pass for it (that would be a polling loop). The memory is
-    this process's: another process's first scan that meets the run owes it once more."""
+    """Whether this scan's promotion errors are owed again: a database error always is (a
+    time-out or a lost connection passes, and the reaper's next pass tries again); a run whose
+    promotion raised of itself only when it had not raised in this process's previous scan with
+    errors. A run whose promotion raises every time (its stored requirements do not decode,
+    say) is retried by the next event that scans, and the reaper does not scan each pass for it
+    (that would be a polling loop). The memory is this process's: another process's first scan
+    that meets the run owes it once more."""
     previous, ctx.failed_promotions = ctx.failed_promotions, set(report.failed)
-    return not set(report.failed) <= previous
+    return bool(report.database_errors) or not set(report.failed) <= previous
 
 
 def _count_scan(report: ScanReport) -> None:

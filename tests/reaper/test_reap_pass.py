@@ -77,7 +77,10 @@ def test_an_ask_past_its_deadline_fails_settles_its_run_and_wakes_the_queue(clie
     advertise(client, "n1", cap("board"))
     submit(client, ask_contract("run-a", timeout={"after": "4h", "then": "fail"}), 201)
     submit(client, contract("run-b"), 202)
-    assert scalar(sql, "select ask_deadline > now() + interval '3 h' from steps where seq = 1")
+    assert scalar(
+        sql,
+        "select ask_deadline > now() + interval '3 h' from steps where run_id = 'run-a' and seq = 1",
+    )
     sql.execute("update steps set ask_deadline = now() - interval '1 s' where run_id = 'run-a'")
 
     report = reap_pass(ctx)
