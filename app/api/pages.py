@@ -350,10 +350,10 @@ def runs() -> Response:
 @blp.get("/runs/<run_id>")
 @signed_in("GET", "/v1/runs/<run_id>")
 def run(run_id: str) -> Response:
-    page = run_page(ctx(), _known_run(run_id))
-    view = page["run"]
     who = me()
     assert who is not None
+    page = run_page(ctx(), _known_run(run_id), who)
+    view = page["run"]
     # Every step a node runs has its log's place, filled live once the step starts.
     logs = [{"step": st} for st in view["steps"] if st["kind"] in SHOWN_LOG_KINDS]
     return _page(
@@ -364,7 +364,10 @@ def run(run_id: str) -> Response:
         logs=logs,
         picture=timeline(view["steps"], datetime.now(UTC)),
         queued=view["state"] == QUEUED,
-        may_cancel=view["state"] in RUN_ALIVE and may_call(who, "POST", CANCEL_RULE),
+        # Cancel for those who may (SPEC §21): the route's roles, then the cancel's own rule.
+        may_cancel=view["state"] in RUN_ALIVE
+        and may_call(who, "POST", CANCEL_RULE)
+        and page["may_cancel"],
         verdict_json=json.dumps(view.get("verdict"), indent=1) if view.get("verdict") else None,
     )
 

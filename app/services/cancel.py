@@ -5,6 +5,7 @@ from __future__ import annotations
 from app.context import Caller, Context
 from app.errors import Forbidden, NotFound
 from app.faults import fault
+from app.models import Run
 from app.services.notify import AfterCommit
 from app.services.settle_and_wake import settle_and_wake
 from app.services.settle_failed import settle_cancelled
@@ -13,13 +14,20 @@ from app.states import RUN_FINISHED
 from app.store.runs import lock_run
 
 
+def may_cancel(caller: Caller, run: Run) -> bool:
+    """Whether ``caller`` may cancel ``run`` (SPEC §9): an operator any run, anyone else only the
+    runs submitted with its own token. The cancel below and the run's page (which shows Cancel
+    only to those who may) both ask this; the roles of the route itself are checked before."""
+    return "operator" in caller.roles or run.token_name == caller.token_name
+
+
 @retrying
 def _cancel(ctx: Context, run_id: str, caller: Caller, after: AfterCommit) -> str:
     with ctx.db.begin() as s:
         run = lock_run(s, run_id)
         if run is None:
             raise NotFound(f"no such run: {run_id}")
-        if "operator" not in caller.roles and run.token_name != caller.token_name:
+        if not may_cancel(caller, run):
             raise Forbidden("a submitter may cancel only its own runs")
         # Re-read under the lock: it may have been promoted, or have ended, a moment ago.
         if run.state in RUN_FINISHED:

@@ -16,6 +16,7 @@ from app.errors import NotFound
 from app.match import Advert, Assignment, satisfies
 from app.models import Run, Step
 from app.reserve import Held, reserved_against
+from app.services.cancel import may_cancel
 from app.services.placement import node_for_role
 from app.services.records import event_document, ledger_entries
 from app.states import PENDING, QUEUED, RUNNING
@@ -255,9 +256,10 @@ def run_view(ctx: Context, run_id: str) -> dict[str, Any]:
         return render_run(s, run, reserve_after=ctx.config["queue.reserve_after_seconds"])
 
 
-def run_page(ctx: Context, run_id: str) -> dict[str, Any]:
-    """What a run's page shows (SPEC §21), from one snapshot: the run view, its events and the
-    artifacts of the run itself (its ledger without earlier runs of the same work)."""
+def run_page(ctx: Context, run_id: str, caller: Caller) -> dict[str, Any]:
+    """What a run's page shows (SPEC §21), from one snapshot: the run view, its events, the
+    artifacts of the run itself (its ledger without earlier runs of the same work), and whether
+    ``caller`` may cancel it by the cancel's own rule (the page's Cancel is for those who may)."""
     with ctx.db.read(snapshot=True) as s:
         run = get_run(s, run_id)
         if run is None:
@@ -265,7 +267,12 @@ def run_page(ctx: Context, run_id: str) -> dict[str, Any]:
         view = render_run(s, run, reserve_after=ctx.config["queue.reserve_after_seconds"])
         events = [event_document(e) for e in run_events(s, run_id)]
         artifacts = [e for e in ledger_entries(s, run) if e.get("run_id", run_id) == run_id]
-    return {"run": view, "events": events, "artifacts": artifacts}
+    return {
+        "run": view,
+        "events": events,
+        "artifacts": artifacts,
+        "may_cancel": may_cancel(caller, run),
+    }
 
 
 def run_summary(run: Run | _NewRun) -> dict[str, Any]:

@@ -262,21 +262,33 @@ def test_a_node_token_reads_runs_and_nodes_but_not_the_asks(app) -> None:
     assert "lacks the role: answerer or reader or operator" in resp.text
 
 
-def test_cancel_is_offered_to_a_submitter_and_refused_for_anothers_run(app) -> None:
-    busy_board(app)
+def test_cancel_is_shown_to_an_operator_and_to_the_submitting_token_only(app) -> None:
+    """The cancel's own rule (SPEC §9): an operator cancels any run, a submitter only the runs
+    submitted with its own token; Cancel is shown to exactly those (SPEC §21), never as a button
+    that answers 403."""
+    busy_board(app)  # "holder", submitted with the legacy token
     sub = client_of(app)
     sub.environ_base["HTTP_AUTHORIZATION"] = f"Bearer {SECRETS['submitter']}"
     submit(sub, one_step("mine"), 202)
     reader = PageUser(app).signed_in(SECRETS["reader"])
     assert 'id="cancel-form"' not in reader.page("/runs/mine")
     other = PageUser(app).signed_in(SECRETS["submitter-b"])
-    assert 'id="cancel-form"' in other.page("/runs/mine")
-    resp = other.send_form("/runs/mine", "/runs/mine/cancel", {})
+    assert 'id="cancel-form"' not in other.page("/runs/mine")
+    owner = PageUser(app).signed_in(SECRETS["submitter"])
+    assert 'id="cancel-form"' not in owner.page("/runs/holder")
+    assert 'id="cancel-form"' in owner.page("/runs/mine")
+    operator = PageUser(app).signed_in(SECRETS["operator"])
+    assert 'id="cancel-form"' in operator.page("/runs/mine")
+    assert 'id="cancel-form"' in operator.page("/runs/holder")
+
+    # A form sent all the same (from the page of a run it may cancel) is still refused.
+    resp = other.post("/runs/mine/cancel", {"csrf_token": csrf_of(other.page("/runs"))})
     assert resp.status_code == 403
     assert "a submitter may cancel only its own runs" in resp.text
-    owner = PageUser(app).signed_in(SECRETS["submitter"])
+    assert state_of(client_of(app), "mine") == "QUEUED"
     assert owner.send_form("/runs/mine", "/runs/mine/cancel", {}).status_code == 303
     assert state_of(client_of(app), "mine") == "FAILED"
+    assert 'id="cancel-form"' not in operator.page("/runs/mine")  # finished: nothing to cancel
 
 
 # ---------------------------------------------------------------- pages
