@@ -17,18 +17,28 @@ from typing import Any
 
 from marshmallow import INCLUDE, RAISE, Schema, fields, validate
 
-from app.contract.fields import FORMAT_CHARACTERS
+from app.contract.fields import (
+    CAPABILITY_FIRST,
+    CAPABILITY_REST,
+    FORMAT_CHARACTERS,
+    MAX_NAME,
+    NAME_CHARACTERS,
+)
 
 MAX_INT = 2**31 - 1  # integers of a contract fit a PostgreSQL integer
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
+# ECMAScript patterns (the OpenAPI document's), where ``$`` is the end of the string.
 def _name() -> list[validate.Validator]:
-    return [validate.Length(min=1, max=200), validate.Regexp(r"^[A-Za-z0-9._:@-]+$")]
+    return [validate.Length(min=1, max=MAX_NAME), validate.Regexp(f"^{NAME_CHARACTERS}+$")]
 
 
 def _capability() -> list[validate.Validator]:
-    return [validate.Length(min=1, max=200), validate.Regexp(r"^[a-z][a-z0-9._-]*$")]
+    return [
+        validate.Length(min=1, max=MAX_NAME),
+        validate.Regexp(f"^{CAPABILITY_FIRST}{CAPABILITY_REST}*$"),
+    ]
 
 
 def _artifact() -> list[validate.Validator]:

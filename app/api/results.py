@@ -34,6 +34,7 @@ from app.api.schemas import (
     ResultSchema,
 )
 from app.contract import is_valid_id
+from app.contract.fields import NAME_RULE
 from app.errors import BadRequest
 from app.records import LogState
 from app.services.records import append_log, get_blob, put_blob, put_progress, read_log
@@ -90,7 +91,7 @@ def _blob_body() -> bytes:
 )
 def post_claim(query: dict[str, Any], node_id: str) -> Any:
     if not is_valid_id(node_id):  # node ids share the run_id grammar (SPEC §3, §13)
-        raise BadRequest(f"node_id must be 1-200 characters of [A-Za-z0-9._:@-], got {node_id!r}")
+        raise BadRequest(f"node_id must be {NAME_RULE}, got {node_id!r}")
     instance = header_text("X-Enode-Instance")
     wait = ctx().config["claim.long_poll_seconds"]
     if query["wait"] is not None:

@@ -19,18 +19,36 @@ from marshmallow import (
 )
 
 from app.contract import is_valid_id
-from app.contract.fields import FORMAT_CHARACTERS
+from app.contract.fields import (
+    CAPABILITY_FIRST,
+    CAPABILITY_REST,
+    FORMAT_CHARACTERS,
+    MAX_NAME,
+    NAME_CHARACTERS,
+)
 from app.wire import parse_ts
 
-# A name's and a capability's characters, shared by the schemas and the advert's fast path.
-_NAME_CHARACTERS = r"[A-Za-z0-9._:@-]"
-_CAPABILITY_FIRST, _CAPABILITY_REST = r"[a-z]", r"[a-z0-9._-]"
-NAME = [validate.Length(min=1, max=200), validate.Regexp(f"^{_NAME_CHARACTERS}+$")]
+
+class Whole(validate.Regexp):
+    """``validate.Regexp`` matched against the whole string. Its own ``re.match`` with ``^…$``
+    takes ``"n1\\n"``: ``$`` also matches before a trailing newline, and such a node id could be
+    leased but never claim. The pattern keeps its anchors for the OpenAPI document, whose
+    (ECMAScript) ``$`` means the end."""
+
+    def __call__(self, value: Any) -> Any:
+        if self.regex.fullmatch(value) is None:
+            raise ValidationError(self._format_error(value))
+        return value
+
+
+# A name's and a capability's characters (one definition, app/contract/fields.py), shared by the
+# schemas and the advert's fast path.
+NAME = [validate.Length(min=1, max=MAX_NAME), Whole(f"^{NAME_CHARACTERS}+$")]
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 INT64_ERROR = "must be a signed 64-bit integer, got {input}"
 CAPABILITY = [
-    validate.Length(min=1, max=200),
-    validate.Regexp(f"^{_CAPABILITY_FIRST}{_CAPABILITY_REST}*$"),
+    validate.Length(min=1, max=MAX_NAME),
+    Whole(f"^{CAPABILITY_FIRST}{CAPABILITY_REST}*$"),
 ]
 
 
@@ -144,8 +162,8 @@ class NodeAdvertSchema(AgentBody):
 
 _ADVERT_KEYS = frozenset({"node_id", "label", "instance", "capabilities", "policy"})
 # NAME and CAPABILITY as one full match each (their lengths included).
-_FAST_NAME = re.compile(f"{_NAME_CHARACTERS}{{1,200}}")
-_FAST_CAPABILITY = re.compile(f"{_CAPABILITY_FIRST}{_CAPABILITY_REST}{{0,199}}")
+_FAST_NAME = re.compile(f"{NAME_CHARACTERS}{{1,{MAX_NAME}}}")
+_FAST_CAPABILITY = re.compile(f"{CAPABILITY_FIRST}{CAPABILITY_REST}{{0,{MAX_NAME - 1}}}")
 
 
 def _plain_text(value: Any, max_length: int | None) -> bool:

@@ -23,10 +23,16 @@ MAX_ATTR_BYTES = 1024  # attribute values (SPEC §13)
 MAX_INT = 2**31 - 1  # every integer must fit a PostgreSQL integer and a timedelta
 MIN_INT = -(2**31)
 
-NAME_RULE = "1-200 characters of [A-Za-z0-9._:@-]"
+# The one definition of an id's and a name's characters (run, node, step and token ids, roles)
+# and of a capability's, for the contract, the wire schemas (app/api/schemas.py) and the ids of
+# URLs alike. Always matched whole (``fullmatch``): ``re.match`` with ``^…$`` also
+# takes a trailing newline, since ``$`` matches before one.
+NAME_CHARACTERS = "[A-Za-z0-9._:@-]"
+CAPABILITY_FIRST, CAPABILITY_REST = "[a-z]", "[a-z0-9._-]"
+NAME_RULE = f"1-{MAX_NAME} characters of {NAME_CHARACTERS}"
 DURATION_RULE = 'a duration like "30m" or "4h"'
 
-_NAME_RE = re.compile(r"[A-Za-z0-9._:@-]{1,200}")
+_NAME_RE = re.compile(f"{NAME_CHARACTERS}{{1,{MAX_NAME}}}")
 _CONTROL_RE = re.compile("[\x00-\x1f\x7f-\x9f]")  # C0, DEL and C1
 # Unicode's format characters (category Cf, as of Unicode 15.1; a test checks them against the
 # running Python's own table): bidi controls such as U+202E, zero-width characters, the BOM, tags.
@@ -41,7 +47,7 @@ FORMAT_CHARACTERS = (
 _FORMAT_RE = re.compile(f"[{FORMAT_CHARACTERS}]")
 _SURROGATE_RE = re.compile("[\ud800-\udfff]")  # only a lone one survives json.loads
 _UNSTORABLE_RE = re.compile("[\x00\ud800-\udfff]")
-_CAPABILITY_RE = re.compile(r"[a-z][a-z0-9._-]{0,199}")
+_CAPABILITY_RE = re.compile(f"{CAPABILITY_FIRST}{CAPABILITY_REST}{{0,{MAX_NAME - 1}}}")
 # One term of a duration as Go's time.ParseDuration reads it ("1.5h", "250ms", ".5s"), plus the
 # day that this server took before Go durations were. Longer units first: "ms" before "m".
 _DURATION_TERM_RE = re.compile(r"([0-9]*)(?:\.([0-9]*))?(ns|us|\u00b5s|\u03bcs|ms|s|m|h|d)")

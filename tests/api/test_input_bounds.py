@@ -456,6 +456,39 @@ def test_a_lone_surrogate_in_an_advert_or_a_result_becomes_u_fffd_like_a_nul(cli
     assert step_row(sql, "r1", 1, "result")["result"]["diagnostics"] == "\ufffd"
 
 
+# ------------------------------------------------------------------ ids matched whole
+
+# ``re.match`` with ``^…$`` takes a trailing newline (``$`` matches before one): such a node id
+# could be leased but never claim, and would show as a second tile beside "n1".
+
+
+def test_an_advert_whose_node_id_ends_in_a_newline_is_a_400_naming_node_id(client, sql):
+    resp = client.post("/v1/nodes", json={"node_id": "n1\n", "capabilities": [cap("board")]})
+
+    assert resp.status_code == 400
+    assert error_of(resp) == "node_id: String does not match expected pattern."
+    assert scalar(sql, "select count(*) from nodes") == 0
+
+
+def test_an_advert_whose_capability_ends_in_a_newline_is_a_400_naming_it(client, sql):
+    resp = client.post("/v1/nodes", json={"node_id": "n1", "capabilities": [cap("board\n")]})
+
+    assert resp.status_code == 400
+    assert error_of(resp) == "capabilities[0].capability: String does not match expected pattern."
+    assert scalar(sql, "select count(*) from nodes") == 0
+
+
+def test_a_result_whose_node_ends_in_a_newline_is_a_400_naming_node(client, sql):
+    placed(client)
+    step = claimed(client, "n1")
+
+    resp = report(client, "r1", step["seq"], "n1\n")
+
+    assert resp.status_code == 400
+    assert error_of(resp) == "node: String does not match expected pattern."
+    assert step_row(sql, "r1", 1, "state")["state"] == "CLAIMED"
+
+
 # ------------------------------------------------------------------ control characters in names
 
 CONTROL = ["\n", "\r", "\t", "\x1b", "\x7f", "\x85", "\x9f"]
