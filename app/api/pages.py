@@ -92,6 +92,9 @@ PAGE_CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
     "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
 )
+# Our own URLs (run ids, ask ids) go to no other site, and our forms carry the Referer that
+# Flask-WTF's CSRF check wants over HTTPS. deploy/nginx.conf sends the same (docs/security.md).
+REFERRER_POLICY = "same-origin"
 # What a node uploaded never runs as our page: downloads are sandboxed, not sniffed.
 FILE_CSP = "sandbox"
 NOT_PAGES = ("/v1/", "/healthz", "/readyz", "/metrics", "/static/")
@@ -179,7 +182,7 @@ def _before() -> None:
 def _headers(resp: Response) -> Response:
     resp.headers.setdefault("Content-Security-Policy", PAGE_CSP)
     resp.headers["X-Content-Type-Options"] = "nosniff"
-    resp.headers["Referrer-Policy"] = "same-origin"
+    resp.headers["Referrer-Policy"] = REFERRER_POLICY
     if request.endpoint != "pages.static":
         resp.headers["Cache-Control"] = "no-store"
     stale = "page_session" in g and g.page_session is None and request.cookies.get(COOKIE)

@@ -6,7 +6,8 @@ in and comes back byte for byte while one byte more is the Mediator's own 413, a
 downloads through nginx exactly as it does directly, and the request id passes both ways. Port
 80 only redirects to HTTPS; every answer carries the security headers; the status page and the
 metrics ask for a token; requests without a token are limited by address, and sign-in whatever it
-carries, while requests with a token never are."""
+carries, while requests with a token never are. Chromium, trusting the test's certificate, signs
+in, cancels a run and signs out through the pages' forms, adding nothing by hand."""
 
 from __future__ import annotations
 
@@ -24,12 +25,14 @@ from typing import Any
 import pytest
 import requests
 
+from app.api.pages import REFERRER_POLICY
 from app.config import KEYS_BY_NAME
 from tests.agent import claim, claimed, done
 from tests.apps import ROOT, TOKEN, LiveServer, gunicorn_on
 from tests.deploy.http import Answer, Http
 from tests.deploy.nginx import DOCUMENTED, Nginx, nginx_in_front
 from tests.helpers import cap, contract, one_step, role
+from tests.support.browser import BrowserUser, chromium
 from tests.support.concurrency import await_condition, connect
 from tests.support.pages import csrf_of
 
@@ -200,7 +203,7 @@ SECURITY_HEADERS = {
     "Strict-Transport-Security": "max-age=31536000",
     "X-Content-Type-Options": "nosniff",
     "X-Frame-Options": "DENY",
-    "Referrer-Policy": "no-referrer",
+    "Referrer-Policy": REFERRER_POLICY,
 }
 
 
@@ -359,10 +362,42 @@ def test_the_deploy_guide_shows_the_files_own_self_signed_example() -> None:
     assert shown and shown[1].split() == example[1].split()
 
 
+@pytest.mark.needs_chromium
+def test_a_browser_signs_in_cancels_a_run_and_signs_out_through_nginx(stack, tmp_path) -> None:
+    """The pages' forms as chromium sends them over HTTPS through the documented nginx, nothing
+    added by hand: over HTTPS the pages' CSRF check also wants a Referer of this site, which the
+    browser sends only as the Referrer-Policy of the page holding the form allows."""
+    _, nginx, _ = stack
+    http = nginx.client(TOKEN)
+    advert = {"node_id": "board-web", "capabilities": [cap(soc="web")]}
+    assert http.post("/v1/nodes", advert).status_code == 200
+    doc = contract(
+        "from-the-page", role("dut", soc="web"), steps=[{"id": "s", "uses": "dut", "run": ["s"]}]
+    )
+    assert http.post("/v1/runs", doc).status_code == 201
+    profile = tmp_path / "chromium"
+    profile.mkdir()
+    with chromium(profile, trust=nginx.ca) as driver:
+        person = BrowserUser(driver, nginx.url)
+        person.open("/runs/from-the-page")  # not signed in: the sign-in comes first
+        assert "/signin" in driver.current_url
+        person.sign_in(TOKEN)
+        assert driver.current_url == nginx.url + "/runs/from-the-page"
+        assert person.find("#run-state").text == "RUNNING"
+        person.send("#cancel")
+        assert "Form refused" not in person.text(), person.text()[:500]
+        person.until(lambda: person.find("#run-state").text == "FAILED", "the run shown FAILED")
+        assert http.get("/v1/runs/from-the-page").get_json()["state"] == "FAILED"
+        person.sign_out()
+        person.open("/runs")
+        assert "/signin" in driver.current_url  # the session ended
+
+
 def signed_in(nginx: Any) -> Any:
-    """A person signed in over nginx with the test's token: the sign-in form's CSRF token, then
-    the form posted as a browser posts it; the session cookie (``Secure``: this is https) stays
-    in the client."""
+    """A person signed in over nginx with the test's token, without a browser: the sign-in
+    form's CSRF token, then the form posted with the Referer a browser sends under the pages'
+    Referrer-Policy (test_a_browser_signs_in_… shows that chromium does); the session cookie
+    (``Secure``: this is https) stays in the client."""
     person = nginx.client(None)
     form = person.get("/signin")
     assert form.status_code == 200
@@ -370,7 +405,7 @@ def signed_in(nginx: Any) -> Any:
         "POST",
         "/signin",
         data={"csrf_token": csrf_of(form.text), "token": TOKEN},
-        # As a browser sends it: over https the CSRF check also wants a Referer of this site.
+        # Over https the CSRF check also wants a Referer of this site; requests sends none.
         headers={"Referer": nginx.url + "/signin"},
         allow_redirects=False,
     )

@@ -4,7 +4,10 @@ names (``data-ask``, input names, labels); waits for what a page shows, never fo
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import os
+import subprocess
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,6 +18,7 @@ from selenium.common.exceptions import NoSuchElementException, StaleElementRefer
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webelement import WebElement
+from selenium.webdriver.support.expected_conditions import staleness_of
 from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.apps import ROOT
@@ -26,8 +30,30 @@ SHOTS = ROOT / "tests" / "artifacts" / "pages"
 DOC_SHOTS = ROOT / "docs" / "pages"  # written when MEDIATOR_UPDATE_SCREENSHOTS=1
 
 
+def spki_sha256(cert: Path) -> str:
+    """The base64 SHA-256 of the public key (SubjectPublicKeyInfo) of the PEM certificate
+    ``cert``: what chromium's ``--ignore-certificate-errors-spki-list`` takes."""
+    openssl = require_program("openssl", "openssl")
+    done = subprocess.run(
+        [openssl, "x509", "-in", str(cert), "-pubkey", "-noout"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 0, done.stderr
+    # The PEM public key is the DER SubjectPublicKeyInfo in base64 between its two armour lines.
+    der = base64.b64decode(
+        "".join(line for line in done.stdout.splitlines() if "-----" not in line)
+    )
+    return base64.b64encode(hashlib.sha256(der).digest()).decode()
+
+
 @contextmanager
-def chromium(profile: Path) -> Iterator[webdriver.Chrome]:
+def chromium(profile: Path, trust: Path | None = None) -> Iterator[webdriver.Chrome]:
+    """Headless chromium with its own profile. ``trust``: a self-signed certificate (a test's
+    nginx) accepted by its key alone, as if a CA had signed it; any other bad certificate is
+    still refused (never ``--ignore-certificate-errors``)."""
     binary = require_program("chromium", "chromium")
     driver_binary = require_program("chromedriver", "chromium-driver")
     options = webdriver.ChromeOptions()
@@ -44,6 +70,9 @@ def chromium(profile: Path) -> Iterator[webdriver.Chrome]:
         options.add_argument(flag)
     if os.geteuid() == 0:
         options.add_argument("--no-sandbox")  # chromium refuses to run as root inside its sandbox
+    if trust is not None:
+        # Honoured only with a --user-data-dir of its own, which every browser here has.
+        options.add_argument(f"--ignore-certificate-errors-spki-list={spki_sha256(trust)}")
     driver = webdriver.Chrome(options=options, service=Service(executable_path=driver_binary))
     try:
         yield driver
@@ -74,6 +103,12 @@ class BrowserUser:
     def text(self) -> str:
         return self.find("body").text
 
+    def send(self, css: str) -> None:
+        """Click the button ``css`` that sends a form, and wait for the page that answers it."""
+        leaving = self.find("html")
+        self.find(css).click()
+        self.until(lambda: staleness_of(leaving)(self.driver), f"the answer to {css}")
+
     def sign_in(self, token: str, principal: str | None = None) -> None:
         """Sign in through the form (from any page that sent us to it, or the sign-in itself)."""
         if "/signin" not in self.driver.current_url:
@@ -81,13 +116,13 @@ class BrowserUser:
         self.driver.find_element(By.NAME, "token").send_keys(token)
         if principal:
             self.driver.find_element(By.NAME, "principal").send_keys(principal)
-        self.find("#sign-in").click()
-        self.until(lambda: "/signin" not in self.driver.current_url, "signed in")
+        self.send("#sign-in")
+        assert "/signin" not in self.driver.current_url, self.text()[:500]
         assert "Signed in as" in self.find("#signed-in").text
 
     def sign_out(self) -> None:
-        self.find("#sign-out").click()
-        self.until(lambda: "/signin" in self.driver.current_url, "signed out")
+        self.send("#sign-out")
+        assert "/signin" in self.driver.current_url, self.text()[:500]
 
     def ask_form(self, run_id: str, seq: int) -> WebElement:
         return self.find(f'form[data-ask="{run_id}/{seq}"]')
