@@ -5,7 +5,10 @@ enum: one submit button per value (the button's ``value`` is the value; a second
 object becomes a choice list); boolean: a checkbox, unchecked sends false; number and integer: a
 number input; string: a text input; an object's properties: one field each, labelled by ``title``,
 else the property's name, with ``description`` as help. Empty optional fields are left out.
-Anything else: a JSON text area, validated by the same schema as every answer.
+Anything else: a JSON text area, validated by the same schema as every answer. So is an object
+with a property named like a field the form sends for itself (its CSRF token): each input carries
+its property's name, and the two would share one, storing the token in the answer. Contracts
+are refused such names (``FORM_FIELD_NAMES``); asks submitted before that still answer safely.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.contract.fields import parse_json
+from app.contract.steps import FORM_FIELD_NAMES
 from app.errors import BadRequest
 
 TOP = "answer"  # the one field's name when the answer is not an object of properties
@@ -96,6 +100,7 @@ def form_of(schema: Any) -> AskForm:
         and schema.get("type") == "object"
         and isinstance(props, Mapping)
         and props
+        and not FORM_FIELD_NAMES.intersection(props)
     ):
         required = schema.get("required")
         needed = set(required) if isinstance(required, list) else set()

@@ -34,6 +34,7 @@ from app.contract.fields import (
     parse_requirement,
     quote,
     require,
+    subpath,
 )
 from app.contract.types import Role
 
@@ -101,6 +102,10 @@ _SCHEMA_KEYWORDS = frozenset(
     }
 )
 _PRIMITIVE_TYPES = frozenset({"string", "number", "integer", "boolean", "null"})
+# The names of the fields the asks page's form sends for itself (Flask-WTF's CSRF token): an ask
+# property of that name would share its input, and the answer would store the token
+# (docs/contract.md#ask).
+FORM_FIELD_NAMES = frozenset({"csrf_token"})
 _ENV_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,199}")
 
 
@@ -374,7 +379,13 @@ def _check_ask_out(draft: Draft) -> None:
     where = f"step {quote(draft.id)}: the ask schema for {quote(draft.out[0])}"
     if schema.get("type") != "object" or "items" in schema:
         fail(f'{where} must be a flat object schema with type "object", got {quote(schema)}')
+    properties = subpath(subpath(f"steps[{draft.seq - 1}].schema", draft.out[0]), "properties")
     for name, prop in (schema.get("properties") or {}).items():
+        if name in FORM_FIELD_NAMES:
+            fail(
+                f"{subpath(properties, name)}: {quote(name)} is the name of a field the asks "
+                "page's form sends itself; give the property another name"
+            )
         if not _is_flat_property(prop):
             fail(f"{where}: property {quote(name)} must have a primitive type or an enum")
 

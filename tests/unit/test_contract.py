@@ -1154,6 +1154,17 @@ def test_ask_schema_properties_must_be_primitive_or_enum(prop):
     )
 
 
+def test_an_ask_property_named_like_the_pages_csrf_field_is_refused_naming_it():
+    # The asks page's form sends its CSRF token as csrf_token: a property of that name would
+    # share its input, and the answer would store the token.
+    props = {"verdict": {"enum": ["approve", "reject"]}, "csrf_token": {"type": "string"}}
+    doc = ask_doc({"prompt": "p"}, schema={"d": {"type": "object", "properties": props}})
+    assert reason(doc) == (
+        'steps[1].schema.d.properties.csrf_token: "csrf_token" is the name of a field the asks '
+        "page's form sends itself; give the property another name"
+    )
+
+
 def test_ask_schema_with_primitive_and_enum_properties_is_flat():
     props = {
         "verdict": {"enum": ["approve", "reject"]},
