@@ -91,7 +91,7 @@ def on_starting(server):
     # any worker boots (a worker would die with a traceback, again and again).
     import sys
 
-    from app.config import load_config
+    from app.config import load_config, warn_of_tokens_in_environment
     from app.context import check_record_store
     from app.errors import ConfigError
     from app.logs import configure_logging
@@ -104,12 +104,23 @@ def on_starting(server):
         print(f"mediator: invalid configuration: {exc}", file=sys.stderr)
         sys.exit(2)
     configure_logging(cfg["log.format"], cfg["log.level"])  # gunicorn's lines follow log.format
+    warn_of_tokens_in_environment()
     # Counters of an earlier run of gunicorn start again from 0 (a Prometheus counter reset).
     for name in os.listdir(METRICS_DIR):
         if name.endswith(".db"):
             os.unlink(os.path.join(METRICS_DIR, name))
     if _OWN_METRICS_DIR:
         _remove_orphaned_metrics_dirs()
+
+
+def on_reload(server):
+    # HUP (systemctl reload): the new workers read the configuration file again, tokens
+    # included, but run in the environment this master started with, tokens there included: a
+    # token removed from the environment file keeps working until a restart (docs/tokens.md,
+    # "Changing tokens"). Said at every reload, when the operator expects the change.
+    from app.config import warn_of_tokens_in_environment
+
+    warn_of_tokens_in_environment()
 
 
 def _remove_orphaned_metrics_dirs():

@@ -108,6 +108,34 @@ class SchemaGuard:
             wake_after_commit(self.context, "start-up")
 
 
+class UntrustedProxyWarning:
+    """One warning line per process when a request comes through a proxy (it carries
+    ``X-Forwarded-For``) while ``http.trusted_proxies`` is 0: every client then counts as the
+    proxy's one address for the limit on failed authentications (SPEC §20.8), and a proxy on
+    this host is loopback, which that limit leaves alone (docs/security.md). Said once, not per
+    request: one line is enough to name the key, and a flood must not become a flood of lines."""
+
+    def __init__(self) -> None:
+        self._warned = False
+        self._lock = threading.Lock()
+
+    def __call__(self) -> None:
+        if self._warned or "HTTP_X_FORWARDED_FOR" not in request.environ:
+            return
+        with self._lock:
+            if self._warned:
+                return
+            self._warned = True
+        log.warning(
+            "a request came through a proxy (X-Forwarded-For) but http.trusted_proxies is 0:"
+            " every client counts as the proxy's address for the limit on failed"
+            " authentications, and a proxy on this host is loopback, never limited; set"
+            " http.trusted_proxies to the number of proxies in front (1 behind the nginx of"
+            " deploy/)",
+            proxy=request.remote_addr,
+        )
+
+
 def _config_of(config: Config | Mapping[str, Any] | None) -> Config:
     if isinstance(config, Config):
         return config
@@ -137,6 +165,9 @@ def create_app(config: Config | Mapping[str, Any] | None = None) -> Flask:
         # The client's address (for the 429 of SPEC §20.8) from the proxies' X-Forwarded-For.
         n = cfg["http.trusted_proxies"]
         app.wsgi_app = ProxyFix(app.wsgi_app, x_for=n)  # type: ignore[method-assign]
+    else:
+        # First of the hooks: it warns even of a request refused before its view.
+        app.before_request(UntrustedProxyWarning())
     context = Context(cfg)
     app.extensions["mediator"] = context
     guard = SchemaGuard(context)

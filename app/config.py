@@ -273,6 +273,26 @@ def _warn_unknown_variables(env: Mapping[str, str], values: Mapping[str, Any]) -
         )
 
 
+# The variables of the token keys. A gunicorn master keeps the environment it started with, and a
+# reload (HUP) starts workers in it: tokens there are not read again until a restart, where the
+# configuration file is read again by every new worker (docs/tokens.md, "Changing tokens").
+TOKEN_VARIABLES = (KEYS_BY_NAME["tokens"].env, KEYS_BY_NAME["token"].env)
+
+
+def warn_of_tokens_in_environment(env: Mapping[str, str] | None = None) -> None:
+    """One warning naming the token variables ``env`` sets (set empty too: that clears the
+    file's key), said by gunicorn's master when it starts and at every reload."""
+    env = os.environ if env is None else env
+    found = [name for name in TOKEN_VARIABLES if name in env]
+    if found:
+        log.warning(
+            "tokens in the environment are read only when the service starts: a reload keeps"
+            " them (a token removed there works until a restart) and they hide the"
+            " configuration file's; keep tokens in the file, which a reload reads again",
+            variables=found,
+        )
+
+
 def load_config(
     path: str | os.PathLike[str] | None = None,
     *,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -105,6 +106,40 @@ class LiveServer:
         self.log = log  # gunicorn's stderr, the master's and the workers' lines
         self.out: Path | None = None  # gunicorn's stdout (an access log would go there)
 
+    def workers(self) -> set[int]:
+        """The master's worker processes, from /proc (one that exited and that the master has
+        not reaped yet included)."""
+        out = set()
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue  # gone meanwhile
+            # pid (comm) state ppid ...: comm may hold spaces, so split after its closing bracket
+            if int(stat.rpartition(")")[2].split()[1]) == self.proc.pid:
+                out.add(int(entry))
+        return out
+
+    def reload(self, timeout: float = 120.0) -> set[int]:
+        """``kill -HUP`` of the master, what ``systemctl reload`` sends; returns the new workers
+        once every worker the master has is one it started after the signal (the old ones
+        retired and reaped), so that every request from then on is served by one of them. The
+        master shows that only in /proc, hence the looks; the deadline is only a safety net."""
+        before = self.workers()
+        count = int(self.env.get("MEDIATOR_WORKERS", "2"))
+        self.proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + timeout
+        while True:
+            now = self.workers()
+            if len(now) == count and not now & before:
+                return now
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                tail = self.log.read_text()[-3000:] if self.log is not None else ""
+                raise AssertionError(f"gunicorn did not reload: workers {before} -> {now}\n{tail}")
+            time.sleep(0.05)
+
     def headers(self, **extra: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {TOKEN}", **extra}
 
@@ -123,10 +158,11 @@ class LiveServer:
 
 
 @contextmanager
-def gunicorn_on(db_url: str, tmp_path: Path, **env_extra: str) -> Iterator[LiveServer]:
+def gunicorn_on(db_url: str, tmp_path: Path, **env_extra: str | None) -> Iterator[LiveServer]:
     """gunicorn -c gunicorn.conf.py wsgi:app on ``db_url``, configured by environment alone
     (SPEC §15), 2 gthread workers unless ``MEDIATOR_WORKERS`` says otherwise; yields once
-    /readyz answers 200 (with one worker, its start-up, wake included, has then completed)."""
+    /readyz answers 200 (with one worker, its start-up, wake included, has then completed). A
+    variable of ``env_extra`` given as None is left out of gunicorn's environment."""
     port = _free_port()
     env = dict(os.environ)
     env.update(
@@ -142,6 +178,7 @@ def gunicorn_on(db_url: str, tmp_path: Path, **env_extra: str) -> Iterator[LiveS
             **env_extra,
         }
     )
+    env = {name: value for name, value in env.items() if value is not None}
     log = tmp_path / "gunicorn.log"
     out = tmp_path / "gunicorn.out"
     with open(log, "wb") as err, open(out, "wb") as std:

@@ -15,6 +15,7 @@ from typing import Any
 import argon2
 import pytest
 import requests
+import structlog
 import yaml
 from click.testing import CliRunner
 
@@ -274,12 +275,9 @@ def test_token_upgrade_of_an_unknown_name_is_a_usage_error(tmp_path):
 
 
 def test_the_samples_placeholder_token_is_always_refused(tmp_path: Path):
-    sample = Path(__file__).resolve().parents[2] / "deploy" / "mediator.env.example"
-    placeholder = next(
-        line.split("=", 1)[1]
-        for line in sample.read_text().splitlines()
-        if line.startswith("MEDIATOR_TOKEN=")
-    )
+    # The legacy token of the environment file of earlier samples: an install made from them may
+    # still hold it (today's samples hold no token at all).
+    placeholder = "change-me-to-a-long-random-secret"
     for allow in (False, True):
         with pytest.raises(ConfigError) as err:
             load_config(env={}, overrides={"token": placeholder, "token_allow_short": allow})
@@ -361,3 +359,33 @@ def test_behind_a_trusted_proxy_the_forwarded_address_is_counted(db_url, tmp_pat
         c.environ_base["HTTP_X_FORWARDED_FOR"] = "203.0.113.5"
         assert c.get("/v1/runs").status_code == 401
     assert sql.execute("select address from auth_failures").fetchall() == [("203.0.113.5",)]
+
+
+PROXY_WARNING = "a request came through a proxy (X-Forwarded-For) but http.trusted_proxies is 0"
+
+
+def proxy_warnings(db_url: str, records: Path, trusted: int) -> list[dict[str, Any]]:
+    """The proxy warnings of an app with ``http.trusted_proxies`` at ``trusted`` that gets a
+    request straight from its client, then four through a proxy on this host (three refused)."""
+    keys = {"log.level": "warning", "http.trusted_proxies": trusted}
+    with app_on(db_url, records, **keys) as application:
+        proxied = token_client(application, "nope")
+        proxied.environ_base["HTTP_X_FORWARDED_FOR"] = "203.0.113.5"
+        with structlog.testing.capture_logs() as logs:
+            assert application.test_client().get("/healthz").status_code == 200
+            assert [proxied.get("/v1/runs").status_code for _ in range(3)] == [401] * 3
+            assert proxied.get("/healthz").status_code == 200
+    return [e for e in logs if e["event"].startswith(PROXY_WARNING)]
+
+
+def test_a_forwarded_request_is_warned_of_once_when_no_proxy_is_trusted_and_never_when_one_is(
+    db_url, tmp_path
+):
+    """Behind a proxy with http.trusted_proxies at 0 every client is the proxy's address (on the
+    same host: loopback, never limited), so the 429 never comes: one line says what to set."""
+    warned = proxy_warnings(db_url, tmp_path / "a", trusted=0)
+    assert len(warned) == 1, warned
+    assert warned[0]["log_level"] == "warning"
+    assert warned[0]["proxy"] == "127.0.0.1"
+    assert "set http.trusted_proxies to the number of proxies in front" in warned[0]["event"]
+    assert proxy_warnings(db_url, tmp_path / "b", trusted=1) == []
