@@ -9,6 +9,7 @@ from app.api.common import bounded_body, caller, ctx, make_blueprint
 from app.api.openapi import PRINCIPAL, RUN_ID, SEQ, json_reply, operation
 from app.api.results import _seq
 from app.api.schemas import AsksSchema, ResultReplySchema
+from app.contract.violations import MAX_CHECKS
 from app.services.asks import answer, list_asks
 
 blp = make_blueprint("asks", "People answer the questions steps ask")
@@ -49,8 +50,9 @@ def get_asks() -> dict[str, Any]:
             403: "the token lacks the role (answerer or operator), or the principal is not an "
             "allowed answerer: not among the ask's answerers, or declared in X-Enode-Principal "
             "under a token that does not vouch for it (the reason says which)",
-            409: "no open ask at that step",
-            413: "body over max_blob_bytes",
+            409: "no open ask at that step (the body is not read)",
+            413: "body over max_blob_bytes, or validating it against the ask's schema would take "
+            f"more than {MAX_CHECKS:,} checks",
             422: "the answer does not satisfy the ask's schema",
         },
         roles=("answerer", "operator"),
@@ -59,4 +61,9 @@ def get_asks() -> dict[str, Any]:
 )
 def post_answer(run_id: str, seq: str) -> dict[str, Any]:
     n = _seq(seq)
-    return answer(ctx(), run_id, n, bounded_body(ctx().config["max_blob_bytes"]), caller())
+    # The body is read by the service, once the step is known to await this caller's answer.
+    return answer(ctx(), run_id, n, _answer_body, caller())
+
+
+def _answer_body() -> bytes:
+    return bounded_body(ctx().config["max_blob_bytes"])

@@ -460,7 +460,7 @@ def answer_ask(run_id: str, seq: str) -> Any:
     if len(raw) > ctx().config["max_blob_bytes"]:
         raise PayloadTooLarge()  # the answer route's bound (SPEC §10)
     try:
-        answer(ctx(), run_id, n, raw, who)
+        answer(ctx(), run_id, n, lambda: raw, who)
     except Unprocessable as exc:
         errors = {field_of_violation(form, exc.reason): exc.reason}
         return _asks_page({"key": key, "errors": errors, "typed": reading.typed}, 422)

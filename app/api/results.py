@@ -35,6 +35,7 @@ from app.api.schemas import (
 )
 from app.contract import is_valid_id
 from app.contract.fields import NAME_RULE
+from app.contract.violations import MAX_CHECKS
 from app.errors import BadRequest
 from app.records import LogState
 from app.services.records import append_log, get_blob, put_blob, put_progress, read_log
@@ -216,7 +217,8 @@ def get_log(query: dict[str, Any], run_id: str, seq: str) -> Response:
             "(answers and acquire outcomes are written by the Mediator only)",
             410: "the run has already finished",
             413: "body over max_blob_bytes, or the run's files would pass records.max_run_bytes "
-            "or the step's records.max_step_files (nothing stored)",
+            "or the step's records.max_step_files, or validating the body against the step's "
+            f"schema would take more than {MAX_CHECKS:,} checks (nothing stored)",
             422: "schema violation: the step's schema for that name refuses the bytes",
         },
         roles=_NODE,

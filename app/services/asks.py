@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from app.context import Caller, Context
@@ -116,21 +117,6 @@ def _answer_schema(st: Step) -> dict[str, Any] | None:
     return (st.spec.get("schema") or {}).get(st.spec["out"][0])
 
 
-def _validated(ctx: Context, run_id: str, seq: int, doc: Any, caller: Caller) -> None:
-    """The answer against the ask's schema, before any transaction opens (SPEC §20.4): however
-    long validating a large answer takes, no row is locked meanwhile. The step is read without a
-    lock, so the checks of the transaction come again under it; the schema is part of the step's
-    spec, which never changes."""
-    with ctx.db.read() as s:
-        run = get_run(s, run_id)
-        st = get_step(s, run_id, seq) if run is not None else None
-        schema = _answer_schema(_awaiting(run, st, caller))
-    if schema is not None:
-        problem = schema_violation(schema, doc)
-        if problem:
-            raise Unprocessable(problem)  # nothing stored; the ask stays open
-
-
 @retrying
 def _answer(
     ctx: Context, run_id: str, seq: int, raw: bytes, caller: Caller, after: AfterCommit
@@ -170,9 +156,23 @@ def _answer(
         )
 
 
-def answer(ctx: Context, run_id: str, seq: int, raw: bytes, caller: Caller) -> dict[str, Any]:
-    doc = parse_json(raw)  # raw is bounded by max_blob_bytes already (413, SPEC §10)
-    _validated(ctx, run_id, seq, doc, caller)
+def answer(
+    ctx: Context, run_id: str, seq: int, body: Callable[[], bytes], caller: Caller
+) -> dict[str, Any]:
+    """Take ``caller``'s answer to the ask at ``seq``. Its ``body`` (bounded by max_blob_bytes,
+    else 413) is read and parsed only once the step is known to await an answer this caller may
+    give (409, 403): parsing a large JSON body costs many times its size in memory, which nobody
+    may make the server spend on a step they cannot answer (docs/security.md). The answer is then
+    validated, bounded (docs/api.md), before any transaction opens: however long that takes, no
+    row is locked meanwhile. The step is read without a lock here, so the checks come again under
+    it in the transaction; the schema is part of the step's spec, which never changes."""
+    schema = open_ask_schema(ctx, run_id, seq, caller)
+    raw = body()
+    doc = parse_json(raw)
+    if schema is not None:
+        problem = schema_violation(schema, doc, "the answer")
+        if problem:
+            raise Unprocessable(problem)  # nothing stored; the ask stays open
     after = AfterCommit()
     reply = _answer(ctx, run_id, seq, raw, caller, after)
     return settle_and_reply(ctx, after, reply)

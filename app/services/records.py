@@ -274,7 +274,7 @@ def put_blob(ctx: Context, run_id: str, seq: int, name: str, data: bytes, caller
             doc = parse_json(data, name)
         except BadRequest as exc:
             raise Unprocessable(f"schema violation: $: {exc.reason}") from None
-        problem = schema_violation(schema, doc)
+        problem = schema_violation(schema, doc, name)
         if problem:
             raise Unprocessable(problem)
         schema_ok = True

@@ -1,15 +1,19 @@
 """Validation is bounded (SPEC §20.4): a blob or an answer checked against its step's schema stops
 at the first few errors — the reason names at most 3 and is cut at 1 KiB — and never builds the
-full list of errors; an answer is validated before its transaction opens, so a violation is answered
+full list of errors; a document that satisfies its schema is checked in at most ``MAX_CHECKS``
+checks, and refused 413 past them; an answer is read and parsed only once its step is known to
+await it from this caller, and validated before its transaction opens, so a violation is answered
 without waiting on the run's row.
 
 How long validation takes is never measured here: the tests count the errors jsonschema builds,
-and look in ``pg_locks`` for a request waiting on a lock."""
+the checks (through documents sized by them), the memory a request allocates (tracemalloc), and
+look in ``pg_locks`` for a request waiting on a lock."""
 
 from __future__ import annotations
 
 import json
 import threading
+import tracemalloc
 from typing import Any
 
 import jsonschema.exceptions
@@ -17,6 +21,7 @@ import psycopg
 import pytest
 
 from app.config import to_libpq_url
+from app.contract.violations import MAX_CHECKS
 from tests.agent import claimed
 from tests.apps import client_of
 from tests.helpers import advertise, cap, contract, role, submit
@@ -71,10 +76,11 @@ def with_schema(client: Any, schema: dict[str, Any], name: str = "out.json") -> 
     claimed(client, "n1")  # only the claimed step uploads (SPEC §20.3)
 
 
-def asking(client: Any, schema: dict[str, Any]) -> None:
-    """r1 RUNNING with step 1 ASKED; its answer has ``schema``."""
+def asking(client: Any, schema: dict[str, Any], **fields: Any) -> None:
+    """r1 RUNNING with step 1 ASKED (``fields`` add to its ``ask``); its answer has ``schema``."""
     advertise(client, "n1", cap("board"))
-    ask = {"id": "q", "ask": {"prompt": "ok?"}, "out": ["decision"], "schema": {"decision": schema}}
+    body = {"prompt": "ok?", **fields}
+    ask = {"id": "q", "ask": body, "out": ["decision"], "schema": {"decision": schema}}
     flash = {"id": "flash", "uses": "dut", "run": ["flash"]}
     submit(client, contract("r1", role("dut"), steps=[ask, flash]), 201)
 
@@ -172,7 +178,115 @@ def test_a_blob_that_satisfies_its_schema_is_still_stored(client, sql, ctx):
     }
 
 
+def too_large(what: str) -> str:
+    return (
+        f"{what} is too large to validate against its schema: more than {MAX_CHECKS} checks "
+        "(values looked at, properties looked up, enum comparisons); nothing was stored"
+    )
+
+
+def test_a_valid_blob_is_stored_within_the_checks_and_413_past_them(client, sql, ctx):
+    # [{}, …] under {"items": {"type": "object"}}: one check for the list, one for each item.
+    with_schema(client, OBJECTS)
+    past = json.dumps([{}] * MAX_CHECKS).encode()
+
+    resp = client.put("/v1/runs/r1/steps/1/blob/out.json", data=past)
+
+    assert resp.status_code == 413
+    assert error_of(resp) == too_large("out.json")
+    assert nothing_stored(sql, ctx)
+
+    within = json.dumps([{}] * (MAX_CHECKS - 1)).encode()
+    assert client.put("/v1/runs/r1/steps/1/blob/out.json", data=within).status_code == 204
+    assert one(sql, "select bytes, schema_ok from blobs") == {
+        "bytes": len(within),
+        "schema_ok": True,
+    }
+
+
+@pytest.mark.parametrize(
+    ("schema", "doc"),
+    [
+        # 100 items, each compared with 1,000 enum values: the match is the last.
+        ({"type": "array", "items": {"enum": list(range(1000))}}, [999] * 100),
+        # 100 empty objects, each looked up for 1,000 properties it does not have.
+        (
+            {"type": "array", "items": {"properties": {f"p{i}": {} for i in range(1000)}}},
+            [{}] * 100,
+        ),
+    ],
+    ids=["enum-comparisons", "property-look-ups"],
+)
+def test_a_small_valid_blob_whose_schema_makes_many_checks_is_413(client, sql, ctx, schema, doc):
+    with_schema(client, schema)
+
+    resp = client.put("/v1/runs/r1/steps/1/blob/out.json", data=json.dumps(doc).encode())
+
+    assert resp.status_code == 413
+    assert error_of(resp) == too_large("out.json")
+    assert nothing_stored(sql, ctx)
+
+
 # ---------------------------------------------------------------- answers
+
+
+@pytest.mark.parametrize(
+    ("seq", "headers", "status", "reason"),
+    [
+        (2, QA, 409, "step is not awaiting an answer"),  # a run step
+        (1, {"X-Enode-Principal": "dev@example.com"}, 403, "principal is not an allowed answerer"),
+    ],
+    ids=["not-awaiting", "not-an-answerer"],
+)
+def test_an_answer_that_is_not_json_gets_the_state_or_rights_error_not_a_parse_error(
+    client, sql, seq, headers, status, reason
+):
+    asking(client, DECISION, answerers=["qa@example.com"])
+
+    resp = client.post(
+        f"/v1/runs/r1/steps/{seq}/answer",
+        data=b"{not json",
+        headers=headers,
+        content_type="application/json",
+    )
+
+    assert (resp.status_code, error_of(resp)) == (status, reason)
+    assert one(sql, "select state from steps where seq = 1") == {"state": "ASKED"}
+
+
+def test_a_10_mib_answer_to_a_step_not_awaiting_one_is_409_without_being_read(client, sql):
+    # Parsed, 10 MiB of [{}, …] would take about 450 MiB; unread, it takes nothing.
+    asking(client, DECISION)
+    body = b"[" + b"{}," * (10 * 1024 * 1024 // 3 - 1) + b"{}]"
+
+    tracemalloc.start()
+    try:
+        resp = client.post(
+            "/v1/runs/r1/steps/2/answer", data=body, headers=QA, content_type="application/json"
+        )
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+
+    assert (resp.status_code, error_of(resp)) == (409, "step is not awaiting an answer")
+    assert peak < 2 * 1024 * 1024, f"the request allocated {peak} bytes at its peak"
+
+
+def test_a_valid_answer_past_the_checks_is_413_and_the_ask_stays_open(client, sql, ctx):
+    asking(client, DECISION | {"additionalProperties": {"type": "string"}})
+    answer = {"verdict": "approve"} | {f"k{i}": "x" for i in range(MAX_CHECKS)}
+
+    resp = client.post(
+        "/v1/runs/r1/steps/1/answer",
+        data=json.dumps(answer),
+        headers=QA,
+        content_type="application/json",
+    )
+
+    assert resp.status_code == 413
+    assert error_of(resp) == too_large("the answer")
+    assert one(sql, "select state from steps where seq = 1") == {"state": "ASKED"}
+    assert nothing_stored(sql, ctx)
 
 
 def test_an_answer_with_850000_unexpected_keys_is_422_naming_3_of_them_in_at_most_1_kib(
