@@ -6,6 +6,8 @@ may call everything) and, for the routes a node agent calls, where the node it a
 A route missing from the table is refused to every token. ``/healthz``, ``/readyz``, the OpenAPI
 document, ``/metrics`` and the status page are open by default; the last two call
 :func:`check_token_when` (or wear :func:`require_token_when`) to ask for a token when configured.
+A request to a route that checks no token is still authenticated when it carries an
+``Authorization`` header (:func:`note_unchecked_authorization`).
 """
 
 from __future__ import annotations
@@ -89,7 +91,18 @@ def bearer_token() -> Token:
     the client's address has failed too often this minute (a secret this process has already
     verified still passes: agents behind one NAT are not shut out by another's mistake), 503
     when no slot for a slow verification came free in time. The secret is never logged nor
-    echoed."""
+    echoed. Decided once a request: asked again, it answers the same without counting again."""
+    if "bearer_token" in g:
+        known: Token | None = g.bearer_token
+        if known is None:
+            raise Unauthorized()
+        return known
+    token = _authenticated()
+    g.bearer_token = token
+    return token
+
+
+def _authenticated() -> Token:
     scheme, _, secret = request.headers.get("Authorization", "").partition(" ")
     secret = secret.strip()
     context = ctx()
@@ -106,6 +119,7 @@ def bearer_token() -> Token:
         if note_failed_authentication(context, address):
             context.tokens.count("rate_limited")
             raise TooManyFailures(headers={"Retry-After": "60"})
+        g.bearer_token = None  # counted once: a later check of this request answers 401 alone
         raise Unauthorized()
     return token
 
@@ -132,6 +146,7 @@ def authorise_request() -> None:
     ``g.caller``, or a 401 (no or unknown token) or 403 (outside its roles, its nodes or its
     principal) before its body, its ids or the database are looked at for anything else."""
     if not is_protected():
+        note_unchecked_authorization()
         return
     token = bearer_token()
     assert request.url_rule is not None
@@ -150,6 +165,22 @@ def authorise_request() -> None:
     if declared:
         principal = header_text(PRINCIPAL_HEADER)
     g.caller = caller_of(token, principal, declared)
+
+
+def note_unchecked_authorization() -> None:
+    """A request to a route that checks no token (``/healthz``, ``/readyz``, the OpenAPI document,
+    ``/metrics`` and the pages unless configured to, a path that is no route) is authenticated all
+    the same when it carries an ``Authorization`` header: the sample nginx limits by address only
+    the requests without one, leaving those with one to the limit on failed authentications, so a
+    header that nobody verified would step around both (docs/security.md). A bad one counts as a
+    failed authentication, and from an address over its limit the request is answered 429; else it
+    is served as if it had no header."""
+    if not request.headers.get("Authorization"):
+        return
+    try:
+        bearer_token()
+    except Unauthorized:
+        pass  # counted; the route itself asks for no token
 
 
 def caller_of(token: Token, principal: str | None, declared: bool) -> Caller:

@@ -1,7 +1,8 @@
 """The routes outside /v1: health, readiness and the OpenAPI document never ask for a token;
 ``/metrics`` and the status page ask for any valid token when ``metrics.require_token`` or
 ``ui.require_token`` says so, through ``check_token_when`` / ``require_token_when``, which
-also give the view the caller (its token's name, roles and max_priority)."""
+also give the view the caller (its token's name, roles and max_priority). A route that checks no
+token still counts a bad ``Authorization`` header as a failed authentication."""
 
 from __future__ import annotations
 
@@ -96,3 +97,40 @@ def test_the_view_gets_the_caller_with_its_max_priority(probed, keys):
 def test_health_readiness_and_the_document_stay_open_whatever_is_required(probed, keys):
     for path in OPEN:
         assert token_client(probed, None).get(path).status_code == 200, path
+
+
+# ------------------------------------------------------------------ a header nobody asked for
+
+# The sample nginx limits by address only the requests without an Authorization header, and leaves
+# those with one to the Mediator's limit on failed authentications: a route that checks no token
+# must still count a bad header, or any header would step around both limits.
+UNCHECKED = {
+    "/readyz": 200,  # a query of the database each time
+    "/healthz": 200,
+    "/v1/openapi.json": 200,
+    "/metrics": 200,  # open by default
+    "/": 200,  # the overview, open by default
+    "/runs": 303,  # a page: to the sign-in
+    "/no-such-route": 404,
+}
+
+
+@pytest.mark.parametrize("path", list(UNCHECKED))
+def test_a_bad_authorization_to_a_route_that_checks_no_token_counts_as_a_failed_authentication(
+    app, sql, path
+):
+    bogus = token_client(app, "x")
+    bogus.environ_base["REMOTE_ADDR"] = "192.0.2.40"
+
+    statuses = [bogus.get(path).status_code for _ in range(31)]
+
+    # Served as without a header while the address is within its 30 failures a minute, then 429.
+    assert statuses == [UNCHECKED[path]] * 30 + [429]
+    assert sql.execute("select address, failures from auth_failures").fetchall() == [
+        ("192.0.2.40", 30)
+    ]
+    # A good token from another address is served and counts nothing.
+    good = token_client(app, SECRETS["legacy"])
+    good.environ_base["REMOTE_ADDR"] = "192.0.2.41"
+    assert good.get(path).status_code == UNCHECKED[path]
+    assert sql.execute("select count(*) from auth_failures").fetchone() == (1,)
