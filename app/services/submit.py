@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -26,12 +26,14 @@ from app.metrics import SUBMITS
 from app.records import record_location
 from app.reserve import Held, reserved_against
 from app.services.execution import start_steps, starts_anything
+from app.services.expected import EstimateBudget
 from app.services.notify import AfterCommit, commit_notifying
 from app.services.observe import new_run_view, queued_run_view, render_run
 from app.services.placement import assigned_json, grants, node_for_role
 from app.services.queue import scan_ended_at_marks, wake_after_commit
 from app.services.records import manifest
 from app.services.settle_and_wake import settle_and_wake
+from app.services.teams import choose_team, token_team
 from app.services.tx import retrying
 from app.states import FAILED, QUEUED, RUNNING
 from app.store import DuplicateRun, NodeTaken, PrunedRunId
@@ -81,7 +83,12 @@ def _view(ctx: Context, run_id: str) -> dict[str, Any]:
     with ctx.db.read() as s:
         run = get_run(s, run_id)
         assert run is not None, "a run that was committed is gone"
-        return render_run(s, run, reserve_after=ctx.config["queue.reserve_after_seconds"])
+        return render_run(
+            s,
+            run,
+            reserve_after=ctx.config["queue.reserve_after_seconds"],
+            budget=EstimateBudget(ctx.config["estimate.max_ahead"]),
+        )
 
 
 def _manifest(contract: Contract, caller: Caller, state: str, created_at: Any) -> dict[str, Any]:
@@ -94,6 +101,7 @@ def _manifest(contract: Contract, caller: Caller, state: str, created_at: Any) -
         created_at=created_at,
         state=state,
         principal_self_declared=caller.self_declared,
+        team=contract.team,
     )
 
 
@@ -138,14 +146,17 @@ def _place(
 ) -> _Placed | _Refused | _Queued:
     """SPEC §6.3–6.7 in one transaction: read the first candidates of each role (one statement,
     bounded by the run's counts, not by the fleet; no locks), match, then write the outcome in
-    one statement — the run RUNNING with its leases and steps, the run QUEUED with its steps, or
-    the rejected submit FAILED with its reject and no steps. The read runs before the
-    transaction's BEGIN, which goes with the write (``Database.transaction``): in READ COMMITTED
-    it has a snapshot of its own either way.
+    one round trip — the run RUNNING with its steps, then its nodes' rows, placements and leases
+    in the lock order (docs/queue.md, "Lock order"), the run QUEUED with its steps, or the
+    rejected submit FAILED with its reject and no steps. A first choice wider than
+    ``lease.max_per_run`` reads every candidate once more and searches for one that reuses nodes
+    (docs/contract.md, "How matching works"). The read runs before the transaction's BEGIN,
+    which goes with the write (``Database.transaction``): in READ COMMITTED it has a snapshot of
+    its own either way.
 
-    The run row goes first in that statement: a duplicate run_id fails on its key
-    (:class:`DuplicateRun`); a node taken since the read fails on ``pk_leases`` and the whole
-    transaction rolls back (:class:`NodeTaken`)."""
+    The run row goes first: a duplicate run_id fails on its key (:class:`DuplicateRun`); a node
+    taken since the read fails on ``pk_leases`` and the whole transaction rolls back
+    (:class:`NodeTaken`)."""
     location = record_location(contract.run_id)
     who: dict[str, Any] = {
         "principal": caller.principal,
@@ -258,20 +269,32 @@ def _queue(ctx: Context, contract: Contract, caller: Caller) -> None:
         fault("submit.queued")
 
 
+def checked_contract(ctx: Context, doc: Any, caller: Caller) -> Contract:
+    """The contract validated, its priority checked and its team chosen (docs/teams.md): all
+    before the run_id lookup, so a refusal stores nothing. Submit and dry-run alike."""
+    contract = validate_contract(doc, capabilities=ctx.config["contract.capabilities"])
+    check_priority(contract, caller)
+    return replace(contract, team=choose_team(ctx.teams, caller, contract.queue_team))
+
+
 def submit_run(ctx: Context, doc: Any, caller: Caller) -> Submitted:
-    """Submit a run (SPEC §6), counted by outcome for the metrics."""
+    """Submit a run (SPEC §6), counted by outcome and team for the metrics: a refusal before
+    the team is chosen counts under the team the token would get without ``queue.team``."""
+    team = token_team(ctx.teams, caller)
     try:
-        submitted = _submit_run(ctx, doc, caller)
+        contract = checked_contract(ctx, doc, caller)
+        team = contract.team
+        submitted = _submit_run(ctx, contract, caller)
     except MediatorError as exc:
-        SUBMITS.labels(_REFUSED.get(exc.status, "error")).inc()
+        SUBMITS.labels(_REFUSED.get(exc.status, "error"), ctx.teams.label(team)).inc()
         raise
     except Exception:
-        SUBMITS.labels("error").inc()
+        SUBMITS.labels("error", ctx.teams.label(team)).inc()
         raise
     outcome = {200: "duplicate", 202: "queued"}.get(submitted.status)
     if outcome is None:  # 201: placed, or queued and promoted by the submit's own wake scan
         outcome = "queued" if submitted.queued else "placed"
-    SUBMITS.labels(outcome).inc()
+    SUBMITS.labels(outcome, ctx.teams.label(team)).inc()
     return submitted
 
 
@@ -279,9 +302,7 @@ def submit_run(ctx: Context, doc: Any, caller: Caller) -> Submitted:
 _REFUSED = {400: "invalid", 403: "forbidden", 409: "pruned_id", 422: "rejected"}
 
 
-def _submit_run(ctx: Context, doc: Any, caller: Caller) -> Submitted:
-    contract = validate_contract(doc, capabilities=ctx.config["contract.capabilities"])
-    check_priority(contract, caller)
+def _submit_run(ctx: Context, contract: Contract, caller: Caller) -> Submitted:
     after = AfterCommit()
     try:
         try:
@@ -353,6 +374,7 @@ def _queued_answer(ctx: Context, contract: Contract, caller: Caller, queued: _Qu
                         created_at=queued.created_at,
                         place=place,
                         reserve_after=reserve_after,
+                        budget=EstimateBudget(ctx.config["estimate.max_ahead"]),
                     )
                     return Submitted(202, view, queued=True)
     if scan:
@@ -367,8 +389,7 @@ def _queued_answer(ctx: Context, contract: Contract, caller: Caller, queued: _Qu
 def dry_run(ctx: Context, doc: Any, caller: Caller) -> dict[str, Any]:
     """Match against live adverts only; busy and draining nodes are not read; nothing stored.
     Reserved nodes count as free, with a warning per assigned node reserved against the run."""
-    contract = validate_contract(doc, capabilities=ctx.config["contract.capabilities"])
-    check_priority(contract, caller)
+    contract = checked_contract(ctx, doc, caller)
     with ctx.db.read() as s:
         reserving = ctx.config["queue.reserve_after_seconds"] > 0
         found = candidate_adverts(s, contract.requires, with_holders=reserving)
@@ -384,6 +405,7 @@ def dry_run(ctx: Context, doc: Any, caller: Caller) -> dict[str, Any]:
     return {
         "run_id": contract.run_id,
         "state": "DRY_RUN",
+        "team": contract.team,
         "assigned": [
             {"as": role, "nodes": [{"node": n, "label": labels.get(n)} for n in nodes]}
             for role, nodes in outcome.roles
