@@ -31,6 +31,7 @@ from app.config_loader import (
 )
 from app.errors import ConfigError
 from app.logs import configure_logging, log
+from app.teams import Team, Teams, check_token_teams, parse_teams
 from app.tokens import Token, parse_tokens
 
 
@@ -49,6 +50,10 @@ class Key:
 
 def _tokens(name: str, v: Any) -> tuple[Token, ...]:
     return parse_tokens(name, v)  # a wrong entry is a ConfigError naming it and its field
+
+
+def _teams(name: str, v: Any) -> tuple[Team, ...]:
+    return parse_teams(name, v)  # docs/teams.md; a wrong entry names it and its field
 
 
 def _database_url(name: str, v: Any) -> str | None:
@@ -117,6 +122,8 @@ KEYS: tuple[Key, ...] = (
     Key("notify.timeout_seconds", 3.0, as_float, _positive),
     Key("contract.capabilities", (), as_str_list),
     Key("tokens", (), _tokens, secret=True),
+    # docs/teams.md: who shares the fleet; without it every run is team "default".
+    Key("teams", (), _teams),
     Key("token", None, as_str, secret=True),
     # argon2 entries without an id are tried for secrets no id or sha256 names (one release more).
     Key("tokens.legacy_argon2", True, as_bool),
@@ -328,6 +335,7 @@ def load_config(
     if values["records.backend"] == "s3" and not values["records.s3.bucket"]:
         raise ConfigError("records.s3.bucket: must be set when records.backend is s3")
     _check_legacy_token(values)
+    check_token_teams(values["tokens"], Teams(values["teams"]))
     _warn_unknown_variables(env, values)
     return Config(values)
 

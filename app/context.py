@@ -10,10 +10,11 @@ from app.config import Config
 from app.db import Database, gate_options
 from app.listener import ClaimListener, ClaimNotifier
 from app.logs import log
-from app.metrics import count_auth
+from app.metrics import count_auth, count_submits_of
 from app.records import FilesystemRecords, RecordStore
 from app.store.gate import ScanGate
 from app.store.steps import nodes_with_claimable_steps
+from app.teams import Teams
 from app.tokens import FailureLimit, TokenSet
 
 
@@ -32,6 +33,8 @@ class Context:
         )
         # With the process's caches of checked and refused secrets.
         self.tokens = TokenSet.from_config(config, on_count=count_auth)
+        self.teams = Teams.from_config(config)  # docs/teams.md
+        count_submits_of(self.teams.names)
         self.failures = FailureLimit(
             config["auth.max_failures_per_minute"], loopback=config["auth.limit_loopback"]
         )
@@ -136,6 +139,8 @@ class Caller:
     max_priority: int = 0  # the highest queue priority the token may ask for
     principal_declared: bool = True  # False when the principal is the token's own
     vouches: bool = False  # the token vouches for the principals its callers declare
+    team: str | None = None  # the token's default team (docs/teams.md)
+    teams: frozenset[str] = frozenset()  # the other teams its contracts may name
 
     @property
     def by(self) -> str:

@@ -11,7 +11,7 @@ the process's own registry. The code that bumps a metric is the same either way,
 database query.
 
 Labels are bounded: a route is the URL rule (``/v1/runs/<run_id>``), never the path; a cause is
-one of :data:`CAUSES`.
+one of :data:`CAUSES`; a team is a configured one, ``default``, ``health`` or ``other``.
 """
 
 from __future__ import annotations
@@ -62,11 +62,23 @@ SUBMIT_OUTCOMES = (
     "duplicate",  # 200, the run_id was known
     "rejected",  # 422, no candidate or over the width cap (stored FAILED)
     "invalid",  # 400, the contract
-    "forbidden",  # 403, a priority above the token's
+    "forbidden",  # 403, a priority above the token's, or a team it may not name
     "pruned_id",  # 409, the run_id of a pruned run
     "error",  # anything else (503 included)
 )
-SUBMITS = Counter("mediator_submits_total", "Submits (POST /v1/runs) by outcome", ["outcome"])
+# ``team``: the run's team (docs/teams.md), bounded by the configured names, "default", "health"
+# and "other"; a refusal before the team is chosen counts under the token's own.
+SUBMITS = Counter(
+    "mediator_submits_total", "Submits (POST /v1/runs) by outcome and team", ["outcome", "team"]
+)
+
+
+def count_submits_of(teams: Iterable[str]) -> None:
+    """Every outcome of every team's submits from the start: a scrape shows a 0, not nothing."""
+    for team in teams:
+        for outcome in SUBMIT_OUTCOMES:
+            SUBMITS.labels(outcome, team)
+
 
 CAUSES = (
     "submit",
@@ -193,8 +205,7 @@ PRUNED_RUNS = Counter(
 )
 
 # Known labels start at 0, so a rate over them exists before the first event.
-for _outcome in SUBMIT_OUTCOMES:
-    SUBMITS.labels(_outcome)
+count_submits_of(["default"])
 for _action in REAPER_ACTIONS:
     REAPER_DONE.labels(_action)
 

@@ -129,6 +129,8 @@ class Run(Base):
     # SPEC §20.6: bytes of the files the run's steps stored (blobs, logs, progress), at most
     # ``records.max_run_bytes``; what the Mediator writes itself is not counted.
     stored_bytes: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
+    # docs/teams.md: chosen at submit and kept, even once the configuration no longer names it.
+    team: Mapped[str] = mapped_column(Text, server_default=text("'default'"))
     created_at: Mapped[datetime] = mapped_column(server_default=func.now())
     promoted_at: Mapped[datetime | None] = mapped_column()
     ended_at: Mapped[datetime | None] = mapped_column()
@@ -166,6 +168,8 @@ class Run(Base):
         Index("ix_runs_created", text("created_at DESC"), text("run_id DESC")),
         Index("ix_runs_state_created", "state", text("created_at DESC")),
         Index("ix_runs_work_created", "work_id", "created_at"),
+        # GET /v1/runs?team=: a team's runs newest first, with the same cursor.
+        Index("ix_runs_team_created", "team", text("created_at DESC"), text("run_id DESC")),
         # The reaper's passes look only at the runs that need it.
         Index(
             "ix_runs_unsealed",

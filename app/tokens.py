@@ -2,9 +2,9 @@
 secret, and new tokens for ``mediator token new``.
 
 A token in the configuration is ``{name, id?, sha256 | argon2, roles, principal?, nodes?,
-max_priority?, expires?}``: the secret itself is never stored, only its SHA-256 (hex) or an argon2
-hash (the PHC string ``$argon2id$…``). The legacy single ``token`` is one token named ``token``
-with every role.
+max_priority?, vouches_for_principals?, expires?, team?, teams?}`` (teams: docs/teams.md): the
+secret itself is never stored, only its SHA-256 (hex) or an argon2 hash (the PHC string
+``$argon2id$…``). The legacy single ``token`` is one token named ``token`` with every role.
 
 What a presented secret costs (SPEC §20.1): a ``med_<id>_<random>`` secret (what ``mediator token
 new`` prints) is checked only against the entry with that id, so at most one slow hash per
@@ -37,6 +37,8 @@ import yaml
 
 from app.contract.fields import is_valid_id
 from app.errors import ConfigError
+from app.teams import NAME_RULE as TEAM_NAME_RULE
+from app.teams import is_team_name
 from app.wire import parse_ts
 
 ROLES = ("submitter", "node", "answerer", "reader", "operator")
@@ -55,6 +57,8 @@ FIELDS = (
     "max_priority",
     "expires",
     "vouches_for_principals",
+    "team",
+    "teams",
 )
 MAX_REFUSED = 4096  # refused secrets remembered per process (a misconfigured agent retrying)
 REFUSAL_SECONDS = 60.0  # how long a refused secret is answered from memory
@@ -81,6 +85,9 @@ class Token:
     argon2: str | None = None  # the PHC string of the secret's argon2 hash
     id: str | None = None  # the id of a med_<id>_<random> secret
     expires: datetime | None = None  # no longer accepted from this time on
+    # docs/teams.md: the token's default team, and the others its contracts may name.
+    team: str | None = None
+    teams: frozenset[str] = frozenset()
 
     def expired(self, now: datetime) -> bool:
         return self.expires is not None and now >= self.expires
@@ -104,6 +111,11 @@ def entry_digest(token: Token) -> str:
         "id": token.id,
         "expires": token.expires.isoformat() if token.expires is not None else None,
     }
+    # Only when set: the digests of entries without teams stay what they were (their sessions too).
+    if token.team is not None:
+        entry["team"] = token.team
+    if token.teams:
+        entry["teams"] = sorted(token.teams)
     return hashlib.sha256(json.dumps(entry, sort_keys=True).encode()).hexdigest()
 
 
@@ -365,7 +377,30 @@ def parse_token(where: str, entry: Any) -> Token:
         argon2=phc,
         id=_id(where, entry.get("id")),
         expires=_expires(where, entry.get("expires")),
+        team=_team(where, entry.get("team")),
+        teams=_teams(where, entry.get("teams")),
     )
+
+
+def _team(where: str, value: Any) -> str | None:
+    """``team``: the token's default team (start-up checks that it is configured)."""
+    if value is None:
+        return None
+    if not is_team_name(value):
+        raise ConfigError(f"{where}.team: a team name is {TEAM_NAME_RULE}")
+    return str(value)
+
+
+def _teams(where: str, value: Any) -> frozenset[str]:
+    """``teams``: the other teams the token's contracts may name in ``queue.team``."""
+    if value is None:
+        return frozenset()
+    if not isinstance(value, (list, tuple)):
+        raise ConfigError(f"{where}.teams: must be a list of team names")
+    for name in value:
+        if not is_team_name(name):
+            raise ConfigError(f"{where}.teams: a team name is {TEAM_NAME_RULE}")
+    return frozenset(value)
 
 
 def _id(where: str, value: Any) -> str | None:
@@ -482,6 +517,8 @@ def new_token(
     nodes: Sequence[str] = (),
     principal: str | None = None,
     max_priority: int | None = None,
+    team: str | None = None,
+    teams: Sequence[str] = (),
 ) -> NewToken:
     """A random ``med_<id>_<random>`` secret and its entry with that id and an argon2 hash,
     checked as the server will check it (a :class:`ConfigError` names what is wrong)."""
@@ -499,6 +536,10 @@ def new_token(
         entry["principal"] = principal
     if max_priority is not None:
         entry["max_priority"] = max_priority
+    if team is not None:
+        entry["team"] = team
+    if teams:
+        entry["teams"] = list(teams)
     parse_token("token", entry)
     return NewToken(secret, entry)
 
@@ -510,13 +551,15 @@ def new_id() -> str:
 
 def reissued(token: Token) -> NewToken:
     """A new secret with an id for an existing entry (``mediator token upgrade``): same name,
-    roles, principal, nodes, priority and expiry."""
+    roles, principal, nodes, priority, teams and expiry."""
     fresh = new_token(
         token.name,
         sorted(token.roles),
         nodes=sorted(token.nodes or ()),
         principal=token.principal,
         max_priority=token.max_priority,
+        team=token.team,
+        teams=sorted(token.teams),
     )
     if token.expires is not None:
         fresh.entry["expires"] = token.expires.isoformat()

@@ -66,6 +66,7 @@ ROUTES: dict[tuple[str, str], Access] = {
     ("GET", "/v1/runs"): ANY_TOKEN,
     ("GET", "/v1/nodes"): ANY_TOKEN,
     ("GET", "/v1/capabilities"): ANY_TOKEN,
+    ("GET", "/v1/teams"): ANY_TOKEN,  # docs/teams.md
     ("GET", "/v1/asks"): Access(ANSWERER | {"reader"}),
     ("POST", "/v1/runs/<run_id>/steps/<seq>/answer"): Access(ANSWERER),
     # A submitter cancels only the runs it submitted: the service checks that under the run's lock.
@@ -192,6 +193,8 @@ def caller_of(token: Token, principal: str | None, declared: bool) -> Caller:
         max_priority=token.max_priority,
         principal_declared=declared,
         vouches=token.vouches_for_principals,
+        team=token.team,
+        teams=token.teams,
     )
 
 

@@ -399,6 +399,15 @@ class QueueSchema(Closed):
             "max_priority the submit is 403"
         },
     )
+    team = fields.String(
+        validate=validate.Length(min=1, max=200),
+        metadata={
+            "description": "the run's team: one the token may name (its team and teams; "
+            "operators any); an unconfigured name is 400, one the token may not name 403. "
+            "Left out: the token's team, else the team whose members list the token or its "
+            "vouched principal, else default"
+        },
+    )
 
 
 class ContractSchema(Open):

@@ -15,9 +15,11 @@ from app.api.schemas import (
     RunListQuerySchema,
     RunListSchema,
     RunViewSchema,
+    TeamsSchema,
 )
 from app.errors import BadRequest
 from app.services.observe import capabilities, events_of, nodes_list, run_view, runs_list
+from app.services.teams import teams_view
 
 blp = make_blueprint("observe", "Read runs, nodes and capabilities")
 
@@ -61,7 +63,10 @@ def get_events(run_id: str) -> dict[str, Any]:
 @blp.doc(
     **operation(
         {200: json_reply(RunListSchema, "runs, newest first; next is the cursor of the next page")},
-        {400: "a bad filter: since or before not a time, limit not a positive integer"},
+        {
+            400: "a bad filter: since or before not a time, limit not a positive integer, "
+            "team not a team name"
+        },
     )
 )
 def get_runs(**filters: Any) -> dict[str, Any]:
@@ -87,6 +92,21 @@ def get_nodes() -> dict[str, Any]:
             f"GET /v1/nodes takes no query parameters, got {sorted(request.args)[0]!r}"
         )
     return nodes_list(ctx())
+
+
+@blp.route("/teams", methods=["GET"])
+@blp.doc(
+    **operation(
+        {200: json_reply(TeamsSchema, "the configured teams and default, by name")},
+        {400: "any query parameter"},
+    )
+)
+def get_teams() -> dict[str, Any]:
+    if request.args:
+        raise BadRequest(
+            f"GET /v1/teams takes no query parameters, got {sorted(request.args)[0]!r}"
+        )
+    return teams_view(ctx())
 
 
 @blp.route("/capabilities", methods=["GET"])

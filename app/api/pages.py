@@ -343,7 +343,11 @@ def overview() -> Any:
 def runs() -> Response:
     filters = run_filters()
     listing = runs_list(ctx(), **filters)
-    given = {k: request.args[k] for k in ("state", "since", "work", "limit") if request.args.get(k)}
+    given = {
+        k: request.args[k]
+        for k in ("state", "since", "work", "team", "limit")
+        if request.args.get(k)
+    }
     next_url = None
     if "next" in listing:
         next_url = url_for("pages.runs") + "?" + urlencode({**given, "before": listing["next"]})

@@ -26,6 +26,8 @@ from app.contract.fields import (
     MAX_NAME,
     NAME_CHARACTERS,
 )
+from app.teams import NAME_PATTERN as TEAM_NAME_PATTERN
+from app.teams import NAME_RULE as TEAM_NAME_RULE
 from app.wire import parse_ts
 
 
@@ -302,6 +304,10 @@ class RunSummarySchema(Reply):
         metadata={"description": _SELF_DECLARED.format(what="the principal")}
     )
     token = fields.String(metadata={"description": _TOKEN})
+    team = fields.String(
+        required=True,
+        metadata={"description": "the run's team, as stored at submit (configured or not)"},
+    )
     ended_at = _ts()
 
 
@@ -322,8 +328,43 @@ class RunViewSchema(RunSummarySchema):
 class DryRunSchema(Reply):
     run_id = fields.String(required=True)
     state = fields.String(required=True, validate=validate.OneOf(["DRY_RUN"]))
+    team = fields.String(required=True, metadata={"description": "the team the run would have"})
     assigned = fields.List(fields.Nested(AssignedSchema), required=True)
     warnings = fields.List(fields.String(), required=True)
+
+
+class TeamLineSchema(Reply):
+    name = fields.String(required=True)
+    weight = fields.Float(required=True)
+    share = fields.Float(
+        required=True,
+        allow_none=True,
+        metadata={
+            "description": "its weight over the weights of the teams with runs queued or "
+            "running; null while it has none"
+        },
+    )
+    usage = fields.Float(
+        required=True, allow_none=True, metadata={"description": "null: not kept yet"}
+    )
+    factor = fields.Float(
+        required=True, allow_none=True, metadata={"description": "null: not kept yet"}
+    )
+    running_nodes = fields.Integer(
+        required=True, metadata={"description": "leases held by its runs"}
+    )
+    queued = fields.Integer(required=True, metadata={"description": "its QUEUED runs"})
+    max_nodes = fields.Integer(
+        required=True, allow_none=True, metadata={"description": "null: unset"}
+    )
+    max_queued = fields.Integer(
+        required=True, allow_none=True, metadata={"description": "null: unset"}
+    )
+
+
+class TeamsSchema(Reply):
+    observed_at = _ts(required=True)
+    teams = fields.List(fields.Nested(TeamLineSchema), required=True)
 
 
 class RunListSchema(Reply):
@@ -386,6 +427,18 @@ class QueryTime(QueryText):
         if text is None:
             return None
         return _converted(parse_ts, text, f"{self.name} must be an RFC 3339 time, got {text!r}")
+
+
+class TeamQuery(QueryText):
+    """A team's name (docs/teams.md); empty is absent."""
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> Any:
+        text = super()._deserialize(value, attr, data, **kwargs)
+        if text is not None and TEAM_NAME_PATTERN.match(text) is None:
+            raise ValidationError(
+                Reason(f"{self.name} must be a team name, {TEAM_NAME_RULE}, got {text!r}")
+            )
+        return text
 
 
 class RunCursor(QueryText):
@@ -544,6 +597,13 @@ class RunListQuerySchema(QuerySchema):
     )
     work = QueryText(
         metadata={"pattern": r"^[^\x00]*$", "description": "a work_id"},
+    )
+    team = TeamQuery(
+        metadata={
+            "pattern": r"^([A-Za-z0-9][A-Za-z0-9._-]{0,62})?$",
+            "description": "the runs of this team as stored (a team no longer configured "
+            f"too); a team name is {TEAM_NAME_RULE}, else 400; empty is no filter",
+        },
     )
     limit = QueryLimit(
         cap=RUN_LIST_MAX_LIMIT,

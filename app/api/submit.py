@@ -17,7 +17,13 @@ blp = make_blueprint("submit", "Submit runs and try contracts without storing th
 _CONTRACT_BODY = {"content": {"application/json": {"schema": ContractSchema}}, "required": True}
 _INVALID = (
     "invalid contract: the reason names the first field at fault and its value (body not "
-    "JSON, not an object, a rule of the contract, or a rule between its steps and roles)"
+    "JSON, not an object, a rule of the contract, or a rule between its steps and roles); or "
+    'unknown team: "<name>" for a queue.team that is not configured; nothing stored'
+)
+_FORBIDDEN = (
+    "the token lacks the role (submitter or operator), its principal differs from "
+    "X-Enode-Principal, queue.priority is above its max_priority, or queue.team names a team it "
+    "may not name; nothing stored"
 )
 _ROLES = ("submitter", "operator")
 
@@ -33,6 +39,7 @@ _ROLES = ("submitter", "operator")
         },
         {
             400: _INVALID,
+            403: _FORBIDDEN,
             413: "body over max_body_bytes; nothing stored",
             422: "FAILED at once: no node in the fleet can fill a role, or the width cap",
         },
@@ -55,6 +62,7 @@ def post_run() -> tuple[dict[str, Any], int]:
         {200: json_reply(DryRunSchema, "DRY_RUN: where it would be placed; nothing stored")},
         {
             400: _INVALID,
+            403: _FORBIDDEN,
             413: "body over max_body_bytes",
             422: "no node in the fleet can fill a role, or the width cap",
         },

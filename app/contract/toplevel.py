@@ -92,19 +92,23 @@ def parse_ledger(doc: dict[str, Any]) -> str:
 MIN_PRIORITY, MAX_PRIORITY = -100, 100  # SPEC §7a
 
 
-def parse_queue(doc: dict[str, Any]) -> tuple[int | None, int]:
-    """``queue.timeout`` in whole seconds (None: wait for ever) and ``queue.priority`` (SPEC §7a,
-    default 0)."""
+def parse_queue(doc: dict[str, Any]) -> tuple[int | None, int, str | None]:
+    """``queue.timeout`` in whole seconds (None: wait for ever), ``queue.priority`` (SPEC §7a,
+    default 0) and ``queue.team`` as named (None: not named). Whether the team exists and the
+    token may name it is the submit's to say (docs/teams.md), not the contract's."""
     if "queue" not in doc:
-        return None, 0
+        return None, 0, None
     queue = check_dict(doc["queue"], "queue")
-    check_keys(queue, ("timeout", "priority"), "queue: ")
+    check_keys(queue, ("timeout", "priority", "team"), "queue: ")
     timeout = None
     if "timeout" in queue:
         # The timeout is kept in whole seconds (an integer column); rounding up means a run never
         # fails sooner than its contract allows ("250ms" waits one second).
         timeout = math.ceil(check_duration(queue["timeout"], "queue.timeout"))
-    return timeout, parse_priority(queue)
+    team = None
+    if "team" in queue:
+        team = check_field(queue, "team", "queue.team", str, at_most=MAX_NAME)
+    return timeout, parse_priority(queue), team
 
 
 def parse_priority(queue: dict[str, Any]) -> int:

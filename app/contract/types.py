@@ -53,6 +53,10 @@ class Contract:
     document: dict[str, Any]  # the submitted contract without its ignored "lease" block
     requires_key: str  # sha256 hex of the canonical JSON of the normalised requires (SPEC §7)
     priority: int = 0  # queue.priority (SPEC §7a): -100..100
+    queue_team: str | None = None  # queue.team as named, not yet checked (docs/teams.md)
+    # The run's team, chosen at submit after validation (docs/teams.md, "A run's team"):
+    # validation leaves "default", the submit puts its choice here with dataclasses.replace.
+    team: str = "default"
 
 
 def role_from_wire(d: dict[str, Any]) -> Role:

@@ -75,7 +75,7 @@ def validate_contract(doc: object, *, capabilities: Collection[str] = ()) -> Con
     check_releases(drafts, by_id, needs)
     conditions = parse_success_when(document, by_id, known, ignored)
     ledger_scope = parse_ledger(document)
-    queue_timeout, priority = parse_queue(document)
+    queue_timeout, priority, queue_team = parse_queue(document)
     check_no_nul(document)  # last: the rules above name NUL in the fields they know
 
     steps = tuple(
@@ -98,6 +98,7 @@ def validate_contract(doc: object, *, capabilities: Collection[str] = ()) -> Con
         ledger_scope=ledger_scope,
         queue_timeout_seconds=queue_timeout,
         priority=priority,
+        queue_team=queue_team,
         warnings=collect_warnings(doc, roles, drafts, _bounded(ignored)),
         document=document,
         requires_key=requires_key(roles),

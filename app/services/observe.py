@@ -40,6 +40,7 @@ class _NewRun:
     token_name: str | None
     principal_self_declared: bool
     priority: int = 0
+    team: str = "default"
     ended_at: None = None
 
 
@@ -185,6 +186,7 @@ def _new_run(contract: Contract, caller: Caller, state: str, created_at: datetim
         token_name=caller.token_name,
         principal_self_declared=caller.self_declared,
         priority=contract.priority,
+        team=contract.team,
     )
 
 
@@ -280,6 +282,8 @@ def run_summary(run: Run | _NewRun) -> dict[str, Any]:
         "run_id": run.run_id,
         "state": run.state,
         "created_at": ts(run.created_at),
+        # As stored, configured or not (docs/teams.md).
+        "team": run.team,
     }
     if run.work_id:
         out["work_id"] = run.work_id
@@ -299,10 +303,13 @@ def runs_list(
     work: str | None,
     before: tuple[datetime, str] | None,
     limit: int,
+    team: str | None = None,
 ) -> dict[str, Any]:
     with ctx.db.read() as s:
         now = database_now(s)
-        rows = list_runs(s, state=state, since=since, work=work, before=before, limit=limit)
+        rows = list_runs(
+            s, state=state, since=since, work=work, before=before, limit=limit, team=team
+        )
     out: dict[str, Any] = {"observed_at": ts(now), "runs": [run_summary(r) for r in rows]}
     if len(rows) == limit:
         last = rows[-1]

@@ -376,6 +376,7 @@ def manifest(
     created_at: Any,
     state: str,
     principal_self_declared: bool = False,
+    team: str = "default",
 ) -> dict[str, Any]:
     """``manifest.json``: written when the Record opens and again, whole, from the run's row when
     it is sealed, so the opening write need not reach the disk before the submit is answered.
@@ -385,6 +386,7 @@ def manifest(
         doc["requester_self_declared"] = True
     return doc | {
         "token": token_name,
+        "team": team,  # docs/teams.md
         "contract": contract,
         "created_at": ts(created_at),
         "state": state,
@@ -422,6 +424,7 @@ def seal_run(ctx: Context, run_id: str) -> bool:
                     created_at=run.created_at,
                     state=run.state,
                     principal_self_declared=run.principal_self_declared,
+                    team=run.team,
                 )
                 | {"ended_at": ts(run.ended_at)},
             )

@@ -115,6 +115,7 @@ def create_run(
         "ledger_scope": contract.ledger_scope,
         "queue_timeout_seconds": contract.queue_timeout_seconds,
         "priority": contract.priority,
+        "team": contract.team,
         "record_location": record_location,
         "cause": cause,
         "new_steps": list(steps),
@@ -164,6 +165,7 @@ def _create_statement(with_steps: bool) -> Select[Any]:
                     "ledger_scope",
                     "queue_timeout_seconds",
                     "priority",
+                    "team",
                     "record_location",
                 )
             }
@@ -273,9 +275,13 @@ def list_runs(
     work: str | None,
     before: tuple[datetime, str] | None,
     limit: int,
+    team: str | None = None,
 ) -> list[Run]:
-    """Newest first; ``before`` is the (created_at, run_id) of the last row of the previous page."""
+    """Newest first; ``before`` is the (created_at, run_id) of the last row of the previous page.
+    ``team``: the team stored on the run, configured or not (docs/teams.md)."""
     q = select(Run)
+    if team:
+        q = q.where(Run.team == team)
     if state:
         q = q.where(Run.state == state)
     if since is not None:

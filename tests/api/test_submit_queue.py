@@ -202,6 +202,7 @@ def test_a_dry_run_is_200_with_the_assignment_ignoring_busy_and_draining_nodes_a
     assert resp.get_json() == {
         "run_id": "try-1",
         "state": "DRY_RUN",
+        "team": "default",
         "assigned": [
             {"as": "dut", "nodes": [{"node": "n1", "label": "Board 1"}]},
             {"as": "host", "nodes": [{"node": "n2", "label": "Host 2"}]},

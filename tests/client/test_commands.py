@@ -177,6 +177,7 @@ def test_submit_dry_run_shows_the_assignment_and_stores_nothing(tmp_path, live_s
     assert json.loads(as_json.stdout) == {
         "run_id": "dry-1",
         "state": "DRY_RUN",
+        "team": "default",
         "assigned": [{"as": "dut", "nodes": [{"node": "board-1", "label": None}]}],
         "warnings": [],
     }

@@ -41,8 +41,8 @@ def test_submits_placed_and_queued_then_a_cancel_promotes_and_the_figures_follow
     submit(client, one_step("r2"), 202)
 
     mid = scrape(client)
-    assert delta(mid, before, "mediator_submits_total", outcome="placed") == 1
-    assert delta(mid, before, "mediator_submits_total", outcome="queued") == 1
+    assert delta(mid, before, "mediator_submits_total", outcome="placed", team="default") == 1
+    assert delta(mid, before, "mediator_submits_total", outcome="queued", team="default") == 1
     assert runs_by_state(mid) == {
         "QUEUED": 1,
         "RUNNING": 1,
@@ -78,7 +78,7 @@ def test_submits_placed_and_queued_then_a_cancel_promotes_and_the_figures_follow
     assert delta(after, mid, "mediator_wake_scan_duration_seconds_count", cause="release") == 1
     assert delta(after, mid, "mediator_queue_wait_seconds_count") == 1
     assert 0 <= delta(after, mid, "mediator_queue_wait_seconds_sum") < 60
-    assert delta(after, mid, "mediator_submits_total", outcome="placed") == 0
+    assert delta(after, mid, "mediator_submits_total", outcome="placed", team="default") == 0
 
 
 def test_refused_and_repeated_submits_are_counted_by_outcome(client):
@@ -90,8 +90,10 @@ def test_refused_and_repeated_submits_are_counted_by_outcome(client):
     submit(client, {"run_id": "r4"}, 400)
     after = scrape(client)
     for outcome, n in (("placed", 1), ("duplicate", 1), ("rejected", 1), ("invalid", 1)):
-        assert delta(after, before, "mediator_submits_total", outcome=outcome) == n, outcome
-    assert delta(after, before, "mediator_submits_total", outcome="queued") == 0
+        assert (
+            delta(after, before, "mediator_submits_total", outcome=outcome, team="default") == n
+        ), outcome
+    assert delta(after, before, "mediator_submits_total", outcome="queued", team="default") == 0
 
 
 def test_asks_reservations_idle_reserved_nodes_and_wake_debt_are_read_exactly(client, sql):

@@ -78,8 +78,8 @@ def test_submits_and_database_figures_are_counted_once_whichever_worker_answers(
     assert live.post("/v1/runs", one_step("r2")).status_code == 202
     for _ in range(SCRAPES):
         samples = scrape(live)
-        assert value(samples, "mediator_submits_total", outcome="placed") == 1
-        assert value(samples, "mediator_submits_total", outcome="queued") == 1
+        assert value(samples, "mediator_submits_total", outcome="placed", team="default") == 1
+        assert value(samples, "mediator_submits_total", outcome="queued", team="default") == 1
         assert value(samples, "mediator_runs", state="RUNNING") == 1
         assert value(samples, "mediator_runs", state="QUEUED") == 1
         assert value(samples, "mediator_queue_depth") == 1

@@ -70,6 +70,7 @@ def test_a_variable_the_mediator_reads_is_not_warned_about(name, tmp_path):
         "MEDIATOR_DATABASE_URL": "postgresql://db.example/m",
         "DATABASE_URL": "postgresql://db.example/m",
         "MEDIATOR_TOKENS": "[]",
+        "MEDIATOR_TEAMS": "[]",
         "MEDIATOR_LOG_FORMAT": "console",
         "MEDIATOR_LOG_LEVEL": "info",
         "MEDIATOR_METRICS_REQUIRE_TOKEN": "false",

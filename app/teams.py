@@ -1,0 +1,187 @@
+"""Teams (docs/teams.md): the configured list, its validation, and who belongs to which.
+
+A team in the configuration is ``{name, weight?, max_nodes?, max_queued?, members?}``; ``teams``
+in a file, or the JSON of ``MEDIATOR_TEAMS``. ``default`` always exists (weight 1, no limits)
+unless configured; ``health`` is the Mediator's own and no configuration may name it. Weights
+and limits are stored and shown, but nothing places or refuses by them yet (docs/teams.md,
+"Not built yet"). Nothing here depends on Flask or the database.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from app.errors import ConfigError
+
+DEFAULT_TEAM = "default"
+HEALTH_TEAM = "health"  # the team of the Mediator's own health runs (docs/teams.md)
+OTHER_LABEL = "other"  # the metric label of a stored team no longer configured
+FIELDS = ("name", "weight", "max_nodes", "max_queued", "members")
+# Letters, digits, ".", "_" and "-", starting with a letter or digit: a name fits a URL's query,
+# a metric label and a file name as it is.
+NAME_RULE = "1-63 characters of [A-Za-z0-9._-], starting with a letter or a digit"
+NAME_PATTERN = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,62}\Z")
+GLOB_CHARACTERS = frozenset("@*?[")  # a member entry holding one of them is a principal glob
+MAX_MEMBER = 200
+
+
+def is_team_name(value: object) -> bool:
+    return isinstance(value, str) and NAME_PATTERN.match(value) is not None
+
+
+def is_glob(entry: str) -> bool:
+    return any(c in GLOB_CHARACTERS for c in entry)
+
+
+@dataclass(frozen=True)
+class Team:
+    name: str
+    weight: float = 1
+    max_nodes: int | None = None  # None: no limit
+    max_queued: int | None = None  # None: no limit
+    members: tuple[str, ...] = ()  # token names and principal globs, as configured
+
+    def has_token(self, token_name: str) -> bool:
+        return any(not is_glob(m) and m == token_name for m in self.members)
+
+    def has_principal(self, principal: str) -> bool:
+        """A glob matching the principal, ignoring case (e-mail addresses are compared so)."""
+        folded = principal.casefold()
+        return any(is_glob(m) and fnmatch.fnmatchcase(folded, m.casefold()) for m in self.members)
+
+
+class Teams:
+    """The teams of a configuration, in its order, with ``default`` last unless configured."""
+
+    def __init__(self, configured: Iterable[Team]) -> None:
+        self.configured: tuple[Team, ...] = tuple(configured)
+        by_name = {t.name: t for t in self.configured}
+        by_name.setdefault(DEFAULT_TEAM, Team(DEFAULT_TEAM))
+        self._by_name = by_name
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> Teams:
+        return cls(config.get("teams") or ())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._by_name
+
+    def get(self, name: str) -> Team | None:
+        return self._by_name.get(name)
+
+    @property
+    def names(self) -> list[str]:
+        """Every team's name (the configured ones and ``default``), sorted."""
+        return sorted(self._by_name)
+
+    def label(self, name: str) -> str:
+        """The metric label of a run's stored team: bounded by the configured names,
+        ``default``, ``health`` and ``other`` (a name no longer configured)."""
+        if name in self._by_name or name == HEALTH_TEAM:
+            return name
+        return OTHER_LABEL
+
+    def counted_as(self, name: str) -> str:
+        """The team whose counts a run's stored team adds to: itself while configured (or
+        ``health``), else ``default`` (docs/teams.md, "A team removed")."""
+        if name in self._by_name or name == HEALTH_TEAM:
+            return name
+        return DEFAULT_TEAM
+
+    def of_member(self, token_name: str, principal: str | None) -> str | None:
+        """The first team whose ``members`` lists the token's name or has a glob matching
+        ``principal`` (the caller passes it only when vouched for), else None."""
+        for team in self.configured:
+            if team.has_token(token_name) or (
+                principal is not None and team.has_principal(principal)
+            ):
+                return team.name
+        return None
+
+
+# ------------------------------------------------------------------ the configured list
+
+
+def parse_teams(key: str, entries: Any) -> tuple[Team, ...]:
+    """The ``teams`` list of the configuration (file entries, or the JSON of ``MEDIATOR_TEAMS``).
+    A wrong entry raises :class:`ConfigError`, one line naming the entry and its field."""
+    if isinstance(entries, str):
+        try:
+            entries = json.loads(entries) if entries.strip() else []
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{key}: must be a JSON list ({exc.msg})") from None
+    if not isinstance(entries, (list, tuple)):
+        raise ConfigError(f"{key}: must be a list of teams")
+    teams: list[Team] = []
+    names: set[str] = set()
+    for i, entry in enumerate(entries):
+        team = entry if isinstance(entry, Team) else parse_team(f"{key}[{i}]", entry)
+        if team.name in names:
+            raise ConfigError(f"{key}[{i}].name: {team.name!r} is the name of an earlier team")
+        names.add(team.name)
+        teams.append(team)
+    return tuple(teams)
+
+
+def parse_team(where: str, entry: Any) -> Team:
+    if not isinstance(entry, Mapping):
+        raise ConfigError(f"{where}: must be a mapping of {', '.join(FIELDS)}")
+    unknown = sorted(str(k) for k in entry if k not in FIELDS)
+    if unknown:
+        raise ConfigError(f"{where}.{unknown[0]}: unknown field (fields: {', '.join(FIELDS)})")
+    name = entry.get("name")
+    if not is_team_name(name):
+        raise ConfigError(f"{where}.name: must be {NAME_RULE}")
+    assert isinstance(name, str)
+    if name == HEALTH_TEAM:
+        raise ConfigError(f"{where}.name: {HEALTH_TEAM!r} is the Mediator's own team")
+    weight = entry.get("weight", 1)
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not weight > 0:
+        raise ConfigError(f"{where}.weight: must be a number greater than 0")
+    if weight == float("inf"):
+        raise ConfigError(f"{where}.weight: must be a finite number")
+    return Team(
+        name=name,
+        weight=weight,
+        max_nodes=_limit(where, "max_nodes", entry.get("max_nodes")),
+        max_queued=_limit(where, "max_queued", entry.get("max_queued")),
+        members=_members(where, entry.get("members")),
+    )
+
+
+def _limit(where: str, field: str, value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(
+            f"{where}.{field}: must be an integer of at least 1 (leave it out for no limit)"
+        )
+    return value
+
+
+def _members(where: str, value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, (list, tuple)):
+        raise ConfigError(f"{where}.members: must be a list of token names and principal globs")
+    for member in value:
+        if not isinstance(member, str) or not 0 < len(member) <= MAX_MEMBER or "\x00" in member:
+            raise ConfigError(f"{where}.members: each entry is a text of 1-{MAX_MEMBER} characters")
+    return tuple(value)
+
+
+def check_token_teams(tokens: Iterable[Any], teams: Teams) -> None:
+    """Start-up refuses a token whose ``team`` or ``teams`` names a team the configuration does
+    not have (``default`` always exists)."""
+    for token in tokens:
+        for name in sorted({*([token.team] if token.team else []), *token.teams}):
+            if name not in teams:
+                raise ConfigError(
+                    f"tokens: token {token.name!r} names team {name!r}, which teams does not"
+                    " configure"
+                )
