@@ -115,6 +115,9 @@ KEYS: tuple[Key, ...] = (
     Key("lease.max_per_run", 0, as_int, _not_negative),
     # A QUEUED run waiting this long reserves the nodes it needs (0: no reservations).
     Key("queue.reserve_after_seconds", 900, as_int, _not_negative),
+    # The runs ahead one request may look at for the expected starts it shows
+    # (docs/queue.md, "What a QUEUED run's view explains").
+    Key("estimate.max_ahead", 200, as_int, _not_negative),
     Key("notify.asks_url", None, as_str),
     Key("notify.runs_url", None, as_str),
     # Webhooks waiting for a sender, at most: past it they are dropped and counted.

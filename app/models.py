@@ -14,6 +14,7 @@ from sqlalchemy import (
     Boolean,
     CheckConstraint,
     DateTime,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -281,6 +282,22 @@ class Reservation(Base):
     since: Mapped[datetime] = mapped_column(server_default=func.now())
 
     __table_args__ = (Index("ix_reservations_run_id", "run_id"),)
+
+
+class StepDuration(Base):
+    """How long a run or agent step took from its claim to its result, under its duration key
+    (``app/estimate.py``): inserted by the result's transaction, never updated, read as the
+    newest 50 of a key for the expected start of a queued run (docs/queue.md, "What a QUEUED
+    run's view explains")."""
+
+    __tablename__ = "step_durations"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    key: Mapped[str] = mapped_column(Text)
+    seconds: Mapped[float] = mapped_column(Float)
+    ended_at: Mapped[datetime] = mapped_column()
+
+    __table_args__ = (Index("ix_step_durations_key", "key", text("ended_at DESC")),)
 
 
 class RunEvent(Base):

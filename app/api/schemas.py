@@ -26,6 +26,7 @@ from app.contract.fields import (
     MAX_NAME,
     NAME_CHARACTERS,
 )
+from app.estimate import BASES
 from app.teams import NAME_PATTERN as TEAM_NAME_PATTERN
 from app.teams import NAME_RULE as TEAM_NAME_RULE
 from app.wire import parse_ts
@@ -323,6 +324,14 @@ class RunViewSchema(RunSummarySchema):
     priority = fields.Integer(metadata={"description": "queue.priority (while QUEUED)"})
     reserving = fields.Boolean(metadata={"description": "holds or may hold a reservation"})
     reserved = fields.List(fields.String(), metadata={"description": "nodes it has reserved"})
+    expected_start = _ts(
+        allow_none=True,
+        metadata={"description": "while QUEUED: when it is expected to start, or null"},
+    )
+    expected_basis = fields.String(
+        validate=validate.OneOf(BASES),
+        metadata={"description": "while QUEUED: what expected_start rests on"},
+    )
 
 
 class DryRunSchema(Reply):

@@ -111,8 +111,19 @@ def queue_line(view: Mapping[str, Any]) -> str:
         where += f", priority {view['priority']}"
     if view.get("reserving"):
         where += ", reserving " + (", ".join(view.get("reserved") or []) or "(nothing yet)")
+    if "expected_basis" in view:
+        where += ", " + expected_text(view)
     roles = [role_wait(line) for line in view.get("requires") or [] if "candidates" in line]
     return "; ".join([where, *roles])
+
+
+def expected_text(view: Mapping[str, Any]) -> str:
+    """``expected start 14:05 (history)``, the hour and minute of ``expected_start`` as sent
+    (UTC), or ``expected start unknown (no_history)`` when there is none (docs/queue.md, "What
+    a QUEUED run's view explains")."""
+    at = view.get("expected_start")
+    shown = at[11:16] if isinstance(at, str) and len(at) >= 16 else "unknown"
+    return f"expected start {shown} ({view.get('expected_basis')})"
 
 
 # ----------------------------------------------------------------------------- run view

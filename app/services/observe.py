@@ -17,11 +17,12 @@ from app.match import Advert, Assignment, satisfies
 from app.models import Run, Step
 from app.reserve import Held, reserved_against
 from app.services.cancel import may_cancel
+from app.services.expected import DEFAULT_MAX_AHEAD, EstimateBudget, expected_of
 from app.services.placement import node_for_role
 from app.services.records import event_document, ledger_entries
 from app.states import PENDING, QUEUED, RUNNING
 from app.store.nodes import candidate_adverts, listed_nodes, live_nodes, node_labels
-from app.store.queue import QueuePlace, queue_place
+from app.store.queue import QueuedRun, QueuePlace, queue_place
 from app.store.runs import get_run, list_runs, run_events
 from app.store.server import database_now
 from app.store.steps import steps_of
@@ -126,6 +127,7 @@ def _queue_explanation(
     view: dict[str, Any],
     reserve_after: int,
     place: QueuePlace,
+    budget: EstimateBudget | None = None,
 ) -> None:
     """Per role: candidates {live, busy, draining, reserved}, the runs holding the busy ones and
     the holders of the reserved ones; the run's priority, its own reservation and its place in
@@ -146,11 +148,17 @@ def _queue_explanation(
     if view["reserving"]:
         view["reserved"] = place.own
     view["queue"] = {"position": place.ahead + 1, "ahead": place.ahead}
+    queued = QueuedRun(run.run_id, run.created_at, "", requires, run.priority)
+    budget = budget or EstimateBudget(DEFAULT_MAX_AHEAD)
+    view.update(expected_of(s, queued, found, now=place.now, ahead=place.ahead, budget=budget))
 
 
-def render_run(s: Session, run: Run, *, reserve_after: int = 0) -> dict[str, Any]:
+def render_run(
+    s: Session, run: Run, *, reserve_after: int = 0, budget: EstimateBudget | None = None
+) -> dict[str, Any]:
     """The run view (SPEC §14); ``reserve_after`` is ``queue.reserve_after_seconds`` (a QUEUED
-    run that waited that long shows as reserving)."""
+    run that waited that long shows as reserving); ``budget``: the runs ahead its expected start
+    may look at (``estimate.max_ahead``)."""
     view = run_summary(run)
     if run.assigned:
         labels = node_labels(s, sorted({n for a in run.assigned for n in a["nodes"]}))
@@ -172,7 +180,7 @@ def render_run(s: Session, run: Run, *, reserve_after: int = 0) -> dict[str, Any
         place = queue_place(
             s, run.run_id, run.priority, run.created_at, reserve_after=reserve_after
         )
-        _queue_explanation(s, run, run.requires, view, reserve_after, place)
+        _queue_explanation(s, run, run.requires, view, reserve_after, place, budget)
     return view
 
 
@@ -236,6 +244,7 @@ def queued_run_view(
     created_at: datetime,
     place: QueuePlace,
     reserve_after: int,
+    budget: EstimateBudget | None = None,
 ) -> dict[str, Any]:
     """The view of a run just queued and still QUEUED at ``place``, built from what was written
     (its steps all PENDING on no node) with the explanation of its wait read now, as
@@ -246,7 +255,7 @@ def queued_run_view(
     if contract.warnings:
         view["warnings"] = list(contract.warnings)
     requires = [r.to_wire() for r in contract.requires]
-    _queue_explanation(s, run, requires, view, reserve_after, place)
+    _queue_explanation(s, run, requires, view, reserve_after, place, budget)
     return view
 
 
@@ -255,7 +264,12 @@ def run_view(ctx: Context, run_id: str) -> dict[str, Any]:
         run = get_run(s, run_id)
         if run is None:
             raise NotFound(f"no such run: {run_id}")
-        return render_run(s, run, reserve_after=ctx.config["queue.reserve_after_seconds"])
+        return render_run(
+            s,
+            run,
+            reserve_after=ctx.config["queue.reserve_after_seconds"],
+            budget=EstimateBudget(ctx.config["estimate.max_ahead"]),
+        )
 
 
 def run_page(ctx: Context, run_id: str, caller: Caller) -> dict[str, Any]:
@@ -266,7 +280,12 @@ def run_page(ctx: Context, run_id: str, caller: Caller) -> dict[str, Any]:
         run = get_run(s, run_id)
         if run is None:
             raise NotFound(f"no such run: {run_id}")
-        view = render_run(s, run, reserve_after=ctx.config["queue.reserve_after_seconds"])
+        view = render_run(
+            s,
+            run,
+            reserve_after=ctx.config["queue.reserve_after_seconds"],
+            budget=EstimateBudget(ctx.config["estimate.max_ahead"]),
+        )
         events = [event_document(e) for e in run_events(s, run_id)]
         artifacts = [e for e in ledger_entries(s, run) if e.get("run_id", run_id) == run_id]
     return {

@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 from app.context import Context
 from app.contract import parse_json
 from app.errors import BadRequest, NotClaimed
+from app.estimate import KINDS_TIMED, duration_key, roles_by_name
 from app.faults import fault
 from app.logs import log
 from app.metrics import CLAIMS_WAITING
@@ -322,6 +323,7 @@ def complete_step(
         produced=reported,
         error=error,
         ended_at=func.now(),
+        duration_key=_duration_key(pic, st) if expect == CLAIMED else None,
         **values,
     )
     for ex in exhausted:
@@ -343,6 +345,16 @@ def complete_step(
         "seq": st.seq,
         "run_state": run.state if run.state in RUN_FINISHED else "",
     }
+
+
+def _duration_key(pic: Picture, st: Step) -> str | None:
+    """The key a run or agent step's duration is recorded under as it ends with a result (the
+    expected start of queued runs reads them: docs/queue.md, "What a QUEUED run's view
+    explains"); None for the other kinds."""
+    if st.kind not in KINDS_TIMED:
+        return None
+    roles = roles_by_name(pic.run.requires or [], (x.spec for x in pic.steps.values()))
+    return duration_key(st.step_id, st.kind, st.spec, roles.get(st.uses or ""))
 
 
 @retrying

@@ -7,13 +7,13 @@ import secrets
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Select, Text, and_, bindparam, case, func, select, update
+from sqlalchemy import Select, Text, and_, bindparam, case, func, insert, select, update
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session, aliased
 
 from app.contract import is_valid_id
 from app.contract.types import StepDef
-from app.models import Lease, Node, Run, Step
+from app.models import Lease, Node, Run, Step, StepDuration
 from app.states import (
     ASKED,
     CLAIMED,
@@ -138,19 +138,37 @@ def lock_steps(s: Session, run_id: str) -> list[Step]:
 
 
 def update_step(
-    s: Session, run_id: str, seq: int, expect: Sequence[str], **values: object
+    s: Session,
+    run_id: str,
+    seq: int,
+    expect: Sequence[str],
+    *,
+    duration_key: str | None = None,
+    **values: object,
 ) -> Step | None:
     """One guarded change of one step: only while its state is one of ``expect``. Returns the
     step as it is now (the session's copy is refreshed), or None when the guard did not hold.
-    A new ``state`` must be one every state of ``expect`` may become (``app/states.py``)."""
+    A new ``state`` must be one every state of ``expect`` may become (``app/states.py``).
+
+    ``duration_key``: the step ends with a result, and the same statement records how long it
+    ran since its claim under that key (``step_durations``, docs/queue.md "What a QUEUED run's
+    view explains"): no round trip of its own on the result path. The insert's CTE reads the
+    row as it was before the update, under the same guard; the caller holds the step's row
+    lock, so the two cannot disagree."""
     if "state" in values:
         check_step_change(expect, str(values["state"]))
+    guard = (Step.run_id == run_id, Step.seq == seq, Step.state.in_(list(expect)))
+    q = update(Step).where(*guard).values(**values)
+    if duration_key is not None:
+        took = select(
+            bindparam("duration_key", duration_key, type_=Text),
+            func.extract("epoch", func.now() - Step.started_at),
+            func.now(),
+        ).where(*guard, Step.started_at.is_not(None))
+        recorded = insert(StepDuration).from_select(["key", "seconds", "ended_at"], took)
+        q = q.add_cte(recorded.cte("recorded"))
     return s.execute(
-        update(Step)
-        .where(Step.run_id == run_id, Step.seq == seq, Step.state.in_(list(expect)))
-        .values(**values)
-        .returning(Step)
-        .execution_options(populate_existing=True)
+        q.returning(Step).execution_options(populate_existing=True)
     ).scalar_one_or_none()
 
 

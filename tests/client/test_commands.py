@@ -286,7 +286,8 @@ def test_submit_wait_shows_the_wait_then_the_promotion_the_steps_and_the_verdict
     assert waiting.line_with("waiter-1 QUEUED").endswith("  waiter-1 QUEUED")
     line = waiting.line_with("waiting:")
     assert line.endswith(
-        "  waiting: position 1 (0 ahead); dut [board soc=imx8mp]: 1 of 1 busy, held by holder-1"
+        "  waiting: position 1 (0 ahead), expected start unknown (no_history); dut [board soc=imx8mp]:"
+        " 1 of 1 busy, held by holder-1"
     )
     cancelled = live_server.post("/v1/runs/holder-1/cancel")
     assert cancelled.json() == {"run_id": "holder-1", "state": "FAILED"}
@@ -370,7 +371,10 @@ def test_status_of_a_queued_run_says_what_it_waits_for(tmp_path, live_server):
     lines = result.stdout.splitlines()
     assert lines[0] == "run        queued-1"
     assert lines[1] == "state      QUEUED"
-    assert "waiting    position 1 (0 ahead); dut [board]: 1 of 1 busy, held by busy-1" in lines
+    assert (
+        "waiting    position 1 (0 ahead), expected start unknown (no_history); dut [board]:"
+        " 1 of 1 busy, held by busy-1"
+    ) in lines
     assert lines[-2].split() == ["SEQ", "STEP", "KIND", "STATE", "USES", "NODE", "ATTEMPT"] + [
         "EXIT",
         "STARTED",

@@ -29,6 +29,7 @@ TABLES = (
     "run_tombstones",
     "auth_failures",
     "ui_sessions",
+    "step_durations",
 )
 
 _OWNED_SEQUENCES = """

@@ -1,0 +1,169 @@
+"""The expected start of a QUEUED run, read at request time (docs/queue.md, "What a QUEUED run's
+view explains"): the bounded reads of ``app/store/estimates.py`` fed to the pure simulation of
+``app/estimate.py``. Reads only."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection
+from sqlalchemy.orm import Session
+
+from app.contract.types import Role, role_from_wire
+from app.estimate import (
+    BUDGET,
+    KINDS_TIMED,
+    NOW,
+    TOO_FAR_BACK,
+    Ahead,
+    Need,
+    PlannedStep,
+    Span,
+    duration_key,
+    expected_start,
+    remaining,
+    roles_by_name,
+)
+from app.match import Advert, satisfies
+from app.store.estimates import (
+    StepRow,
+    median_durations,
+    queued_ahead_of_shapes,
+    steps_of_estimated,
+)
+from app.store.nodes import Candidates, candidate_adverts
+from app.store.queue import QueuedRun, queued_shape_heads
+from app.wire import ts
+
+DEFAULT_MAX_AHEAD = 200  # ``estimate.max_ahead``'s default
+
+
+class EstimateBudget:
+    """The runs ahead one request may still look at (``estimate.max_ahead``), shared by every
+    expected start it renders."""
+
+    def __init__(self, max_ahead: int) -> None:
+        self.max_ahead = max_ahead
+        self.left = max_ahead
+
+
+def _roles(requires: Any) -> list[Role]:
+    """A queued run's roles as stored; a ``requires`` that does not decode (written by hand, or
+    by an older release) has none here: the estimate skips it, as the scan does."""
+    try:
+        return [role_from_wire(w) for w in requires]
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return []
+
+
+def _needs(roles: list[Role], adverts: list[Advert]) -> tuple[Need, ...]:
+    return tuple(
+        Need(r.count, frozenset(a.node_id for a in adverts if satisfies(a, r))) for r in roles
+    )
+
+
+def _plans(rows: list[StepRow]) -> dict[str, list[PlannedStep]]:
+    """Each run's steps as the estimate sees them, with their duration keys."""
+    by_run: dict[str, list[StepRow]] = {}
+    for row in rows:
+        by_run.setdefault(row.run_id, []).append(row)
+    out: dict[str, list[PlannedStep]] = {}
+    for run_id, steps in by_run.items():
+        roles = roles_by_name(steps[0].requires or [], (st.spec for st in steps))
+        out[run_id] = [
+            PlannedStep(
+                seq=st.seq,
+                kind=st.kind,
+                key=duration_key(st.step_id, st.kind, st.spec, roles.get(st.uses or ""))
+                if st.kind in KINDS_TIMED
+                else None,
+                needs=tuple(st.needs),
+                uses=st.uses,
+                state=st.state,
+                ran=st.ran,
+            )
+            for st in steps
+        ]
+    return out
+
+
+def expected_of(
+    s: Session | Connection,
+    run: QueuedRun,
+    found: Candidates,
+    *,
+    now: datetime,
+    ahead: int,
+    budget: EstimateBudget,
+) -> dict[str, Any]:
+    """``expected_start`` and ``expected_basis`` of the QUEUED ``run``, whose candidates (with
+    their holders and drains) are ``found`` and which has ``ahead`` QUEUED runs ahead of it in
+    queue order. At most five statements: the queued shapes, the runs ahead of the shapes that
+    share a candidate with it, their candidates (unless their roles are this run's), then the
+    steps of the holders and runs ahead, and their recorded durations (only the last two when
+    nothing is ahead)."""
+    roles = _roles(run.requires)
+    adverts = list(found.adverts)
+    holders = dict(found.holders)
+    draining = set(found.draining)
+    queued: list[QueuedRun] = []
+    if ahead > 0:
+        if budget.left <= 0:
+            return _wire(None, BUDGET, now)
+        heads = [h for h in queued_shape_heads(s) if h.order < run.order]  # type: ignore[arg-type]
+        sharing = [
+            h
+            for h in heads
+            if any(satisfies(a, r) for r in _roles(h.requires) for a in found.adverts)
+        ]
+        if sharing:
+            n = min(budget.left, budget.max_ahead)
+            queued = queued_ahead_of_shapes(s, [h.requires_key for h in sharing], run, n + 1)
+            budget.left -= min(len(queued), n)
+            if len(queued) > n:
+                return _wire(None, TOO_FAR_BACK if n == budget.max_ahead else BUDGET, now)
+            # Their own candidates, unless their roles are this run's (the common case: the
+            # same shape), whose candidates are read already.
+            mine = {(r.capability, tuple(sorted(r.attrs.items()))) for r in roles}
+            other = [
+                r
+                for h in sharing
+                for r in _roles(h.requires)
+                if (r.capability, tuple(sorted(r.attrs.items()))) not in mine
+            ]
+            if other:
+                theirs = candidate_adverts(s, other, with_leases=True)
+                known = {a.node_id for a in adverts}
+                adverts += [a for a in theirs.adverts if a.node_id not in known]
+                holders.update(theirs.holders)
+                draining |= theirs.draining
+    # A drained node is never given out again, even once its holder ends.
+    held = sorted(
+        {holders[a.node_id] for a in adverts if a.node_id in holders and a.node_id not in draining}
+    )
+    plans = _plans(steps_of_estimated(s, held + [q.run_id for q in queued]))
+    keys = [st.key for steps in plans.values() for st in steps if st.key is not None]
+    medians = median_durations(s, keys)
+    free: dict[str, Span] = {}
+    for a in adverts:
+        if a.node_id in draining:
+            continue
+        holder = holders.get(a.node_id)
+        free[a.node_id] = NOW if holder is None else remaining(plans.get(holder, []), medians)
+    runs_ahead = [
+        Ahead(
+            _needs(_roles(q.requires), adverts),
+            remaining(plans.get(q.run_id, []), medians),
+        )
+        for q in queued
+    ]
+    found_start = expected_start(_needs(roles, adverts), free, runs_ahead)
+    return _wire(found_start.seconds, found_start.basis, now)
+
+
+def _wire(seconds: float | None, basis: str, now: datetime) -> dict[str, Any]:
+    return {
+        "expected_start": None if seconds is None else ts(now + timedelta(seconds=seconds)),
+        "expected_basis": basis,
+    }

@@ -1,0 +1,147 @@
+"""The expected start of a QUEUED run (docs/queue.md, "What a QUEUED run's view explains"): from
+the durations recorded for the steps its holders and the runs ahead still have to run, read at
+request time by the database's clock. Time passes by moving timestamps in the database."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import pytest
+
+from app.estimate import duration_key
+from tests.agent import claimed
+from tests.helpers import advertise, cap, contract, role, submit, two_steps
+from tests.reaper.common import ask_contract
+
+one_app_per_module = True
+MAX_AHEAD = 3
+
+BOARD = {"capability": "board", "attrs": {}}
+FLASH = duration_key("flash", "run", {"run": ["flash"]}, BOARD)
+BOOT = duration_key("boot", "run", {"run": ["boot"]}, BOARD)
+
+
+@pytest.fixture(scope="module")
+def module_config() -> dict[str, Any]:
+    return {"estimate.max_ahead": MAX_AHEAD}
+
+
+def record(sql: Any, key: str, *seconds: float) -> None:
+    for s in seconds:
+        sql.execute(
+            "insert into step_durations (key, seconds, ended_at) values (%s, %s, now())", (key, s)
+        )
+
+
+def when(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def waits(view: dict[str, Any]) -> float:
+    """Seconds from the view's ``candidates_at`` to its ``expected_start``."""
+    return (when(view["expected_start"]) - when(view["candidates_at"])).total_seconds()
+
+
+def running_flash_for(client: Any, sql: Any, seconds: int) -> None:
+    """run-a RUNNING on n1, its flash claimed ``seconds`` ago."""
+    advertise(client, "n1", cap("board"))
+    submit(client, two_steps("run-a"), 201)
+    claimed(client, "n1")
+    sql.execute(
+        "update steps set started_at = now() - make_interval(secs => %s) where run_id = 'run-a'",
+        (seconds,),
+    )
+
+
+def test_a_queued_submit_expects_its_start_when_the_holder_is_done_by_history(client, sql):
+    record(sql, FLASH, 50, 60, 70)
+    record(sql, BOOT, 90, 100, 400)
+    running_flash_for(client, sql, 20)
+
+    view = submit(client, two_steps("run-b"), 202).get_json()
+
+    # flash's median 60 less the 20 s it ran, then boot's median 100.
+    assert view["expected_basis"] == "history"
+    assert 139 <= waits(view) <= 141
+
+
+def test_a_holder_past_its_median_counts_as_ending_its_step_now(client, sql):
+    record(sql, FLASH, 60)
+    record(sql, BOOT, 100)
+    running_flash_for(client, sql, 600)
+
+    view = submit(client, two_steps("run-b"), 202).get_json()
+
+    assert view["expected_basis"] == "history"
+    assert 99 <= waits(view) <= 101
+
+
+def test_runs_ahead_take_the_node_first_in_the_run_view(client, sql):
+    record(sql, FLASH, 60)
+    record(sql, BOOT, 100)
+    running_flash_for(client, sql, 20)
+    submit(client, two_steps("run-b"), 202)
+    submit(client, two_steps("run-c"), 202)
+
+    view = client.get("/v1/runs/run-c").get_json()
+
+    # run-a ends in 140 s; run-b then runs flash and boot (160 s).
+    assert view["queue"]["ahead"] == 1
+    assert view["expected_basis"] == "history"
+    assert 299 <= waits(view) <= 301
+
+
+def test_a_step_without_a_recorded_duration_gives_no_history(client, sql):
+    record(sql, FLASH, 60)
+    running_flash_for(client, sql, 20)
+
+    view = submit(client, two_steps("run-b"), 202).get_json()
+
+    assert view["expected_start"] is None
+    assert view["expected_basis"] == "no_history"
+
+
+def test_a_holder_waiting_for_an_ask_waits_for_a_person(client, sql):
+    advertise(client, "n1", cap("board"))
+    submit(client, ask_contract("run-a"), 201)
+
+    view = submit(client, two_steps("run-b"), 202).get_json()
+
+    assert view["expected_start"] is None
+    assert view["expected_basis"] == "waits_for_person"
+
+
+def test_more_runs_ahead_sharing_a_candidate_than_max_ahead_is_too_far_back(client, sql):
+    record(sql, FLASH, 60)
+    record(sql, BOOT, 100)
+    running_flash_for(client, sql, 20)
+    for i in range(MAX_AHEAD):
+        submit(client, two_steps(f"ahead-{i}"), 202)
+    # Runs needing another kind of board, one of them queued ahead: it shares no candidate.
+    advertise(client, "n2", cap("other"))
+    submit(client, contract("elsewhere-1", role("dut", "other")), 201)
+    submit(client, contract("elsewhere-2", role("dut", "other")), 202)
+
+    last_within = submit(client, two_steps("within"), 202).get_json()
+    too_far = submit(client, two_steps("too-far"), 202).get_json()
+
+    assert last_within["queue"]["ahead"] == MAX_AHEAD + 1
+    assert last_within["expected_basis"] == "history"
+    expected = 140 + MAX_AHEAD * 160
+    assert expected - 1 <= waits(last_within) <= expected + 1
+    assert too_far["expected_start"] is None
+    assert too_far["expected_basis"] == "too_far_back"
+
+
+def test_a_role_whose_only_candidate_drains_is_unavailable(client, sql):
+    record(sql, FLASH, 60)
+    record(sql, BOOT, 100)
+    running_flash_for(client, sql, 20)
+    submit(client, two_steps("run-b"), 202)
+    advertise(client, "n1", cap("board"), policy={"drain": "graceful"})
+
+    view = client.get("/v1/runs/run-b").get_json()
+
+    assert view["expected_start"] is None
+    assert view["expected_basis"] == "unavailable"
