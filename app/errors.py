@@ -89,6 +89,14 @@ class TooManyFailures(MediatorError):
     default_reason = "too many failed authentications from this address; try again in a minute"
 
 
+class QueueFull(MediatorError):
+    """A submit that would queue a run of a team already at its ``max_queued`` (docs/teams.md,
+    "Queue length"): nothing stored, answered with ``Retry-After``."""
+
+    status = 429
+    default_reason = "the team's queue is full"
+
+
 class Unavailable(MediatorError):
     status = 503
     default_reason = "service unavailable"

@@ -64,6 +64,7 @@ SUBMIT_OUTCOMES = (
     "invalid",  # 400, the contract
     "forbidden",  # 403, a priority above the token's, or a team it may not name
     "pruned_id",  # 409, the run_id of a pruned run
+    "queue_full",  # 429, the run would queue and its team is at max_queued (nothing stored)
     "error",  # anything else (503 included)
 )
 # ``team``: the run's team (docs/teams.md), bounded by the configured names, "default", "health"

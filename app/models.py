@@ -171,6 +171,9 @@ class Run(Base):
         Index("ix_runs_work_created", "work_id", "created_at"),
         # GET /v1/runs?team=: a team's runs newest first, with the same cursor.
         Index("ix_runs_team_created", "team", text("created_at DESC"), text("run_id DESC")),
+        # A team's queued runs, counted up to its max_queued at a submit that would queue
+        # (docs/teams.md, "Queue length").
+        Index("ix_runs_queued_team", "team", postgresql_where=text("state = 'QUEUED'")),
         # The reaper's passes look only at the runs that need it.
         Index(
             "ix_runs_unsealed",

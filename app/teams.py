@@ -2,9 +2,10 @@
 
 A team in the configuration is ``{name, weight?, max_nodes?, max_queued?, members?}``; ``teams``
 in a file, or the JSON of ``MEDIATOR_TEAMS``. ``default`` always exists (weight 1, no limits)
-unless configured; ``health`` is the Mediator's own and no configuration may name it. Weights
-and limits are stored and shown, but nothing places or refuses by them yet (docs/teams.md,
-"Not built yet"). Nothing here depends on Flask or the database.
+unless configured; ``health`` is the Mediator's own and no configuration may name it.
+``max_queued`` refuses a submit that would queue (docs/teams.md, "Queue length"); weights and
+``max_nodes`` are stored and shown, but nothing places by them yet (docs/teams.md, "Not built
+yet"). Nothing here depends on Flask or the database.
 """
 
 from __future__ import annotations

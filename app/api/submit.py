@@ -42,6 +42,10 @@ _ROLES = ("submitter", "operator")
             403: _FORBIDDEN,
             413: "body over max_body_bytes; nothing stored",
             422: "FAILED at once: no node in the fleet can fill a role, or the width cap",
+            429: (
+                "the run would queue and its team already has max_queued runs queued; "
+                "Retry-After: lease.renew_seconds; nothing stored"
+            ),
         },
         roles=_ROLES,
         parameters=[PRINCIPAL],

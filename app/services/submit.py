@@ -33,7 +33,7 @@ from app.services.placement import assigned_json, grants, node_for_role
 from app.services.queue import scan_ended_at_marks, wake_after_commit
 from app.services.records import manifest
 from app.services.settle_and_wake import settle_and_wake
-from app.services.teams import choose_team, token_team
+from app.services.teams import check_queue_room, choose_team, token_team
 from app.services.tx import retrying
 from app.states import FAILED, QUEUED, RUNNING
 from app.store import DuplicateRun, NodeTaken, PrunedRunId
@@ -156,7 +156,8 @@ def _place(
 
     The run row goes first: a duplicate run_id fails on its key (:class:`DuplicateRun`); a node
     taken since the read fails on ``pk_leases`` and the whole transaction rolls back
-    (:class:`NodeTaken`)."""
+    (:class:`NodeTaken`). A run that queues, of a team with ``max_queued``, is then counted
+    with its team's queue and may roll back as 429 (docs/teams.md, "Queue length")."""
     location = record_location(contract.run_id)
     who: dict[str, Any] = {
         "principal": caller.principal,
@@ -197,6 +198,9 @@ def _place(
                 steps=step_rows(contract.run_id, contract.steps, {}),
                 **who,
             )
+            # After the run_id lookup (the insert: a known run_id is answered as it is), and
+            # only when the run queues (docs/teams.md, "Queue length").
+            check_queue_room(ctx, s, contract.team)
             ctx.records.open(location, _manifest(contract, caller, QUEUED, created_at))
             fault("submit.queued")
             return _Queued(mark, created_at)
@@ -265,6 +269,7 @@ def _queue(ctx: Context, contract: Contract, caller: Caller) -> None:
             record_location=location,
             steps=step_rows(contract.run_id, contract.steps, {}),
         )
+        check_queue_room(ctx, s, contract.team)
         ctx.records.open(location, _manifest(contract, caller, QUEUED, created_at))
         fault("submit.queued")
 
@@ -299,7 +304,7 @@ def submit_run(ctx: Context, doc: Any, caller: Caller) -> Submitted:
 
 
 # A refused submit's status -> its outcome in mediator_submits_total.
-_REFUSED = {400: "invalid", 403: "forbidden", 409: "pruned_id", 422: "rejected"}
+_REFUSED = {400: "invalid", 403: "forbidden", 409: "pruned_id", 422: "rejected", 429: "queue_full"}
 
 
 def _submit_run(ctx: Context, contract: Contract, caller: Caller) -> Submitted:

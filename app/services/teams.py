@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from sqlalchemy import Connection
+from sqlalchemy.orm import Session
+
 from app.context import Caller, Context
-from app.errors import BadRequest, Forbidden
+from app.errors import BadRequest, Forbidden, QueueFull
 from app.store.server import database_now
-from app.store.teams import TeamCounts, team_counts
+from app.store.teams import TeamCounts, queued_up_to, team_counts
 from app.teams import DEFAULT_TEAM, HEALTH_TEAM, Teams
 from app.wire import ts
 
@@ -39,6 +42,29 @@ def token_team(teams: Teams, caller: Caller) -> str:
         return caller.team
     principal = caller.principal if caller.vouched else None
     return teams.of_member(caller.token_name, principal) or DEFAULT_TEAM
+
+
+def check_queue_room(ctx: Context, s: Session | Connection, team_name: str) -> None:
+    """A run of ``team_name`` was just inserted QUEUED in the caller's transaction: over the
+    team's ``max_queued`` (its other QUEUED runs number at least that many) the submit is 429
+    with ``Retry-After: <lease.renew_seconds>`` and the transaction rolls back, storing nothing
+    (docs/teams.md, "Queue length"). A team without ``max_queued`` sends no statement. No row is
+    locked: concurrent submits, none seeing another's uncommitted run, may together take the
+    team past its limit by at most the submits in flight at once."""
+    team = ctx.teams.get(team_name)
+    if team is None or team.max_queued is None:
+        return
+    limit = team.max_queued
+    apart = None
+    if team.name == DEFAULT_TEAM:
+        apart = [n for n in ctx.teams.names if n != DEFAULT_TEAM] + [HEALTH_TEAM]
+    # The run just inserted counts too: one more than the limit is read.
+    others = queued_up_to(s, team.name, apart=apart, limit=limit + 1) - 1
+    if others >= limit:
+        raise QueueFull(
+            f"team {team.name} has {others} runs queued (max_queued {limit})",
+            headers={"Retry-After": str(ctx.config["lease.renew_seconds"])},
+        )
 
 
 def teams_view(ctx: Context) -> dict[str, Any]:
