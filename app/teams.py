@@ -129,12 +129,20 @@ def parse_teams(key: str, entries: Any) -> tuple[Team, ...]:
     return tuple(teams)
 
 
-def parse_team(where: str, entry: Any) -> Team:
+def check_entry(where: str, entry: Any, fields: Iterable[str]) -> Mapping[str, Any]:
+    """A configured entry (a team, a token) is a mapping of known fields; ``where`` names it in
+    the error (``teams[0]``)."""
+    known = list(fields)
     if not isinstance(entry, Mapping):
-        raise ConfigError(f"{where}: must be a mapping of {', '.join(FIELDS)}")
-    unknown = sorted(str(k) for k in entry if k not in FIELDS)
+        raise ConfigError(f"{where}: must be a mapping of {', '.join(known)}")
+    unknown = sorted(str(k) for k in entry if k not in known)
     if unknown:
-        raise ConfigError(f"{where}.{unknown[0]}: unknown field (fields: {', '.join(FIELDS)})")
+        raise ConfigError(f"{where}.{unknown[0]}: unknown field (fields: {', '.join(known)})")
+    return entry
+
+
+def parse_team(where: str, entry: Any) -> Team:
+    entry = check_entry(where, entry, FIELDS)
     name = entry.get("name")
     if not is_team_name(name):
         raise ConfigError(f"{where}.name: must be {NAME_RULE}")

@@ -38,7 +38,7 @@ import yaml
 from app.contract.fields import is_valid_id
 from app.errors import ConfigError
 from app.teams import NAME_RULE as TEAM_NAME_RULE
-from app.teams import is_team_name
+from app.teams import check_entry, is_team_name
 from app.wire import parse_ts
 
 ROLES = ("submitter", "node", "answerer", "reader", "operator")
@@ -347,11 +347,7 @@ def parse_tokens(key: str, entries: Any) -> tuple[Token, ...]:
 
 def parse_token(where: str, entry: Any) -> Token:
     """One entry of ``tokens``; ``where`` names it in errors (``tokens[0]``)."""
-    if not isinstance(entry, Mapping):
-        raise ConfigError(f"{where}: must be a mapping of {', '.join(FIELDS)}")
-    unknown = sorted(str(k) for k in entry if k not in FIELDS)
-    if unknown:
-        raise ConfigError(f"{where}.{unknown[0]}: unknown field (fields: {', '.join(FIELDS)})")
+    entry = check_entry(where, entry, FIELDS)
     name = entry.get("name")
     if not isinstance(name, str) or not is_valid_id(name):
         raise ConfigError(f"{where}.name: must be 1-200 characters of [A-Za-z0-9._:@-]")
