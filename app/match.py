@@ -142,7 +142,7 @@ def match_within_cap(
     answer as :func:`match`, at its cost."""
     fleet = adverts if ordered else candidate_order(adverts)
     outcome = match(requires, fleet, unavailable, ordered=True)
-    if isinstance(outcome, Reject) or not max_per_run or len(outcome.nodes()) <= max_per_run:
+    if isinstance(outcome, Reject) or not width_exceeded(outcome, max_per_run):
         return outcome
     within = fit_within_cap(requires, fleet, unavailable, max_per_run, ordered=True, tries=tries)
     return outcome if within is None else within

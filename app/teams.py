@@ -111,13 +111,7 @@ class Teams:
 def parse_teams(key: str, entries: Any) -> tuple[Team, ...]:
     """The ``teams`` list of the configuration (file entries, or the JSON of ``MEDIATOR_TEAMS``).
     A wrong entry raises :class:`ConfigError`, one line naming the entry and its field."""
-    if isinstance(entries, str):
-        try:
-            entries = json.loads(entries) if entries.strip() else []
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"{key}: must be a JSON list ({exc.msg})") from None
-    if not isinstance(entries, (list, tuple)):
-        raise ConfigError(f"{key}: must be a list of teams")
+    entries = config_list(key, entries, "teams")
     teams: list[Team] = []
     names: set[str] = set()
     for i, entry in enumerate(entries):
@@ -127,6 +121,19 @@ def parse_teams(key: str, entries: Any) -> tuple[Team, ...]:
         names.add(team.name)
         teams.append(team)
     return tuple(teams)
+
+
+def config_list(key: str, entries: Any, what: str) -> list[Any] | tuple[Any, ...]:
+    """A configured list (teams, tokens): as the file gives it, or the JSON of its ``MEDIATOR_*``
+    variable (empty: none)."""
+    if isinstance(entries, str):
+        try:
+            entries = json.loads(entries) if entries.strip() else []
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{key}: must be a JSON list ({exc.msg})") from None
+    if not isinstance(entries, (list, tuple)):
+        raise ConfigError(f"{key}: must be a list of {what}")
+    return entries
 
 
 def check_entry(where: str, entry: Any, fields: Iterable[str]) -> Mapping[str, Any]:

@@ -38,7 +38,7 @@ import yaml
 from app.contract.fields import is_valid_id
 from app.errors import ConfigError
 from app.teams import NAME_RULE as TEAM_NAME_RULE
-from app.teams import check_entry, is_team_name
+from app.teams import check_entry, config_list, is_team_name
 from app.wire import parse_ts
 
 ROLES = ("submitter", "node", "answerer", "reader", "operator")
@@ -316,13 +316,7 @@ def parse_tokens(key: str, entries: Any) -> tuple[Token, ...]:
     """The ``tokens`` list of the configuration (file entries, or the JSON of
     ``MEDIATOR_TOKENS``) as :class:`Token` objects. A wrong entry raises :class:`ConfigError`,
     one line naming the entry and its field (``tokens[1].roles: …``), never a hash."""
-    if isinstance(entries, str):
-        try:
-            entries = json.loads(entries) if entries.strip() else []
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"{key}: must be a JSON list ({exc.msg})") from None
-    if not isinstance(entries, (list, tuple)):
-        raise ConfigError(f"{key}: must be a list of tokens")
+    entries = config_list(key, entries, "tokens")
     tokens: list[Token] = []
     names: set[str] = set()
     ids: set[str] = set()

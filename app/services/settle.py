@@ -25,8 +25,9 @@ from app.verdict import evaluate
 @retrying
 def complete_verdict(ctx: Context, run_id: str, after: AfterCommit) -> list[str]:
     """The verdict of a run whose VERIFYING has committed (SPEC §8 settle); also the reaper's
-    re-settle after a crash in between. Its leases are deleted; returns the freed nodes (also
-    recorded in ``after`` as the cause of the wake that follows)."""
+    re-settle after a crash in between. Its leases are deleted, and a verdict that freed nodes
+    takes a wake mark right after its commit; returns the freed nodes (also recorded in
+    ``after`` as the cause of the wake that follows)."""
     with ctx.db.begin() as s:
         run = lock_run(s, run_id)
         if run is None or run.state != VERIFYING:
@@ -43,6 +44,12 @@ def complete_verdict(ctx: Context, run_id: str, after: AfterCommit) -> list[str]
             return []
         freed = delete_leases_of_run(s, run_id)
         add_event(s, run_id, VERIFYING, verdict["state"], "verdict", None)
+    if freed:
+        # The verdict's commit is the one that frees the run's nodes, after the commit that made
+        # it VERIFYING: its own mark, before anything else can fail (docs/queue.md, "Which commit
+        # frees, and its mark"). A submit that read the fleet between the two commits scans
+        # because of this mark.
+        mark_wake(ctx)
     after.settled.append(run_id)
     after.released(run_id, freed)
     return freed
@@ -50,24 +57,16 @@ def complete_verdict(ctx: Context, run_id: str, after: AfterCommit) -> list[str]
 
 def settle_committed(ctx: Context, after: AfterCommit) -> set[str]:
     """Everything a committed change leaves settled, in order: verdicts of runs that reached
-    VERIFYING (each verdict that freed nodes takes a wake mark after its commit), ask webhooks,
-    then sealing and run webhooks of the runs that ended. Returns the nodes the verdicts freed;
-    the caller decides how the queue is scanned for them."""
+    VERIFYING (each verdict that freed nodes has taken its wake mark), ask webhooks, then sealing
+    and run webhooks of the runs that ended. Returns the nodes the verdicts freed; the caller
+    decides how the queue is scanned for them."""
     freed: set[str] = set()
     for run_id in list(after.verifying):
         try:
-            ended = complete_verdict(ctx, run_id, after)
+            freed.update(complete_verdict(ctx, run_id, after))
         except Exception:
             # The run stays VERIFYING; the reaper settles it again (SPEC §8).
             log.exception("verdict failed; the reaper settles it again", run_id=run_id)
-            continue
-        if ended:
-            # The verdict's commit is the one that frees the run's nodes, after the commit that
-            # made it VERIFYING: its own mark, before anything else can fail (docs/queue.md,
-            # "Which commit frees, and its mark"). A submit that read the fleet between the two
-            # commits scans because of this mark.
-            mark_wake(ctx)
-            freed.update(ended)
     for event in after.asks:
         post_webhook(
             ctx.config["notify.asks_url"], with_page_url(ctx, event), **webhook_limits(ctx)
