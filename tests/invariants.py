@@ -331,15 +331,21 @@ def check_quiet(conn: psycopg.Connection[Any], *, max_per_run: int = 0) -> list[
     return out
 
 
+def marks(conn: psycopg.Connection[Any]) -> tuple[int, int]:
+    """(the last wake mark taken, 0 for none; the highest mark a scan has covered)."""
+    mark, covered = conn.execute(
+        "select (select case when is_called then last_value else 0 end from wake_mark),"
+        " (select last_value from wake_covered)"
+    ).fetchone()
+    return mark, covered
+
+
 def check_marks(conn: psycopg.Connection[Any]) -> list[str]:
     """Nothing owed (docs/queue.md, "Which commit frees, and its mark"): every wake mark taken is
     covered by a scan that started after it, and no wake debt is set. Holds once the system is
     quiet and the reaper has passed twice (a pass pays the marks its predecessor read)."""
     out = []
-    mark, covered = conn.execute(
-        "select (select case when is_called then last_value else 0 end from wake_mark),"
-        " (select last_value from wake_covered)"
-    ).fetchone()
+    mark, covered = marks(conn)
     if mark > covered:
         out.append(f"wake mark {mark} not covered (wake_covered {covered})")
     for (reason,) in conn.execute("select reason from wake_debt"):

@@ -15,6 +15,7 @@ from app.services.queue import wake_queued
 from app.store.gate import GateLost
 from tests.apps import app_on, client_of
 from tests.helpers import advertise, cap, contract, role, submit
+from tests.invariants import marks
 from tests.support.concurrency import (
     Background,
     await_condition,
@@ -31,12 +32,6 @@ def _gate_sessions(sql: Any) -> int:
         "select count(*) from pg_stat_activity where datname = current_database()"
         " and application_name = 'mediator-gate'"
     ).fetchone()[0]
-
-
-def _marks(sql: Any) -> tuple[int, int]:
-    return sql.execute(
-        "select (select last_value from wake_mark), (select last_value from wake_covered)"
-    ).fetchone()
 
 
 @pytest.fixture
@@ -60,7 +55,7 @@ def scan_lost_in_a_promotion(fresh_db_url: str, tmp_path: Any) -> Any:
         submit(client, contract("scope-run", role("m", "scope")), 202)
         submit(client, contract("board-run"), 202)
         sql.execute("delete from leases")  # both nodes free, and no scan has run since
-        before = _marks(sql)
+        before = marks(sql)
         listener.execute(f"listen {CLAIM_CHANNEL}")
         holder.execute("begin")
         holder.execute("select 1 from runs where run_id = 'board-run' for update")
@@ -92,7 +87,7 @@ def test_a_promotion_that_lost_the_gate_while_it_waited_rolls_back_and_stops_the
         "scope-run": "RUNNING",
         "board-run": "QUEUED",
     }
-    mark, covered = _marks(sql)
+    mark, covered = marks(sql)
     assert mark > before[0] and covered < mark  # owed: a mark no scan has covered
     assert sql.execute("select count(*) from wake_debt").fetchone()[0] == 1
 

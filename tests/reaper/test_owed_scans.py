@@ -5,21 +5,12 @@ pays."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from app.services.queue import wake_queued
 from app.services.reaper import reap_pass
 from tests.apps import app_on, client_of
 from tests.helpers import advertise, cap, contract, role, submit
+from tests.invariants import marks
 from tests.support.concurrency import connect, states, waiting_lock_held
-
-
-def _marks(sql: Any) -> tuple[int, int]:
-    (mark,) = sql.execute(
-        "select case when is_called then last_value else 0 end from wake_mark"
-    ).fetchone()
-    (covered,) = sql.execute("select last_value from wake_covered").fetchone()
-    return mark, covered
 
 
 def test_a_run_whose_promotion_always_raises_does_not_make_every_reaper_pass_scan(
@@ -40,7 +31,7 @@ def test_a_run_whose_promotion_always_raises_does_not_make_every_reaper_pass_sca
         # owes nothing new; the passes after it have nothing to pay.
         assert woke == [True, False, False, False]
         assert states(sql, ["poisoned"]) == {"poisoned": "QUEUED"}
-        mark, covered = _marks(sql)
+        mark, covered = marks(sql)
         assert covered >= mark
 
 
@@ -60,16 +51,16 @@ def test_a_reservation_age_scan_skipped_by_the_gate_leaves_a_mark_the_next_pass_
         # by hand: the pass 90 s ago, the run submitted 70 s ago).
         sql.execute("update reaper_state set last_pass_at = now() - interval '90 s'")
         sql.execute("update runs set created_at = now() - interval '70 s' where run_id = 'wide'")
-        before, _ = _marks(sql)
+        before, _ = marks(sql)
         with waiting_lock_held(sql):
             # A waiter that never scans: the reaper's reservation-age scan is skipped.
             report = reap_pass(ctx)
             assert report.crossed_age and not report.woke
-        mark, covered = _marks(sql)
+        mark, covered = marks(sql)
         assert mark > before and covered < mark
         # A pass sees the marks its predecessor read: within two passes the mark is found
         # uncovered and paid with the reaper's direct turn, and the reservation is written.
         assert [reap_pass(ctx).woke for _ in range(2)] == [False, True]
         reserved = sql.execute("select run_id from reservations").fetchall()
         assert {r[0] for r in reserved} == {"wide"}
-        assert _marks(sql)[1] >= mark
+        assert marks(sql)[1] >= mark
