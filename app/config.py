@@ -118,6 +118,10 @@ KEYS: tuple[Key, ...] = (
     # The runs ahead one request may look at for the expected starts it shows
     # (docs/queue.md, "What a QUEUED run's view explains").
     Key("estimate.max_ahead", 200, as_int, _not_negative),
+    # Fair share among teams (docs/teams.md, "Fair share"): the half-life of a team's usage, and
+    # what each node its runs hold counts for in the order before its usage has moved.
+    Key("fairshare.half_life_seconds", 86400, as_int, _positive),
+    Key("fairshare.running_charge_seconds", 3600, as_int, _not_negative),
     Key("notify.asks_url", None, as_str),
     Key("notify.runs_url", None, as_str),
     # Webhooks waiting for a sender, at most: past it they are dropped and counted.

@@ -100,6 +100,19 @@ class Node(Base):
     )
 
 
+def _in_queue_order(name: str, *leading: str) -> Index:
+    """An index of the QUEUED runs in queue order (priority descending, then arrival) after the
+    ``leading`` columns."""
+    return Index(
+        name,
+        *leading,
+        text("priority DESC"),
+        "created_at",
+        "run_id",
+        postgresql_where=text("state = 'QUEUED'"),
+    )
+
+
 class Run(Base):
     __tablename__ = "runs"
 
@@ -142,21 +155,8 @@ class Run(Base):
         CheckConstraint("priority BETWEEN -100 AND 100", name="priority"),
         # The queue in its order (priority descending, then arrival), and per requirement shape
         # (SPEC §7, §7a); arrival alone for the reaper's probe of the reservation age.
-        Index(
-            "ix_runs_queued",
-            text("priority DESC"),
-            "created_at",
-            "run_id",
-            postgresql_where=text("state = 'QUEUED'"),
-        ),
-        Index(
-            "ix_runs_queued_shape",
-            "requires_key",
-            text("priority DESC"),
-            "created_at",
-            "run_id",
-            postgresql_where=text("state = 'QUEUED'"),
-        ),
+        _in_queue_order("ix_runs_queued"),
+        _in_queue_order("ix_runs_queued_shape", "requires_key"),
         Index("ix_runs_queued_age", "created_at", postgresql_where=text("state = 'QUEUED'")),
         # The reaper's queue timeouts (docs/queue.md "Leaving the queue"): an IMMUTABLE function
         # of migration 0014.
@@ -172,8 +172,10 @@ class Run(Base):
         # GET /v1/runs?team=: a team's runs newest first, with the same cursor.
         Index("ix_runs_team_created", "team", text("created_at DESC"), text("run_id DESC")),
         # A team's queued runs, counted up to its max_queued at a submit that would queue
-        # (docs/teams.md, "Queue length").
-        Index("ix_runs_queued_team", "team", postgresql_where=text("state = 'QUEUED'")),
+        # (docs/teams.md, "Queue length"), and a queued run's place among its team's runs; per
+        # (shape, team) for the scans (docs/teams.md, "Fair share").
+        _in_queue_order("ix_runs_queued_team", "team"),
+        _in_queue_order("ix_runs_queued_shape_team", "requires_key", "team"),
         # The reaper's passes look only at the runs that need it.
         Index(
             "ix_runs_unsealed",
@@ -244,10 +246,15 @@ class Lease(Base):
     not_after: Mapped[datetime] = mapped_column()
     nonce: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    # docs/teams.md, "Fair share": the run's stored team, and the time up to which the reaper has
+    # charged this lease's node-seconds to it (its insert time at first).
+    team: Mapped[str] = mapped_column(Text, server_default=text("'default'"))
+    charged_until: Mapped[datetime] = mapped_column(server_default=func.now())
 
     __table_args__ = (
         Index("ix_leases_run_id", "run_id"),
         Index("ix_leases_not_after", "not_after"),
+        Index("ix_leases_team", "team"),
     )
 
 
@@ -270,8 +277,56 @@ class QueueCount(Base):
     __tablename__ = "queue_counts"
 
     priority: Mapped[int] = mapped_column(Integer, primary_key=True)
+    # The stored team (migration 0019): a run's place counts the teams ahead of its own.
+    team: Mapped[str] = mapped_column(Text, primary_key=True, server_default=text("'default'"))
     slot: Mapped[int] = mapped_column(Integer, primary_key=True)
     queued: Mapped[int] = mapped_column(BigInteger)
+
+
+class UsageEnded(Base):
+    """Node-seconds of leases deleted since their last charge, by team: written by a statement
+    trigger on ``leases`` (migration 0019), folded into ``team_usage`` and deleted by the reaper
+    alone (docs/teams.md, "Fair share")."""
+
+    __tablename__ = "usage_ended"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    team: Mapped[str] = mapped_column(Text)
+    node_seconds: Mapped[float] = mapped_column(Float)
+
+
+class TeamUsage(Base):
+    """A team's decayed node-seconds as of ``at``, in 16 slots summed by the reader, each
+    decayed from its own ``at``; written by the reaper alone (docs/teams.md, "Fair share")."""
+
+    __tablename__ = "team_usage"
+
+    team: Mapped[str] = mapped_column(Text, primary_key=True)
+    slot: Mapped[int] = mapped_column(Integer, primary_key=True)
+    node_seconds: Mapped[float] = mapped_column(Float)
+    at: Mapped[datetime] = mapped_column(server_default=func.now())
+
+
+class TeamUsageHour(Base):
+    """Node-seconds charged to a team in an hour (not decayed): the teams' chart of the last
+    day. Written by the reaper alone; hours older than two days are deleted by it."""
+
+    __tablename__ = "team_usage_hours"
+
+    team: Mapped[str] = mapped_column(Text, primary_key=True)
+    hour: Mapped[datetime] = mapped_column(primary_key=True)
+    node_seconds: Mapped[float] = mapped_column(Float)
+
+    __table_args__ = (Index("ix_team_usage_hours_hour", "hour"),)
+
+
+class TeamLimit(Base):
+    """One row per team with ``max_nodes`` that placed: locked by its placements
+    (``take_team_quota``, migration 0019; docs/teams.md, "Quotas")."""
+
+    __tablename__ = "team_limits"
+
+    name: Mapped[str] = mapped_column(Text, primary_key=True)
 
 
 class Reservation(Base):

@@ -3,9 +3,10 @@
 A team in the configuration is ``{name, weight?, max_nodes?, max_queued?, members?}``; ``teams``
 in a file, or the JSON of ``MEDIATOR_TEAMS``. ``default`` always exists (weight 1, no limits)
 unless configured; ``health`` is the Mediator's own and no configuration may name it.
-``max_queued`` refuses a submit that would queue (docs/teams.md, "Queue length"); weights and
-``max_nodes`` are stored and shown, but nothing places by them yet (docs/teams.md, "Not built
-yet"). Nothing here depends on Flask or the database.
+``max_queued`` refuses a submit that would queue (docs/teams.md, "Queue length"), weights order
+the queue (:class:`Standing`, docs/teams.md "Fair share") and ``max_nodes`` caps what a team's
+runs hold (:class:`Quota`, docs/teams.md "Quotas"). Nothing here depends on Flask or the
+database.
 """
 
 from __future__ import annotations
@@ -56,6 +57,15 @@ class Team:
         return any(is_glob(m) and fnmatch.fnmatchcase(folded, m.casefold()) for m in self.members)
 
 
+@dataclass(frozen=True)
+class Quota:
+    """A team's ``max_nodes``, with how its leases are counted (:meth:`Teams.apart`)."""
+
+    team: str
+    apart: list[str] | None
+    max_nodes: int
+
+
 class Teams:
     """The teams of a configuration, in its order, with ``default`` last unless configured."""
 
@@ -93,6 +103,31 @@ class Teams:
         if name in self._by_name or name == HEALTH_TEAM:
             return name
         return DEFAULT_TEAM
+
+    def apart(self, name: str) -> list[str] | None:
+        """How rows keyed by a stored team are counted as ``name``'s: None, by that name alone
+        (a configured team other than ``default``); for ``default``, every stored name except
+        these (the other configured teams and ``health``), since a name no longer configured
+        counts as ``default``."""
+        if name != DEFAULT_TEAM:
+            return None
+        return sorted(n for n in self._by_name if n != DEFAULT_TEAM) + [HEALTH_TEAM]
+
+    def quota(self, stored: str) -> Quota | None:
+        """The ``max_nodes`` a run of the stored team ``stored`` is held to, or None (no limit;
+        ``health`` has none)."""
+        if stored == HEALTH_TEAM:
+            return None
+        team = self._by_name[self.counted_as(stored)]
+        if team.max_nodes is None:
+            return None
+        return Quota(team.name, self.apart(team.name), team.max_nodes)
+
+    @property
+    def shared(self) -> bool:
+        """Whether any team is configured: without one every run is ``default``'s and the queue
+        is ordered as it was before teams (nothing read or computed for them)."""
+        return bool(self.configured)
 
     def of_member(self, token_name: str, principal: str | None) -> str | None:
         """The first team whose ``members`` lists the token's name or has a glob matching
@@ -201,3 +236,118 @@ def check_token_teams(tokens: Iterable[Any], teams: Teams) -> None:
                     f"tokens: token {token.name!r} names team {name!r}, which teams does not"
                     " configure"
                 )
+
+
+# ------------------------------------------------------------------ fair share
+
+
+class Standing:
+    """Where each team stands for the queue's order (docs/teams.md, "Fair share"), from what is
+    stored by team name: usage U (decayed node-seconds), the nodes its runs hold R, and which
+    teams have runs queued or running. A stored name no longer configured counts as
+    ``default``; ``health`` is in no sum and has no factor.
+
+    ``factor(team)`` = S / (U + R·h), S the team's weight over the weights of the active teams;
+    None when U + R·h = 0 (ranked first). ``hold(team, n)`` raises R by hand as a scan places."""
+
+    def __init__(
+        self,
+        teams: Teams,
+        usage: Mapping[str, float],
+        held: Mapping[str, int],
+        active: Iterable[str],
+        running_charge_seconds: float,
+        *,
+        queued: Mapping[str, int] | None = None,
+    ) -> None:
+        self.teams = teams
+        self.h = running_charge_seconds
+        self.queued: dict[str, int] = {}
+        self.queued_by_stored: dict[str, int] = dict(queued or {})
+        for name, n in (queued or {}).items():
+            into = teams.counted_as(name)
+            self.queued[into] = self.queued.get(into, 0) + n
+        self.usage: dict[str, float] = {}
+        self.held: dict[str, int] = {}
+        for name, value in usage.items():
+            into = teams.counted_as(name)
+            self.usage[into] = self.usage.get(into, 0.0) + max(value, 0.0)
+        for name, n in held.items():
+            into = teams.counted_as(name)
+            self.held[into] = self.held.get(into, 0) + n
+        self.active = {teams.counted_as(n) for n in active} | {n for n, c in self.held.items() if c}
+        self.active.discard(HEALTH_TEAM)
+        weights = [t.weight for n in self.active if (t := teams.get(n)) is not None]
+        self.total_weight = float(sum(weights))
+        self.total_usage = sum(u for n, u in self.usage.items() if n in self.active)
+
+    def share(self, name: str) -> float | None:
+        team = self.teams.get(name)
+        if team is None or name not in self.active or not self.total_weight:
+            return None
+        return team.weight / self.total_weight
+
+    def normalised_usage(self, name: str) -> float | None:
+        if name not in self.active:
+            return None
+        if not self.total_usage:
+            return 0.0
+        return self.usage.get(name, 0.0) / self.total_usage
+
+    def factor(self, name: str) -> float | None:
+        share = self.share(name)
+        if share is None:
+            return None
+        spent = self.usage.get(name, 0.0) + self.held.get(name, 0) * self.h
+        return share / spent if spent > 0 else None
+
+    def rank(self, stored: str) -> float:
+        """The team's place in the order, lowest first: minus its factor; a team with nothing
+        spent (factor None while it has a share), and ``health``, first."""
+        name = self.teams.counted_as(stored)
+        if name == HEALTH_TEAM:
+            return float("-inf")
+        factor = self.factor(name)
+        if factor is None:
+            return float("-inf") if self.share(name) is not None else 0.0
+        return -factor
+
+    def order_of(self, stored: str) -> tuple[list[str], list[str]]:
+        """The stored team names with queued runs ranked before ``stored``'s team, and those
+        ranked with it (``stored`` among them): a queued run's place in the scan order."""
+        own = self.rank(stored)
+        before: list[str] = []
+        same: list[str] = []
+        for name in sorted(set(self.queued_by_stored) | {stored}):
+            rank = self.rank(name)
+            if rank < own:
+                before.append(name)
+            elif rank == own:
+                same.append(name)
+        return before, same
+
+    def queued_of(self, name: str) -> int:
+        return self.queued.get(name, 0)
+
+    def holding(self, stored: str) -> int:
+        return self.held.get(self.teams.counted_as(stored), 0)
+
+    def hold(self, stored: str, nodes: int) -> None:
+        name = self.teams.counted_as(stored)
+        self.held[name] = self.held.get(name, 0) + nodes
+
+
+def least_width(counts: Iterable[int]) -> int:
+    """The fewest distinct nodes an assignment of roles with these ``count``s can have (roles may
+    share a node): what a queued run needs at least of its team's ``max_nodes``."""
+    return max(counts, default=0)
+
+
+def quota_refusal(team: str, width: int, max_nodes: int) -> str:
+    """The 422 of a run wider than its team's quota (docs/teams.md, "Quotas")."""
+    return f"requires exceeds team {team}'s quota: {width} nodes, max_nodes {max_nodes}"
+
+
+def quota_reason(team: str, max_nodes: int, holding: int) -> str:
+    """Why a queued run of a team at its quota waits."""
+    return f"team {team} at its quota of {max_nodes} nodes (holding {holding})"

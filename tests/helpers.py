@@ -148,3 +148,26 @@ def acquire_run(run_id: str = "r1", **top: Any) -> dict[str, Any]:
         ],
         **top,
     )
+
+
+def probing_run(run_id: str, **top: Any) -> dict[str, Any]:
+    """A board run whose first step acquires a scope at once (at its placement): with-scope on
+    the scope if it gets one, else without-scope on the board."""
+    return contract(
+        run_id,
+        role("dut"),
+        steps=[
+            {
+                "id": "get-scope",
+                "acquire": {
+                    "want": {"as": "scope", "capability": "scope"},
+                    "acquired": "with-scope",
+                    "unavailable": "without-scope",
+                },
+                "needs": [],
+            },
+            {"id": "with-scope", "uses": "scope", "run": ["measure"]},
+            {"id": "without-scope", "uses": "dut", "run": ["estimate"], "needs": ["get-scope"]},
+        ],
+        **top,
+    )

@@ -24,7 +24,7 @@ The connection is a psycopg connection in autocommit mode (the ``sql`` fixture, 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -291,21 +291,33 @@ def check_after_reaper_pass(conn: psycopg.Connection[Any]) -> list[str]:
 # ---------------------------------------------------------------- once the system is quiet
 
 
-def check_quiet(conn: psycopg.Connection[Any], *, max_per_run: int = 0) -> list[str]:
+def check_quiet(
+    conn: psycopg.Connection[Any],
+    *,
+    max_per_run: int = 0,
+    max_nodes: Mapping[str, int] | None = None,
+) -> list[str]:
     """No QUEUED run whose requirements fit live, free, non-draining nodes not reserved against
-    it (SPEC §7, §7a: a reserved node is free only to its holder and to runs of higher priority).
-    Runs are taken in queue order (priority descending, then arrival) and each one found fitting
-    takes its nodes and gives up its reservations, as a scan would, so every line names a run
-    that a scan would have promoted."""
+    it (SPEC §7, §7a: a reserved node is free only to its holder and to runs of higher priority)
+    and whose team is below its ``max_nodes`` by the run's width (``max_nodes``: stored team
+    name -> its quota; docs/teams.md, "Quotas"). Runs are taken in queue order (priority
+    descending, then arrival) and each one found fitting takes its nodes and gives up its
+    reservations, as a scan would, so every line names a run that a scan would have
+    promoted."""
+    quotas = dict(max_nodes or {})
     with snapshot(conn) as cur:
         nodes: Rows = cur.execute(
             "select node_id, capabilities, label, drain from nodes where expires_at > now()"
         ).fetchall()
         leased = {r["node_id"] for r in cur.execute("select node_id from leases").fetchall()}
         queued: Rows = cur.execute(
-            "select run_id, requires, priority from runs where state = 'QUEUED'"
+            "select run_id, requires, priority, team from runs where state = 'QUEUED'"
             " order by priority desc, created_at, run_id"
         ).fetchall()
+        holding = {
+            r["team"]: r["n"]
+            for r in cur.execute("select team, count(*) as n from leases group by team")
+        }
         held = {
             r["node_id"]: (r["run_id"], r["priority"])
             for r in cur.execute(
@@ -325,6 +337,10 @@ def check_quiet(conn: psycopg.Connection[Any], *, max_per_run: int = 0) -> list[
         roles = [role_from_wire(r) for r in run["requires"]]
         outcome = match_within_cap(roles, adverts, unavailable | against, max_per_run, ordered=True)
         if isinstance(outcome, Assignment) and not width_exceeded(outcome, max_per_run):
+            team, width = run["team"], len(set(outcome.nodes()))
+            if team in quotas and holding.get(team, 0) + width > quotas[team]:
+                continue  # its team is at its quota
+            holding[team] = holding.get(team, 0) + width
             out.append(f"run {run['run_id']} is QUEUED though free nodes fit it: {outcome.nodes()}")
             unavailable |= set(outcome.nodes())
             held = {n: h for n, h in held.items() if h[0] != run["run_id"]}
@@ -353,11 +369,16 @@ def check_marks(conn: psycopg.Connection[Any]) -> list[str]:
     return out
 
 
-def check_settled(conn: psycopg.Connection[Any], *, max_per_run: int = 0) -> list[str]:
+def check_settled(
+    conn: psycopg.Connection[Any],
+    *,
+    max_per_run: int = 0,
+    max_nodes: Mapping[str, int] | None = None,
+) -> list[str]:
     """Every check, for a quiet system after two reaper passes."""
     return (
         check(conn)
         + check_after_reaper_pass(conn)
-        + check_quiet(conn, max_per_run=max_per_run)
+        + check_quiet(conn, max_per_run=max_per_run, max_nodes=max_nodes)
         + check_marks(conn)
     )

@@ -67,6 +67,7 @@ ROUTES: dict[tuple[str, str], Access] = {
     ("GET", "/v1/nodes"): ANY_TOKEN,
     ("GET", "/v1/capabilities"): ANY_TOKEN,
     ("GET", "/v1/teams"): ANY_TOKEN,  # docs/teams.md
+    ("GET", "/v1/teams/usage"): ANY_TOKEN,  # docs/teams.md
     ("GET", "/v1/asks"): Access(ANSWERER | {"reader"}),
     ("POST", "/v1/runs/<run_id>/steps/<seq>/answer"): Access(ANSWERER),
     # A submitter cancels only the runs it submitted: the service checks that under the run's lock.

@@ -16,10 +16,11 @@ from app.api.schemas import (
     RunListSchema,
     RunViewSchema,
     TeamsSchema,
+    TeamUsageSchema,
 )
 from app.errors import BadRequest
 from app.services.observe import capabilities, events_of, nodes_list, run_view, runs_list
-from app.services.teams import teams_view
+from app.services.teams import teams_view, usage_chart
 
 blp = make_blueprint("observe", "Read runs, nodes and capabilities")
 
@@ -107,6 +108,26 @@ def get_teams() -> dict[str, Any]:
             f"GET /v1/teams takes no query parameters, got {sorted(request.args)[0]!r}"
         )
     return teams_view(ctx())
+
+
+@blp.route("/teams/usage", methods=["GET"])
+@blp.doc(
+    **operation(
+        {
+            200: json_reply(
+                TeamUsageSchema,
+                "node-seconds charged to each team in each hour of the last day, oldest first",
+            )
+        },
+        {400: "any query parameter"},
+    )
+)
+def get_teams_usage() -> dict[str, Any]:
+    if request.args:
+        raise BadRequest(
+            f"GET /v1/teams/usage takes no query parameters, got {sorted(request.args)[0]!r}"
+        )
+    return usage_chart(ctx())
 
 
 @blp.route("/capabilities", methods=["GET"])

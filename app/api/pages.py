@@ -1,5 +1,6 @@
 """Pages for people (SPEC §21): sign-in with a server-side session, the overview at ``/``, runs,
-a run, asks with their answer forms, nodes; and the run's log, artifacts and Record as downloads.
+a run, asks with their answer forms, nodes, teams; and the run's log, artifacts and Record as
+downloads.
 
 A page calls the same service functions as the API, under the same table of access
 (:data:`app.api.auth.ROUTES`): a page or a form is allowed exactly when the API route it stands
@@ -61,6 +62,7 @@ from app.services.cancel import cancel_run
 from app.services.observe import capabilities, nodes_list, run_page, runs_list
 from app.services.records import get_blob, read_log, record_stream
 from app.services.status import status
+from app.services.teams import teams_view, usage_chart
 from app.services.ui_sessions import (
     PageSession,
     csrf_seed,
@@ -70,6 +72,7 @@ from app.services.ui_sessions import (
     sign_out,
 )
 from app.states import NODE_KINDS, QUEUED, RUN_ALIVE
+from app.teamchart import team_chart
 from app.timeline import timeline
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -497,3 +500,16 @@ def nodes() -> Response:
         counts=counts,
         capabilities=capabilities(ctx())["capabilities"],
     )
+
+
+# ---------------------------------------------------------------- teams
+
+
+@blp.get("/teams")
+@signed_in("GET", "/v1/teams")
+def teams() -> Response:
+    """The teams as ``GET /v1/teams`` lists them, and the last day's usage of
+    ``GET /v1/teams/usage`` (the same roles: any token) as stacked bars drawn here."""
+    listing = teams_view(ctx())
+    chart = team_chart(usage_chart(ctx()), [t["name"] for t in listing["teams"]])
+    return _page("teams.html", listing=listing, chart=chart)

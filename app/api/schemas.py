@@ -310,6 +310,28 @@ class RunSummarySchema(Reply):
         metadata={"description": "the run's team, as stored at submit (configured or not)"},
     )
     ended_at = _ts()
+    expected_start = _ts(
+        allow_none=True,
+        metadata={"description": "while QUEUED: when it is expected to start, or null"},
+    )
+    expected_basis = fields.String(
+        validate=validate.OneOf(BASES),
+        metadata={"description": "while QUEUED: what expected_start rests on"},
+    )
+
+
+class ShareSchema(Reply):
+    """A QUEUED run's team as the queue orders it (docs/teams.md, "What a queued run shows")."""
+
+    team = fields.String(required=True)
+    weight = fields.Float(required=True, allow_none=True)
+    share = fields.Float(required=True, allow_none=True)
+    usage = fields.Float(required=True, allow_none=True)
+    factor = fields.Float(required=True, allow_none=True)
+    running_nodes = fields.Integer(required=True)
+    max_nodes = fields.Integer(required=True, allow_none=True)
+    at_quota = fields.Boolean(required=True)
+    reason = fields.String(metadata={"description": "while at_quota"})
 
 
 class RunViewSchema(RunSummarySchema):
@@ -324,13 +346,8 @@ class RunViewSchema(RunSummarySchema):
     priority = fields.Integer(metadata={"description": "queue.priority (while QUEUED)"})
     reserving = fields.Boolean(metadata={"description": "holds or may hold a reservation"})
     reserved = fields.List(fields.String(), metadata={"description": "nodes it has reserved"})
-    expected_start = _ts(
-        allow_none=True,
-        metadata={"description": "while QUEUED: when it is expected to start, or null"},
-    )
-    expected_basis = fields.String(
-        validate=validate.OneOf(BASES),
-        metadata={"description": "while QUEUED: what expected_start rests on"},
+    share = fields.Nested(
+        ShareSchema, metadata={"description": "while QUEUED, with teams configured"}
     )
 
 
@@ -374,6 +391,27 @@ class TeamLineSchema(Reply):
 class TeamsSchema(Reply):
     observed_at = _ts(required=True)
     teams = fields.List(fields.Nested(TeamLineSchema), required=True)
+
+
+class TeamUsageHourSchema(Reply):
+    hour = _ts(required=True, metadata={"description": "the hour's start"})
+    node_seconds = fields.Dict(
+        keys=fields.String(),
+        values=fields.Float(),
+        required=True,
+        metadata={"description": "team -> node-seconds charged to it in that hour"},
+    )
+
+
+class TeamUsageSchema(Reply):
+    observed_at = _ts(required=True)
+    hours = fields.List(
+        fields.Nested(TeamUsageHourSchema),
+        required=True,
+        metadata={
+            "description": "the last 24 hours, oldest first; an hour with nothing charged is absent"
+        },
+    )
 
 
 class RunListSchema(Reply):

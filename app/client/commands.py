@@ -463,6 +463,28 @@ def nodes(ctx: click.Context) -> None:
 
 
 @click.command()
+@json_flag
+@click.pass_context
+@handled
+def teams(ctx: click.Context) -> None:
+    """The teams sharing the fleet: weight, share, usage, factor, what they hold and queue, their
+    limits; then each team's usage in each hour of the last day."""
+    client = _client(ctx)
+    listing = client.get("/v1/teams")
+    usage = client.get("/v1/teams/usage")
+    if _json_wanted(ctx):
+        # The teams' own answer, with the usage's answer as it came beside them.
+        _print_json(listing | {"usage": usage})
+        return
+    lines = listing.get("teams") or []
+    click.echo(render.teams_table(lines))
+    chart = render.sparklines(usage, [str(t.get("name")) for t in lines])
+    if chart:
+        click.echo("")
+        click.echo(chart)
+
+
+@click.command()
 @click.argument("run", shell_complete=complete_runs)
 @json_flag
 @click.pass_context
@@ -744,6 +766,7 @@ COMMANDS = (
     status,
     runs,
     nodes,
+    teams,
     cancel,
     asks,
     answer,

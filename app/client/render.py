@@ -10,6 +10,7 @@ from datetime import UTC
 from typing import Any
 
 from app.states import QUEUED, STEP_OPEN
+from app.teamchart import usage_grid
 from app.wire import parse_ts
 
 OPEN_STEP_STATES = STEP_OPEN
@@ -261,6 +262,71 @@ def nodes_table(nodes: Sequence[Mapping[str, Any]]) -> str:
         for n in nodes
     ]
     return table(("NODE", "LABEL", "LIVE", "LEASED TO", "DRAIN", "CAPABILITIES", "SEEN"), rows)
+
+
+def percent(value: object) -> str | None:
+    """A fraction of the API as ``75%`` or ``33.3%``; null stays null (shown ``-``)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    return f"{round(value * 100, 1):g}%"
+
+
+def number(value: object) -> str | None:
+    """``3``, ``2.5``, ``0.000208``: three significant digits at most; null stays null."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    return f"{value:.3g}"
+
+
+def teams_table(teams: Sequence[Mapping[str, Any]]) -> str:
+    """``mediator teams``: one line per team, as ``GET /v1/teams`` lists them."""
+    if not teams:
+        return "no teams"
+    rows = [
+        (
+            t.get("name"),
+            number(t.get("weight")),
+            percent(t.get("share")),
+            percent(t.get("usage")),
+            number(t.get("factor")),
+            t.get("running_nodes"),
+            t.get("queued"),
+            t.get("max_nodes"),
+            t.get("max_queued"),
+        )
+        for t in teams
+    ]
+    headers = ("TEAM", "WEIGHT", "SHARE", "USAGE", "FACTOR", "RUNNING", "QUEUED", "MAX NODES")
+    return table((*headers, "MAX QUEUED"), rows)
+
+
+SPARKS = " ▁▂▃▄▅▆▇█"  # nothing, then eighths of the largest hour
+
+
+def spark(seconds: float | None, peak: float) -> str:
+    """One hour of one team: a space for nothing charged, else at least the lowest bar."""
+    if not seconds or peak <= 0:
+        return SPARKS[0]
+    eighths = -(-seconds * (len(SPARKS) - 1) // peak)  # rounded up: a charged hour shows
+    return SPARKS[min(max(int(eighths), 1), len(SPARKS) - 1)]
+
+
+def sparklines(usage: Mapping[str, Any], teams: Sequence[str]) -> str:
+    """Each team's node-seconds in each hour of the last day (``GET /v1/teams/usage``), one
+    character an hour, oldest on the left, scaled to the largest hour of any team."""
+    grid = usage_grid(usage, teams)
+    if not grid.teams:
+        return ""
+    first, last = grid.hours[0], grid.hours[-1]
+    head = f"usage by hour, {first:%Y-%m-%d %H:00} to {last:%H:00} UTC" + (
+        f" (█ = {grid.peak:.0f} node-seconds)" if not grid.empty else ": nothing charged"
+    )
+    width = max(len(t) for t in grid.teams)
+    lines = [head]
+    for team in grid.teams:
+        line = "".join(spark(v, grid.peak) for v in grid.cells[team])
+        lines.append(f"{team.ljust(width)}  |{line}|")
+    return "\n".join(lines)
 
 
 def answer_fields(schema: object) -> str:

@@ -35,9 +35,10 @@ from app.states import (
 )
 from app.store.blobs import accepted_blob_names
 from app.store.leases import Grant, acquire_lease, delete_leases, run_not_after
-from app.store.nodes import candidate_adverts
+from app.store.nodes import Candidates, candidate_adverts
 from app.store.runs import add_event, lock_run, set_run_fields, set_run_state
 from app.store.steps import bind_steps, lock_steps, update_step
+from app.store.teams import OverQuota, take_quota
 from app.verdict import StepFacts, changed_paths
 from app.wire import ts
 
@@ -84,6 +85,28 @@ def _skip(s: Session, pic: Picture, step_id: str | None) -> None:
         pic.change(s, target, [PENDING], state=SKIPPED, ended_at=func.now())
 
 
+def _quota_room(s: Session, ctx: Context, run: Run) -> bool:
+    """Whether the run's team may take one more node (docs/teams.md, "Quotas"): only for a team
+    with ``max_nodes``, its ``team_limits`` row locked (created on first use) and its leases
+    counted, in a SAVEPOINT, which an over-quota answer rolls back. The row is held to the
+    commit, as every placement holds it (docs/queue.md, "Lock order", the acquire after a
+    release)."""
+    quota = ctx.teams.quota(run.team)
+    if quota is None:
+        return True
+    savepoint = s.begin_nested()
+    try:
+        take_quota(s, quota.team, quota.apart, 1, quota.max_nodes)
+    except OverQuota:
+        savepoint.rollback()
+        return False
+    except BaseException:
+        savepoint.rollback()
+        raise
+    savepoint.commit()
+    return True
+
+
 def run_acquire(s: Session, ctx: Context, pic: Picture, st: Step, after: AfterCommit) -> None:
     """Grab one more node mid-run (SPEC §8 acquire): live adverts minus unavailable nodes, in the
     matcher's order. A candidate whose lease cannot be had at this moment (its row held by a
@@ -96,7 +119,11 @@ def run_acquire(s: Session, ctx: Context, pic: Picture, st: Step, after: AfterCo
     # Acquire honours reservations like a submit (SPEC §7a): a running run holds none.
     reserving = ctx.config["queue.reserve_after_seconds"] > 0
     reserved_for = pic.run.priority if reserving else None
-    found = candidate_adverts(s, [want], reserved_for=reserved_for)
+    # Its team at its quota: "unavailable", as for a taken node, never a wait.
+    if _quota_room(s, ctx, pic.run):
+        found = candidate_adverts(s, [want], reserved_for=reserved_for)
+    else:
+        found = Candidates([], set())
     unavailable = set(found.unavailable)
     ttl = ctx.config["lease.ttl_seconds"]
     not_after: datetime | None = None
@@ -110,7 +137,9 @@ def run_acquire(s: Session, ctx: Context, pic: Picture, st: Step, after: AfterCo
         if not_after is None:
             not_after = run_not_after(s, pic.run.run_id)
         grant = Grant(candidate, want.name, want.capability)
-        if acquire_lease(s, pic.run.run_id, grant, not_after, ttl, reserved_for=reserved_for):
+        if acquire_lease(
+            s, pic.run.run_id, grant, not_after, ttl, reserved_for=reserved_for, team=pic.run.team
+        ):
             node = candidate
         else:
             unavailable.add(candidate)

@@ -33,7 +33,7 @@ from app.store.estimates import (
     steps_of_estimated,
 )
 from app.store.nodes import Candidates, candidate_adverts
-from app.store.queue import QueuedRun, queued_shape_heads
+from app.store.queue import QueuedRun, TeamOrder, queued_shape_heads
 from app.wire import ts
 
 DEFAULT_MAX_AHEAD = 200  # ``estimate.max_ahead``'s default
@@ -96,6 +96,7 @@ def expected_of(
     now: datetime,
     ahead: int,
     budget: EstimateBudget,
+    order: TeamOrder | None = None,
 ) -> dict[str, Any]:
     """``expected_start`` and ``expected_basis`` of the QUEUED ``run``, whose candidates (with
     their holders and drains) are ``found`` and which has ``ahead`` QUEUED runs ahead of it in
@@ -111,7 +112,13 @@ def expected_of(
     if ahead > 0:
         if budget.left <= 0:
             return _wire(None, BUDGET, now)
-        heads = [h for h in queued_shape_heads(s) if h.order < run.order]  # type: ignore[arg-type]
+        heads = [
+            h
+            for h in queued_shape_heads(s)  # type: ignore[arg-type]
+            # With teams, a shape whose first run is behind this one in queue order may still
+            # hold runs of a team ranked before its own: only a lower priority rules it out.
+            if (h.order < run.order if order is None else h.priority >= run.priority)
+        ]
         sharing = [
             h
             for h in heads
@@ -119,7 +126,8 @@ def expected_of(
         ]
         if sharing:
             n = min(budget.left, budget.max_ahead)
-            queued = queued_ahead_of_shapes(s, [h.requires_key for h in sharing], run, n + 1)
+            keys = [h.requires_key for h in sharing]
+            queued = queued_ahead_of_shapes(s, keys, run, n + 1, order)
             budget.left -= min(len(queued), n)
             if len(queued) > n:
                 return _wire(None, TOO_FAR_BACK if n == budget.max_ahead else BUDGET, now)

@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 from app.context import Caller, Context
 from app.contract.types import Contract, role_from_wire
 from app.errors import NotFound
+from app.estimate import BUDGET
 from app.match import Advert, Assignment, satisfies
 from app.models import Run, Step
 from app.reserve import Held, reserved_against
@@ -20,12 +21,14 @@ from app.services.cancel import may_cancel
 from app.services.expected import DEFAULT_MAX_AHEAD, EstimateBudget, expected_of
 from app.services.placement import node_for_role
 from app.services.records import event_document, ledger_entries
+from app.services.teams import Shares
 from app.states import PENDING, QUEUED, RUNNING
 from app.store.nodes import candidate_adverts, listed_nodes, live_nodes, node_labels
 from app.store.queue import QueuedRun, QueuePlace, queue_place
 from app.store.runs import get_run, list_runs, run_events
 from app.store.server import database_now
 from app.store.steps import steps_of
+from app.teams import Standing
 from app.wire import mark_declared, ts
 
 
@@ -128,11 +131,14 @@ def _queue_explanation(
     reserve_after: int,
     place: QueuePlace,
     budget: EstimateBudget | None = None,
+    shares: Shares | None = None,
+    standing: Standing | None = None,
 ) -> None:
     """Per role: candidates {live, busy, draining, reserved}, the runs holding the busy ones and
     the holders of the reserved ones; the run's priority, its own reservation and its place in
-    the queue, at read time (SPEC §7 "Explaining the wait", §7a). Two statements: the
-    candidates with their leases, drains and reservations, and ``place``."""
+    the queue, at read time (SPEC §7 "Explaining the wait", §7a); with ``shares``, its team's
+    share (docs/teams.md, "What a queued run shows"). A statement for the candidates with
+    their leases, drains and reservations, ``place``, and one for the share."""
     found = candidate_adverts(
         s, [role_from_wire(wire) for wire in requires], with_holders=True, with_leases=True
     )
@@ -148,13 +154,26 @@ def _queue_explanation(
     if view["reserving"]:
         view["reserved"] = place.own
     view["queue"] = {"position": place.ahead + 1, "ahead": place.ahead}
-    queued = QueuedRun(run.run_id, run.created_at, "", requires, run.priority)
+    order = None
+    if shares is not None:
+        counts = [int(wire.get("count", 1)) for wire in requires]
+        standing = standing if standing is not None else shares.read(s)
+        view["share"] = shares.view(standing, run.team, counts)
+        order = Shares.order(standing, run.team)
+    queued = QueuedRun(run.run_id, run.created_at, "", requires, run.priority, run.team)
     budget = budget or EstimateBudget(DEFAULT_MAX_AHEAD)
-    view.update(expected_of(s, queued, found, now=place.now, ahead=place.ahead, budget=budget))
+    view.update(
+        expected_of(s, queued, found, now=place.now, ahead=place.ahead, budget=budget, order=order)
+    )
 
 
 def render_run(
-    s: Session, run: Run, *, reserve_after: int = 0, budget: EstimateBudget | None = None
+    s: Session,
+    run: Run,
+    *,
+    reserve_after: int = 0,
+    budget: EstimateBudget | None = None,
+    shares: Shares | None = None,
 ) -> dict[str, Any]:
     """The run view (SPEC §14); ``reserve_after`` is ``queue.reserve_after_seconds`` (a QUEUED
     run that waited that long shows as reserving); ``budget``: the runs ahead its expected start
@@ -177,10 +196,18 @@ def render_run(
         view["warnings"] = run.warnings
     view["requires"] = run.requires
     if run.state == QUEUED:
+        standing = shares.read(s) if shares is not None else None
         place = queue_place(
-            s, run.run_id, run.priority, run.created_at, reserve_after=reserve_after
+            s,
+            run.run_id,
+            run.priority,
+            run.created_at,
+            reserve_after=reserve_after,
+            order=Shares.order(standing, run.team) if standing is not None else None,
         )
-        _queue_explanation(s, run, run.requires, view, reserve_after, place, budget)
+        _queue_explanation(
+            s, run, run.requires, view, reserve_after, place, budget, shares, standing
+        )
     return view
 
 
@@ -245,6 +272,8 @@ def queued_run_view(
     place: QueuePlace,
     reserve_after: int,
     budget: EstimateBudget | None = None,
+    shares: Shares | None = None,
+    standing: Standing | None = None,
 ) -> dict[str, Any]:
     """The view of a run just queued and still QUEUED at ``place``, built from what was written
     (its steps all PENDING on no node) with the explanation of its wait read now, as
@@ -255,7 +284,7 @@ def queued_run_view(
     if contract.warnings:
         view["warnings"] = list(contract.warnings)
     requires = [r.to_wire() for r in contract.requires]
-    _queue_explanation(s, run, requires, view, reserve_after, place, budget)
+    _queue_explanation(s, run, requires, view, reserve_after, place, budget, shares, standing)
     return view
 
 
@@ -269,6 +298,7 @@ def run_view(ctx: Context, run_id: str) -> dict[str, Any]:
             run,
             reserve_after=ctx.config["queue.reserve_after_seconds"],
             budget=EstimateBudget(ctx.config["estimate.max_ahead"]),
+            shares=Shares.of(ctx),
         )
 
 
@@ -285,6 +315,7 @@ def run_page(ctx: Context, run_id: str, caller: Caller) -> dict[str, Any]:
             run,
             reserve_after=ctx.config["queue.reserve_after_seconds"],
             budget=EstimateBudget(ctx.config["estimate.max_ahead"]),
+            shares=Shares.of(ctx),
         )
         events = [event_document(e) for e in run_events(s, run_id)]
         artifacts = [e for e in ledger_entries(s, run) if e.get("run_id", run_id) == run_id]
@@ -329,11 +360,54 @@ def runs_list(
         rows = list_runs(
             s, state=state, since=since, work=work, before=before, limit=limit, team=team
         )
-    out: dict[str, Any] = {"observed_at": ts(now), "runs": [run_summary(r) for r in rows]}
+        summaries = [run_summary(r) for r in rows]
+        _expected_in_rows(ctx, s, rows, summaries)
+    out: dict[str, Any] = {"observed_at": ts(now), "runs": summaries}
     if len(rows) == limit:
         last = rows[-1]
         out["next"] = f"{ts(last.created_at)},{last.run_id}"
     return out
+
+
+def _expected_in_rows(
+    ctx: Context, s: Session, rows: list[Run], summaries: list[dict[str, Any]]
+) -> None:
+    """``expected_start`` and ``expected_basis`` of each QUEUED row (docs/queue.md, "What a
+    QUEUED run's view explains"), under one budget of ``estimate.max_ahead`` runs for the whole
+    list, each row estimated counting as one: once it is spent, the rows after get null with
+    basis ``budget`` and cost no statement. Rows are estimated in queue order (priority, then
+    age), whatever the list's order."""
+    queued = [(r, out) for r, out in zip(rows, summaries, strict=True) if r.state == QUEUED]
+    if not queued:
+        return
+    # The front of the queue first: its estimates are the ones a budget should not go without.
+    queued.sort(key=lambda pair: (-pair[0].priority, pair[0].created_at, pair[0].run_id))
+    budget = EstimateBudget(ctx.config["estimate.max_ahead"])
+    shares = Shares.of(ctx)
+    standing = shares.read(s) if shares is not None else None
+    for run, out in queued:
+        if budget.left <= 0:
+            out.update(expected_start=None, expected_basis=BUDGET)
+            continue
+        budget.left -= 1
+        order = Shares.order(standing, run.team) if standing is not None else None
+        place = queue_place(
+            s,
+            run.run_id,
+            run.priority,
+            run.created_at,
+            reserve_after=ctx.config["queue.reserve_after_seconds"],
+            order=order,
+        )
+        if place.state != QUEUED:
+            continue  # left the queue since the list's read
+        found = candidate_adverts(
+            s, [role_from_wire(w) for w in run.requires], with_holders=True, with_leases=True
+        )
+        me = QueuedRun(run.run_id, run.created_at, "", run.requires, run.priority, run.team)
+        out.update(
+            expected_of(s, me, found, now=place.now, ahead=place.ahead, budget=budget, order=order)
+        )
 
 
 def nodes_list(ctx: Context) -> dict[str, Any]:

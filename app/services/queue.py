@@ -8,10 +8,12 @@ import itertools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from enum import Enum
 from typing import NamedTuple
 
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.orm import Session
 
 from app.context import Context
 from app.contract.types import Role, role_from_wire
@@ -45,6 +47,7 @@ from app.store.queue import (
     QueuedRun,
     next_queued_of_shape,
     queued_shape_heads,
+    queued_shape_team_heads,
     set_statement_timeout,
 )
 from app.store.reservations import (
@@ -55,12 +58,15 @@ from app.store.reservations import (
 )
 from app.store.runs import add_event, promote_run, set_wake_debt
 from app.store.steps import bind_steps
+from app.store.teams import OverQuota, stored_standing, take_quota
+from app.teams import Standing, least_width
 
 
 class Outcome(Enum):
     PROMOTED = "promoted"
     NO_FIT = "no fit"
     WIDTH_CAP = "width cap"
+    QUOTA = "team at its quota"
     NOT_QUEUED = "not queued"
     NODE_TAKEN = "node taken"
 
@@ -112,6 +118,7 @@ def promote(
     *,
     reserved: Sequence[str] = (),
     check: Callable[[], None] = lambda: None,
+    room: int | None = None,
 ) -> Promotion:
     """One transaction for one run, then what its commit left settled (:class:`Promotion`).
     ``unavailable`` includes the nodes reserved against this run; ``reserved`` are its own
@@ -119,7 +126,10 @@ def promote(
     gate (:meth:`app.store.gate.ScanGate.check`), made before the transaction and again before
     its commit: a promotion whose statements waited longer than ``gate.idle_seconds`` (a row
     lock, a slow disk, retries) may have lost the scanning lock meanwhile, and then rolls back
-    and stops the scan (:class:`GateLost`) instead of committing outside its turn.
+    and stops the scan (:class:`GateLost`) instead of committing outside its turn. ``room``:
+    the nodes the run's team may still take as the scan counts them (None: no quota); a team
+    with ``max_nodes`` is counted again under its ``team_limits`` row after the run row, and
+    over quota the promotion rolls back (:attr:`Outcome.QUOTA`, docs/teams.md, "Quotas").
 
     Safe under concurrency by the row condition and the lease key alone: the conditional UPDATE
     locks the run row first (a cancel, a result or another scan serialises behind it), and a node
@@ -136,16 +146,21 @@ def promote(
         log.info("queued run over the width cap", run_id=run.run_id, reason=over)
         return Promotion(Outcome.WIDTH_CAP, [], set(), set())
     taken = grants(assignment, roles)
+    quota = ctx.teams.quota(run.team)
+    if room is not None and len(taken) > room:
+        return Promotion(Outcome.QUOTA, [], set(), set())
     after = AfterCommit()
     check()
     try:
         with ctx.db.begin() as s:
             set_statement_timeout(s, ctx.config["database.statement_timeout_seconds"])
             waited = promote_run(s, run.run_id, assigned_json(assignment))
+            if quota is not None:
+                take_quota(s, quota.team, quota.apart, len(taken), quota.max_nodes)
             if ctx.config["queue.reserve_after_seconds"] > 0:
                 # A reservation written since the scan's read is honoured (SPEC §7a).
                 place_unreserved(s, run.run_id, run.priority, [g.node_id for g in taken])
-            insert_leases(s, run.run_id, taken, ctx.config["lease.ttl_seconds"])
+            insert_leases(s, run.run_id, taken, ctx.config["lease.ttl_seconds"], run.team)
             if reserved:
                 release_reservations(s, run.run_id)
             bind_steps(s, run.run_id, node_for_role(assignment))
@@ -157,6 +172,8 @@ def promote(
         return Promotion(Outcome.NOT_QUEUED, [], set(), set())
     except NodeTaken:
         return Promotion(Outcome.NODE_TAKEN, [], set(), set())
+    except OverQuota:
+        return Promotion(Outcome.QUOTA, [], set(), set())
     QUEUE_WAIT.observe(waited)
     # Inside a scan: never wake from here (the gate is held by this very scan), and leave the
     # claim notification to the scan; the rest (verdicts, ask webhooks, seals) happens now.
@@ -194,16 +211,85 @@ def _cover(
     return candidate_order([*adverts, *(a for a in found.adverts if a.node_id not in known)])
 
 
+class ScanOrder:
+    """The order of a scan's ordinary pass (SPEC §7a, docs/teams.md "Fair share"): priority
+    descending, then, when teams are configured, the team's factor (highest first: the team
+    furthest below its share), then age. ``standing`` is read once per scan and raised by hand
+    as the scan places, so a team that takes nodes drops in the order within the scan; a key
+    computed before that is stale, and is computed again when it comes to the top (factors only
+    fall during a scan, so a stale key is never later than its run's true place).
+
+    Without teams (``standing`` None) the order is the queue's order, and nothing is read."""
+
+    def __init__(self, ctx: Context, standing: Standing | None) -> None:
+        self.teams = ctx.teams
+        self.standing = standing
+
+    def key(self, run: QueuedRun) -> tuple[int, float, datetime, str]:
+        rank = self.standing.rank(run.team) if self.standing is not None else 0.0
+        return (-run.priority, rank, run.created_at, run.run_id)
+
+    def team(self, run: QueuedRun) -> str:
+        """The team whose quota and share the run counts under."""
+        return self.teams.counted_as(run.team)
+
+    def room(self, run: QueuedRun) -> int | None:
+        """The nodes the run's team may still take, as this scan counts them (None: no quota)."""
+        quota = self.teams.quota(run.team)
+        if quota is None:
+            return None
+        held = self.standing.holding(run.team) if self.standing is not None else 0
+        return quota.max_nodes - held
+
+    def quota_blocked(self, run: QueuedRun) -> bool:
+        """Its team holds more than ``max_nodes`` minus the run's least width (docs/teams.md,
+        "Quotas"): skipped for its (shape, team), never reserving."""
+        room = self.room(run)
+        if room is None:
+            return False
+        try:
+            width = least_width(role_from_wire(r).count for r in run.requires)
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return False  # left to fail on its own in promotion (failure isolation)
+        return width > room
+
+    def placed(self, run: QueuedRun, nodes: int) -> None:
+        if self.standing is not None:
+            self.standing.hold(run.team, nodes)
+
+    def at_quota(self, run: QueuedRun) -> None:
+        """A promotion found the team at its quota under its row's lock: this scan counts it
+        full (the count it met is at least that)."""
+        quota = self.teams.quota(run.team)
+        if quota is not None and self.standing is not None:
+            held = self.standing.holding(run.team)
+            self.standing.hold(run.team, max(quota.max_nodes - held, 0))
+
+
+def _read_standing(ctx: Context, s: Session, heads: list[QueuedRun]) -> Standing | None:
+    """The teams' standing for this scan (one statement), only when teams are configured."""
+    if not ctx.teams.shared:
+        return None
+    stored = stored_standing(s, ctx.config["fairshare.half_life_seconds"])
+    return Standing(
+        ctx.teams,
+        stored.usage,
+        stored.held,
+        {h.team for h in heads},
+        ctx.config["fairshare.running_charge_seconds"],
+    )
+
+
 def _scan(ctx: Context, report: ScanReport) -> None:
-    """One pass over the queue: the reservation step, then the first run of each shape in queue
-    order (priority descending, then arrival), each shape until its first run that does not fit
-    (SPEC §7, §7a)."""
+    """One pass over the queue: the reservation step, then the first run of each shape (of each
+    (shape, team) when teams are configured) in scan order, each until its first run that does
+    not fit (SPEC §7, §7a; docs/teams.md, "Fair share")."""
     report.passes += 1
     report.again = False
     timeout = ctx.config["database.statement_timeout_seconds"]
     with ctx.db.begin() as s:
         set_statement_timeout(s, timeout)
-        heads = queued_shape_heads(s)
+        heads = queued_shape_team_heads(s) if ctx.teams.shared else queued_shape_heads(s)
         if not heads:
             return
         top = max(h.priority for h in heads)
@@ -216,15 +302,18 @@ def _scan(ctx: Context, report: ScanReport) -> None:
         adverts, unavailable = found.adverts, found.unavailable
         covered = {containment_key(r) for r in roles}
         inputs = read_inputs(s, ctx.config, heads, adverts, probe)
-    report.shapes = len(heads)
-    reservations = reserve(ctx, inputs, adverts)
+        order = ScanOrder(ctx, _read_standing(ctx, s, heads))
+    report.shapes = len({h.requires_key for h in heads})
+    # A quota-blocked run neither reserves nor keeps a reservation (docs/teams.md, "Quotas"); the
+    # reservation step reads no team factor.
+    reservations = reserve(ctx, inputs, adverts, blocked=order.quota_blocked)
     if reservations.released:
         # Nodes this scan freed from their reservations: a freeing commit like any other, so it
         # takes a mark, and a fresh pass reads the queue after it (a run queued since this
         # pass's read, whose submit saw no new mark, is looked at there; SPEC §7).
         mark_wake(ctx)
         report.again = True
-    _ordinary_pass(ctx, report, heads, adverts, unavailable, covered, reservations)
+    _ordinary_pass(ctx, report, heads, adverts, unavailable, covered, reservations, order)
 
 
 def _ordinary_pass(
@@ -235,27 +324,47 @@ def _ordinary_pass(
     unavailable: set[str],
     covered: set[str],
     reservations: Reservations,
+    order: ScanOrder,
 ) -> None:
-    """Always look at the first head in queue order next. A shape whose run does not fit is done
+    """Always look at the first head in scan order next. A shape whose run does not fit is done
     for this pass (the unavailable set only grows) except for its holders of reservations, and
-    never blocks the runs of other shapes behind it."""
+    never blocks the runs of other shapes behind it; a run of a team at its quota ends its
+    (shape, team) for this pass, never its shape."""
     tie = itertools.count()
-    heap = [(h.order, next(tie), h) for h in heads]
+    heap = [(order.key(h), next(tie), h) for h in heads]
     heapq.heapify(heap)
     looked: set[str] = set()
     retried_taken: set[str] = set()
+    no_fit: set[str] = set()  # shapes done for this pass
     held = reservations.held
+    teams = ctx.teams.shared
     while heap:
         ctx.gate.check()  # SPEC §7: a scan whose session lost the scanning lock stops
-        _, _, run = heapq.heappop(heap)
+        key, _, run = heapq.heappop(heap)
+        now_key = order.key(run)
+        if now_key != key:
+            heapq.heappush(heap, (now_key, next(tie), run))  # its team placed meanwhile
+            continue
+        holder = run.run_id in reservations.holders
+        if run.requires_key in no_fit and not holder:
+            continue  # a run of its shape found nothing free, and none has been freed since
         report.looked += 1
         looked.add(run.run_id)
         own = reserved_by(held, run.run_id)
+        if order.quota_blocked(run):
+            continue  # its (shape, team) waits for the team's next release
         try:
             adverts = _cover(ctx, run, adverts, unavailable, covered)
             blocked = unavailable | reserved_against(held, run.run_id, run.priority)
             outcome, nodes, claim_nodes, freed = promote(
-                ctx, run, adverts, blocked, report.cause, reserved=own, check=ctx.gate.check
+                ctx,
+                run,
+                adverts,
+                blocked,
+                report.cause,
+                reserved=own,
+                check=ctx.gate.check,
+                room=order.room(run),
             )
         except GateLost:
             raise  # the scan's turn is over, not this run's promotion
@@ -269,12 +378,16 @@ def _ordinary_pass(
             else:
                 report.failed.append(run.run_id)
             outcome, nodes, claim_nodes, freed = Outcome.NOT_QUEUED, [], set(), set()
+        if outcome is Outcome.QUOTA:
+            order.at_quota(run)
+            continue
         if outcome in (Outcome.NO_FIT, Outcome.WIDTH_CAP):
+            no_fit.add(run.requires_key)
             # The shape skip never skips a holder: what it may use depends on the run.
-            for holder in reservations.holders.values():
-                if holder.requires_key == run.requires_key and holder.run_id not in looked:
-                    looked.add(holder.run_id)
-                    heapq.heappush(heap, (holder.order, next(tie), holder))
+            for holder_run in reservations.holders.values():
+                if holder_run.requires_key == run.requires_key and holder_run.run_id not in looked:
+                    looked.add(holder_run.run_id)
+                    heapq.heappush(heap, (order.key(holder_run), next(tie), holder_run))
             continue
         if outcome is Outcome.NODE_TAKEN:
             # Another run took a node between our snapshot and the insert: look at the fleet
@@ -283,7 +396,7 @@ def _ordinary_pass(
                 unavailable |= unavailable_node_ids(s)
             if run.run_id not in retried_taken:
                 retried_taken.add(run.run_id)
-                heapq.heappush(heap, (run.order, next(tie), run))
+                heapq.heappush(heap, (order.key(run), next(tie), run))
                 continue
             # Taken twice: a later run of its shape must not pass it, so the shape waits for
             # the next pass, which starts from a fresh snapshot of the fleet.
@@ -291,6 +404,7 @@ def _ordinary_pass(
             continue
         if outcome is Outcome.PROMOTED:
             unavailable.update(nodes)
+            order.placed(run, len(nodes))
             report.promoted.append(run.run_id)
             report.claim_nodes |= claim_nodes
             for node in own:
@@ -309,11 +423,12 @@ def _ordinary_pass(
                 report.again = True
                 break
         with ctx.db.begin() as s:
-            nxt = next_queued_of_shape(s, run.requires_key, run)
+            team = run.team if teams else None
+            nxt = next_queued_of_shape(s, run.requires_key, run, team=team)
             while nxt is not None and nxt.run_id in looked:  # a holder looked at out of turn
-                nxt = next_queued_of_shape(s, run.requires_key, nxt)
+                nxt = next_queued_of_shape(s, run.requires_key, nxt, team=team)
         if nxt is not None:
-            heapq.heappush(heap, (nxt.order, next(tie), nxt))
+            heapq.heappush(heap, (order.key(nxt), next(tie), nxt))
 
 
 def wake_queued(

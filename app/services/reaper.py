@@ -30,6 +30,7 @@ from app.services.retention import prune_expired
 from app.services.settle import complete_verdict
 from app.services.settle_and_wake import settle_and_wake
 from app.services.settle_failed import settle_failed
+from app.services.teams import charge_usage
 from app.services.tx import retrying
 from app.states import ASKED, FAILED, QUEUED, RUN_FINISHED, RUNNING
 from app.store import reaper as reaper_store
@@ -66,6 +67,7 @@ class PassReport:
     # and the leases got the outage grace.
     restarted: bool = False
     lost: str | None = None  # why the pass lost the reaper's lock and ended early
+    charged: float = 0.0  # node-seconds charged to the teams' usage (step 8)
 
     @property
     def freed(self) -> bool:
@@ -245,6 +247,8 @@ def _pass(ctx: Context, report: PassReport, previous_failed: bool, lock: ReaperL
         paying = True
         _wake_or_pay(ctx, report, causes, previous_failed)  # 6 and 7
         lock.check()
+        _charge_usage(ctx, report, lock)  # 8
+        lock.check()
         _prune(ctx, report)
     except ReaperLockLost as exc:
         report.lost = str(exc)
@@ -417,6 +421,17 @@ def _wake_or_pay(
             clear_wake_debt(s, set_before=started)
 
 
+def _charge_usage(ctx: Context, report: PassReport, lock: ReaperLock) -> None:
+    """Step 8: the teams' usage (docs/teams.md, "Fair share"). It frees nothing, and a failure
+    of it fails no other work of the pass: what it did not charge, the next pass charges."""
+    try:
+        report.charged = charge_usage(ctx, lock.check)
+    except ReaperLockLost:
+        raise
+    except Exception:
+        log.exception("reaper: the teams' usage could not be charged")
+
+
 def _prune(ctx: Context, report: PassReport) -> None:
     """Retention last: it frees nothing a queued run waits for, and a failure of it fails no other
     work of the pass (the next pass tries again)."""
@@ -441,6 +456,7 @@ def _log_pass(report: PassReport) -> None:
         sealed=report.sealed,
         woke=report.woke,
         pruned=report.pruned,
+        charged=round(report.charged, 1),
         restarted=report.restarted,
         lost=report.lost,
     )

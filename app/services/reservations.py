@@ -3,6 +3,7 @@ the difference, and hand the ordinary pass what is reserved against whom."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -147,16 +148,33 @@ def _write(ctx: Context, stored: dict[str, str], plan: dict[str, str]) -> Writte
         return write_reservations(s, stored, plan)
 
 
-def reserve(ctx: Context, inputs: Inputs | None, adverts: list[Advert]) -> Reservations:
-    """Plan the reservations, write the difference in one transaction, and return them."""
+def reserve(
+    ctx: Context,
+    inputs: Inputs | None,
+    adverts: list[Advert],
+    *,
+    blocked: Callable[[QueuedRun], bool] = lambda run: False,
+) -> Reservations:
+    """Plan the reservations, write the difference in one transaction, and return them.
+    ``blocked``: a run whose team is at its quota (docs/teams.md, "Quotas") neither reserves
+    nor keeps what it held, which this step then releases."""
     if inputs is None:
         return Reservations()
     known = {**{r.run_id: r for r in inputs.reserving}, **inputs.holders}
     decoded = _decoded(list(known.values()))
+    out_of_quota = {run_id for run_id, run in known.items() if blocked(run)}
     plan = plan_reservations(
         {n: r for n, r in inputs.stored.items() if r in decoded or r not in inputs.holders},
-        {run_id: decoded[run_id] for run_id in inputs.holders if run_id in decoded},
-        [decoded[r.run_id] for r in inputs.reserving if r.run_id in decoded],
+        {
+            run_id: decoded[run_id]
+            for run_id in inputs.holders
+            if run_id in decoded and run_id not in out_of_quota
+        },
+        [
+            decoded[r.run_id]
+            for r in inputs.reserving
+            if r.run_id in decoded and r.run_id not in out_of_quota
+        ],
         adverts,
         inputs.draining,
         ctx.config["lease.max_per_run"],

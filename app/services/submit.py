@@ -33,7 +33,7 @@ from app.services.placement import assigned_json, grants, node_for_role
 from app.services.queue import scan_ended_at_marks, wake_after_commit
 from app.services.records import manifest
 from app.services.settle_and_wake import settle_and_wake
-from app.services.teams import check_queue_room, choose_team, token_team
+from app.services.teams import Shares, check_queue_room, choose_team, token_team
 from app.services.tx import retrying
 from app.states import FAILED, QUEUED, RUNNING
 from app.store import DuplicateRun, NodeTaken, PrunedRunId
@@ -43,6 +43,8 @@ from app.store.nodes import FirstCandidates, candidate_adverts, first_candidates
 from app.store.queue import queue_place
 from app.store.runs import create_run, get_run
 from app.store.steps import step_rows
+from app.store.teams import OverQuota
+from app.teams import Quota, quota_refusal
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,7 @@ def _view(ctx: Context, run_id: str) -> dict[str, Any]:
             run,
             reserve_after=ctx.config["queue.reserve_after_seconds"],
             budget=EstimateBudget(ctx.config["estimate.max_ahead"]),
+            shares=Shares.of(ctx),
         )
 
 
@@ -178,6 +181,11 @@ def _place(
             found = first_candidates(s, contract.requires, reserved_for=reserved_for)
             return found, match_firsts(contract.requires, found.firsts)
 
+        quota = ctx.teams.quota(contract.team)
+        wide = _wider_than_quota(contract, quota, max(r.count for r in contract.requires))
+        if wide:
+            create_run(s, contract, state=FAILED, reject=_reject_body("", wide), **who)
+            return _Refused(wide)
         mark = last_mark(s) if ctx.queued_shapes.get(contract.requires_key) else None
         found, outcome = look()
         if isinstance(outcome, Reject) and outcome.code == 409 and mark is None:
@@ -216,6 +224,7 @@ def _place(
             if within is not None:
                 outcome, over = within, None
                 found = FirstCandidates(found.firsts, {a.node_id: a.label for a in every.adverts})
+        over = over or _wider_than_quota(contract, quota, len(outcome.nodes()))
         if over:
             create_run(s, contract, state=FAILED, reject=_reject_body("", over), **who)
             return _Refused(over)
@@ -229,11 +238,14 @@ def _place(
                 contract.run_id,
                 grants(outcome, contract.requires),
                 ctx.config["lease.ttl_seconds"],
+                contract.team,
             ),
             steps=step_rows(contract.run_id, contract.steps, bound),
             # A reservation written after our read must not be passed (SPEC §7a): NodeTaken
             # rolls the creation back whole.
             unreserved_for=reserved_for,
+            # Over its team's quota: OverQuota rolls the creation back whole, and the run queues.
+            quota=quota,
             **who,
         )
         fault("submit.after_insert")
@@ -312,8 +324,9 @@ def _submit_run(ctx: Context, contract: Contract, caller: Caller) -> Submitted:
     try:
         try:
             outcome = _place(ctx, contract, caller, after)
-        except NodeTaken:
-            # Rolled back whole; "no room now" like all busy (SPEC §7).
+        except (NodeTaken, OverQuota):
+            # Rolled back whole; "no room now" like all busy (SPEC §7), or its team at its
+            # quota (docs/teams.md, "Quotas").
             _queue(ctx, contract, caller)
             outcome = _Queued()
     except DuplicateRun:
@@ -360,13 +373,17 @@ def _queued_answer(ctx: Context, contract: Contract, caller: Caller, queued: _Qu
         started = time.monotonic()
         # Two statements in autocommit (each its own snapshot, as in a READ COMMITTED read): no
         # BEGIN and no ROLLBACK round trip.
+        shares = Shares.of(ctx)
         with ctx.db.autocommit() as s:
+            # With teams, where the run's team stands orders its place (docs/teams.md).
+            standing = shares.read(s) if shares is not None else None
             place = queue_place(
                 s,
                 contract.run_id,
                 contract.priority,
                 queued.created_at,
                 reserve_after=reserve_after,
+                order=Shares.order(standing, contract.team) if standing is not None else None,
             )
             scan = place.mark > queued.mark or place.reservation_work
             if not scan:
@@ -380,6 +397,8 @@ def _queued_answer(ctx: Context, contract: Contract, caller: Caller, queued: _Qu
                         place=place,
                         reserve_after=reserve_after,
                         budget=EstimateBudget(ctx.config["estimate.max_ahead"]),
+                        shares=shares,
+                        standing=standing,
                     )
                     return Submitted(202, view, queued=True)
     if scan:
@@ -402,7 +421,12 @@ def dry_run(ctx: Context, doc: Any, caller: Caller) -> dict[str, Any]:
         outcome = match_within_cap(contract.requires, found.adverts, set(), cap, ordered=True)
         if isinstance(outcome, Reject):
             raise NoCandidate(outcome.reason)
-        over = width_exceeded(outcome, cap)
+        quota = ctx.teams.quota(contract.team)
+        over = (
+            width_exceeded(outcome, cap)
+            or _wider_than_quota(contract, quota, max(r.count for r in contract.requires))
+            or _wider_than_quota(contract, quota, len(outcome.nodes()))
+        )
         if over:
             raise NoCandidate(over)
         warnings = list(contract.warnings) + _reserved_warnings(found.held, contract, outcome)
@@ -417,6 +441,14 @@ def dry_run(ctx: Context, doc: Any, caller: Caller) -> dict[str, Any]:
         ],
         "warnings": warnings,
     }
+
+
+def _wider_than_quota(contract: Contract, quota: Quota | None, width: int) -> str | None:
+    """A run that needs more nodes than its team's ``max_nodes`` could never be placed: 422 at
+    submit and dry-run (docs/teams.md, "Quotas")."""
+    if quota is None or width <= quota.max_nodes:
+        return None
+    return quota_refusal(quota.team, width, quota.max_nodes)
 
 
 def _reserved_warnings(

@@ -14,19 +14,26 @@ from sqlalchemy.orm import Session
 
 from app.estimate import DURATIONS_PER_KEY
 from app.models import Run, Step, StepDuration
-from app.store.queue import IS_QUEUED, QUEUE_ORDER, QueuedRun, _queued_columns
+from app.store.queue import IS_QUEUED, QUEUE_ORDER, QueuedRun, TeamOrder, _queued_columns
 
 
-def _before_in_queue(priority: int, created_at: Any, run_id: str):  # type: ignore[no-untyped-def]
-    """The runs ahead of (priority, created_at, run_id) in queue order (SPEC §7a's order)."""
+def _before_in_queue(  # type: ignore[no-untyped-def]
+    priority: int, created_at: Any, run_id: str, order: TeamOrder | None = None
+):
+    """The runs ahead of (priority, created_at, run_id) in queue order (SPEC §7a's order); with
+    ``order``, in the scan order of teams (docs/teams.md, "Fair share"): at the run's priority,
+    every run of a team ranked before its own, and the older runs of the teams ranked with it."""
+    older = or_(
+        Run.created_at < created_at,
+        and_(Run.created_at == created_at, Run.run_id < run_id),
+    )
+    if order is None:
+        return or_(Run.priority > priority, and_(Run.priority == priority, older))
     return or_(
         Run.priority > priority,
         and_(
             Run.priority == priority,
-            or_(
-                Run.created_at < created_at,
-                and_(Run.created_at == created_at, Run.run_id < run_id),
-            ),
+            or_(Run.team.in_(order.before), and_(Run.team.in_(order.same), older)),
         ),
     )
 
@@ -36,6 +43,7 @@ def queued_ahead_of_shapes(
     keys: Sequence[str],
     run: QueuedRun,
     limit: int,
+    order: TeamOrder | None = None,
 ) -> list[QueuedRun]:
     """The first ``limit`` QUEUED runs ahead of ``run`` in queue order among the shapes
     ``keys``: each shape by one LATERAL probe of ``ix_runs_queued_shape`` with its own LIMIT, so
@@ -50,7 +58,7 @@ def queued_ahead_of_shapes(
         .where(
             IS_QUEUED,
             Run.requires_key == shapes.c.k,
-            _before_in_queue(run.priority, run.created_at, run.run_id),
+            _before_in_queue(run.priority, run.created_at, run.run_id, order),
         )
         .order_by(*QUEUE_ORDER)
         .limit(limit)

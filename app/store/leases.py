@@ -32,9 +32,12 @@ class Grant:
     capability: str  # that role's capability (shown in the heartbeat reply)
 
 
-def lease_rows(run_id: str, grants: Sequence[Grant], ttl_seconds: int) -> list[dict[str, object]]:
+def lease_rows(
+    run_id: str, grants: Sequence[Grant], ttl_seconds: int, team: str
+) -> list[dict[str, object]]:
     """One lease per distinct node, in node_id order (the lock order, docs/queue.md), a fresh
-    random nonce each, ``not_after = now() + ttl_seconds``. Inserted with the run
+    random nonce each, ``not_after = now() + ttl_seconds``, carrying the run's stored ``team``
+    (docs/teams.md, "Fair share"). Inserted with the run
     (:func:`app.store.runs.create_run`) or at its promotion (:func:`insert_leases`)."""
     return [
         {
@@ -44,12 +47,15 @@ def lease_rows(run_id: str, grants: Sequence[Grant], ttl_seconds: int) -> list[d
             "capability": g.capability,
             "nonce": secrets.token_hex(16),
             "ttl_seconds": ttl_seconds,
+            "team": team,
         }
         for g in sorted(grants, key=lambda g: g.node_id)
     ]
 
 
-def insert_leases(s: Session, run_id: str, grants: Sequence[Grant], ttl_seconds: int) -> None:
+def insert_leases(
+    s: Session, run_id: str, grants: Sequence[Grant], ttl_seconds: int, team: str
+) -> None:
     """The leases of a promoted run, after its run row (and, with reservations on, after
     :func:`app.store.reservations.place_unreserved`): the nodes' rows ``FOR SHARE`` in node_id
     order (again, a no-op, when the check locked them), then the leases in node_id order, in one
@@ -58,7 +64,8 @@ def insert_leases(s: Session, run_id: str, grants: Sequence[Grant], ttl_seconds:
     if not grants:
         return
     try:
-        pipelined(s, *leasing_statements(run_id, None, lease_rows(run_id, grants, ttl_seconds)))
+        rows = lease_rows(run_id, grants, ttl_seconds, team)
+        pipelined(s, *leasing_statements(run_id, None, rows))
     except IntegrityError as exc:
         if constraint_name(exc) == LEASES_PKEY:
             raise NodeTaken(run_id) from exc
@@ -113,6 +120,7 @@ def acquire_lease(
     ttl_seconds: int,
     *,
     reserved_for: int | None,
+    team: str,
 ) -> bool:
     """An acquire step's lease (docs/contract.md, "acquire"), or False: "unavailable". Inside a
     SAVEPOINT, so that its placement and its lease are written together or not at all (a
@@ -129,7 +137,7 @@ def acquire_lease(
     after its run's own leases, out of the lock order (docs/queue.md, "Lock order")."""
     savepoint = s.begin_nested()
     try:
-        acquired = _acquire(s, run_id, grant, not_after, ttl_seconds, reserved_for)
+        acquired = _acquire(s, run_id, grant, not_after, ttl_seconds, reserved_for, team)
     except BaseException:
         savepoint.rollback()
         raise
@@ -147,6 +155,7 @@ def _acquire(
     not_after: datetime | None,
     ttl_seconds: int,
     reserved_for: int | None,
+    team: str,
 ) -> bool:
     if not pipelined(s, free_node_lock(grant.node_id))[0]:
         return False
@@ -166,6 +175,7 @@ def _acquire(
             capability=grant.capability,
             not_after=not_after or (func.now() + timedelta(seconds=ttl_seconds)),
             nonce=secrets.token_hex(16),
+            team=team,
         )
         .on_conflict_do_nothing(index_elements=[Lease.node_id])
         .returning(Lease.node_id)

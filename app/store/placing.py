@@ -42,11 +42,11 @@ _PLACED = (
 # The rows of :func:`app.store.leases.lease_rows` (one JSONB parameter), in node_id order.
 _LEASE_ROWS = (
     " SELECT r.node_id, r.run_id, r.role, r.capability, r.nonce,"
-    " now() + make_interval(secs => r.ttl_seconds)"
+    " now() + make_interval(secs => r.ttl_seconds), r.team"
     " FROM jsonb_to_recordset(CAST(:new_leases AS jsonb)) AS r(node_id text, run_id text, role text,"
-    " capability text, nonce text, ttl_seconds integer)"
+    " capability text, nonce text, ttl_seconds integer, team text)"
 )
-_INTO_LEASES = "INSERT INTO leases (node_id, run_id, role, capability, nonce, not_after)"
+_INTO_LEASES = "INSERT INTO leases (node_id, run_id, role, capability, nonce, not_after, team)"
 
 _CHECK_AND_PLACE = text(f"WITH {_BLOCKED}, {_PLACED} SELECT count(*) FROM blocked")
 

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
+    ARRAY,
     ColumnElement,
     Connection,
     DateTime,
@@ -21,6 +22,7 @@ from sqlalchemy import (
     String,
     Text,
     and_,
+    any_,
     bindparam,
     case,
     column,
@@ -52,6 +54,7 @@ class QueuedRun:
     requires_key: str
     requires: Any
     priority: int = 0
+    team: str = "default"  # as stored on the run (docs/teams.md)
 
     @property
     def order(self) -> tuple[int, datetime, str]:
@@ -60,7 +63,7 @@ class QueuedRun:
 
 
 def _queued_columns():  # type: ignore[no-untyped-def]
-    return (Run.run_id, Run.created_at, Run.requires_key, Run.requires, Run.priority)
+    return (Run.run_id, Run.created_at, Run.requires_key, Run.requires, Run.priority, Run.team)
 
 
 QUEUE_ORDER = (Run.priority.desc(), Run.created_at, Run.run_id)
@@ -107,13 +110,35 @@ def _shape_heads() -> Select[Any]:
         .lateral("head")
     )
     return (
-        select(
-            head.c.run_id, head.c.created_at, head.c.requires_key, head.c.requires, head.c.priority
-        )
+        select(*(head.c[col.key] for col in _queued_columns()))
         .select_from(keys)
         .join(head, literal_column("true"))
         .where(keys.c.k.is_not(None))
     )
+
+
+# The first QUEUED run, in queue order, of every (shape, team): a loose index scan of
+# ``ix_runs_queued_shape_team`` for the distinct pairs, then a probe of it for each pair's first.
+_SHAPE_TEAM_HEADS = text(
+    "WITH RECURSIVE pairs(k, t) AS ("
+    " (SELECT requires_key, team FROM runs WHERE state = 'QUEUED'"
+    " ORDER BY requires_key, team LIMIT 1)"
+    " UNION ALL"
+    " SELECT p.k, p.t FROM pairs, LATERAL (SELECT r.requires_key AS k, r.team AS t FROM runs r"
+    " WHERE r.state = 'QUEUED' AND (r.requires_key, r.team) > (pairs.k, pairs.t)"
+    " ORDER BY r.requires_key, r.team LIMIT 1) p)"
+    " SELECT h.run_id, h.created_at, h.requires_key, h.requires, h.priority, h.team"
+    " FROM pairs CROSS JOIN LATERAL (SELECT run_id, created_at, requires_key, requires, priority,"
+    " team FROM runs WHERE state = 'QUEUED' AND requires_key = pairs.k AND team = pairs.t"
+    " ORDER BY priority DESC, created_at, run_id LIMIT 1) h"
+)
+
+
+def queued_shape_team_heads(s: Session) -> list[QueuedRun]:
+    """The first QUEUED run, in queue order, of every distinct (``requires_key``, team): what a
+    scan looks at first when teams share the fleet (docs/teams.md, "Fair share"). Its cost grows
+    with shapes × teams with queued runs, never with the queued runs."""
+    return [QueuedRun(*row) for row in s.execute(_SHAPE_TEAM_HEADS).all()]
 
 
 def queued_shape_heads(s: Session) -> list[QueuedRun]:
@@ -125,14 +150,17 @@ def queued_shape_heads(s: Session) -> list[QueuedRun]:
     return [QueuedRun(*row) for row in s.execute(_shape_heads()).all()]
 
 
-def next_queued_of_shape(s: Session, requires_key: str, after: QueuedRun) -> QueuedRun | None:
-    """The next QUEUED run of one shape after ``after`` in queue order."""
-    q = (
-        select(*_queued_columns())
-        .where(IS_QUEUED, Run.requires_key == requires_key, after_in_queue(after))
-        .order_by(*QUEUE_ORDER)
-        .limit(1)
+def next_queued_of_shape(
+    s: Session, requires_key: str, after: QueuedRun, *, team: str | None = None
+) -> QueuedRun | None:
+    """The next QUEUED run of one shape after ``after`` in queue order; with ``team``, of that
+    stored team only (``ix_runs_queued_shape_team``)."""
+    q = select(*_queued_columns()).where(
+        IS_QUEUED, Run.requires_key == requires_key, after_in_queue(after)
     )
+    if team is not None:
+        q = q.where(Run.team == team)
+    q = q.order_by(*QUEUE_ORDER).limit(1)
     row = s.execute(q).first()
     return QueuedRun(*row) if row else None
 
@@ -240,18 +268,27 @@ class QueuePlace:
 COUNTED_BEFORE = 1000
 
 
-def _queued_ahead() -> ColumnElement[int]:
-    """QUEUED runs ahead in queue order: higher priority, or equal priority and older (the queue
+def _queued_ahead(teams: bool) -> ColumnElement[int]:
+    """QUEUED runs ahead in scan order: higher priority, or equal priority and older (the queue
     position of a run, SPEC §7 "Explaining the wait", §7a). Never a count of the whole queue:
     the higher priorities from ``queue_counts``, its own priority by the shorter of the two
     ranges of ``ix_runs_queued`` around the run (one snapshot: the counts are kept in the
-    transactions that move runs in and out of QUEUED)."""
+    transactions that move runs in and out of QUEUED).
+
+    ``teams`` (docs/teams.md, "Fair share"): at the run's priority, the runs of the stored teams
+    ranked before its own (``:before``) all count, from ``queue_counts``, and the older runs of
+    the teams ranked with its own (``:same``, its own among them) by a range of
+    ``ix_runs_queued_team``."""
     priority = bindparam("priority", type_=Integer)
     key = tuple_(
         bindparam("created_at", type_=DateTime(timezone=True)), bindparam("run_id", type_=Text)
     )
     here = tuple_(Run.created_at, Run.run_id)
     same = and_(IS_QUEUED, Run.priority == priority)
+    at_priority: list[ColumnElement[bool]] = [QueueCount.priority == priority]
+    if teams:
+        same = and_(same, Run.team == any_(bindparam("same", type_=ARRAY(Text))))
+        at_priority.append(QueueCount.team == any_(bindparam("same", type_=ARRAY(Text))))
 
     def counted(*where: ColumnElement[bool]) -> ColumnElement[int]:
         return func.coalesce(
@@ -273,9 +310,13 @@ def _queued_ahead() -> ColumnElement[int]:
     from_it_on = select(func.count()).where(same, here >= key).correlate(None).scalar_subquery()
     own = case(
         (before <= COUNTED_BEFORE, before),
-        else_=counted(QueueCount.priority == priority) - from_it_on,
+        else_=counted(*at_priority) - from_it_on,
     )
-    return counted(QueueCount.priority > priority) + own
+    ahead = counted(QueueCount.priority > priority) + own
+    if teams:
+        ranked_before = QueueCount.team == any_(bindparam("before", type_=ARRAY(Text)))
+        ahead = ahead + counted(QueueCount.priority == priority, ranked_before)
+    return ahead
 
 
 def oldest_queued() -> ColumnElement[datetime]:
@@ -319,15 +360,15 @@ def _reservation_work(seconds: int) -> ColumnElement[bool]:
 
 
 @functools.cache
-def _queue_place(seconds: int) -> Select[Any]:
-    """The statement of :func:`queue_place`; built once per ``queue.reserve_after_seconds``
-    (every queued submit's reply runs it)."""
+def _queue_place(seconds: int, teams: bool) -> Select[Any]:
+    """The statement of :func:`queue_place`; built once per ``queue.reserve_after_seconds`` and
+    whether teams order the queue (every queued submit's reply runs it)."""
     run_id = bindparam("run_id", type_=Text)
     # Each part is a subquery of its own (nothing to correlate: the statement has no FROM).
     return select(
         func.now(),
         select(Run.state).where(Run.run_id == run_id).correlate(None).scalar_subquery(),
-        _queued_ahead(),
+        _queued_ahead(teams),
         func.array(
             select(Reservation.node_id)
             .where(Reservation.run_id == run_id)
@@ -340,12 +381,31 @@ def _queue_place(seconds: int) -> Select[Any]:
     )
 
 
+@dataclass(frozen=True)
+class TeamOrder:
+    """Where a run's team stands at its priority (docs/teams.md, "Fair share"): the stored team
+    names ranked before it, and those ranked with it (its own among them)."""
+
+    before: list[str]
+    same: list[str]
+
+
 def queue_place(
-    s: Session | Connection, run_id: str, priority: int, created_at: datetime, *, reserve_after: int
+    s: Session | Connection,
+    run_id: str,
+    priority: int,
+    created_at: datetime,
+    *,
+    reserve_after: int,
+    order: TeamOrder | None = None,
 ) -> QueuePlace:
     """Where the run stands, in one statement: the database's clock, its state, the QUEUED runs
     ahead of it, the nodes reserved for it, the last wake mark and whether the reservation step
-    has work (``reserve_after``: ``queue.reserve_after_seconds``)."""
-    params = {"priority": priority, "created_at": created_at, "run_id": run_id}
-    ((now, state, ahead, own, mark, work),) = fetch(s, _queue_place(reserve_after), params)
+    has work (``reserve_after``: ``queue.reserve_after_seconds``). ``order``: teams order the
+    queue, and this is where the run's team stands (None: by priority and age alone)."""
+    params: dict[str, Any] = {"priority": priority, "created_at": created_at, "run_id": run_id}
+    if order is not None:
+        params.update(before=order.before, same=order.same)
+    statement = _queue_place(reserve_after, order is not None)
+    ((now, state, ahead, own, mark, work),) = fetch(s, statement, params)
     return QueuePlace(now, state, int(ahead), list(own), int(mark), bool(work))

@@ -116,12 +116,13 @@ def stored_reservations(s: Session) -> tuple[dict[str, str], dict[str, QueuedRun
             Run.requires_key,
             Run.requires,
             Run.priority,
+            Run.team,
             Run.state,
         ).join(Run, Run.run_id == Reservation.run_id)
     ).all()
     stored = {r.node_id: r.run_id for r in rows}
     holders = {
-        r.run_id: QueuedRun(r.run_id, r.created_at, r.requires_key, r.requires, r.priority)
+        r.run_id: QueuedRun(r.run_id, r.created_at, r.requires_key, r.requires, r.priority, r.team)
         for r in rows
         if r.state == QUEUED
     }

@@ -24,7 +24,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session
 
 from app.contract import is_valid_id
@@ -43,6 +43,8 @@ from app.store import DuplicateRun, NodeTaken, NotQueued, PrunedRunId, constrain
 from app.store.driver import pipelined
 from app.store.placing import check_unreserved, leasing_statements
 from app.store.rows import STEP_COLUMNS, rows_insert
+from app.store.teams import over_quota, quota_statement
+from app.teams import Quota
 
 
 def get_run(s: Session, run_id: str) -> Run | None:
@@ -79,6 +81,7 @@ def create_run(
     steps: Sequence[dict[str, Any]] = (),
     cause: str = "submit",
     unreserved_for: int | None = None,
+    quota: Quota | None = None,
 ) -> datetime:
     """A new run in one round trip: one statement for its row, its first event and its steps
     (rows from :func:`app.store.steps.step_rows`), as data-modifying CTEs, then its leases (rows
@@ -92,7 +95,9 @@ def create_run(
     The run row goes first, so a duplicate run_id waits on its key before this transaction holds
     any node, placement or lease row. ``unreserved_for``: the priority whose reservations the
     leases may not pass (SPEC §7a; None: reservations are off, and nothing is checked or
-    placed); a reservation found raises :class:`NodeTaken`.
+    placed); a reservation found raises :class:`NodeTaken`. ``quota``: the run's team has
+    ``max_nodes``, and its ``team_limits`` row is locked and its leases counted after the run row
+    and before the nodes' rows; over quota raises :class:`OverQuota` (docs/teams.md, "Quotas").
 
     A duplicate run_id fails on ``pk_runs`` (:class:`DuplicateRun`), a node another run holds on
     ``pk_leases`` (:class:`NodeTaken`), the id of a pruned run on its tombstone (a trigger,
@@ -124,6 +129,9 @@ def create_run(
         # On the session's driver connection: nothing here goes through the ORM's identity map.
         statement = _create_statement(bool(steps))
         leasing = leasing_statements(contract.run_id, unreserved_for, leases)
+        if leasing and quota is not None:
+            width = len({lease["node_id"] for lease in leases})
+            leasing = [quota_statement(quota.team, quota.apart, width, quota.max_nodes), *leasing]
         rows = pipelined(s, (statement, params), *leasing, begin=True)
     except IntegrityError as exc:
         name = constraint_name(exc)
@@ -133,6 +141,11 @@ def create_run(
             raise NodeTaken(contract.run_id) from exc
         if name == TOMBSTONES_PKEY:
             raise PrunedRunId(contract.run_id) from exc
+        raise
+    except DBAPIError as exc:
+        refused = over_quota(exc)
+        if refused is not None:
+            raise refused from exc
         raise
     if leasing and unreserved_for is not None:
         check_unreserved(contract.run_id, rows[-1])

@@ -145,3 +145,41 @@ def test_a_role_whose_only_candidate_drains_is_unavailable(client, sql):
 
     assert view["expected_start"] is None
     assert view["expected_basis"] == "unavailable"
+
+
+def test_the_runs_list_shows_each_queued_rows_expected_start_under_one_budget(client, sql):
+    record(sql, FLASH, 60)
+    record(sql, BOOT, 100)
+    running_flash_for(client, sql, 20)
+    submit(client, two_steps("run-b"), 202)
+    submit(client, two_steps("run-c"), 202)
+
+    rows = {r["run_id"]: r for r in client.get("/v1/runs?state=QUEUED").get_json()["runs"]}
+
+    # As in the views: run-b after run-a's 140 s, run-c 160 s later.
+    view_b = client.get("/v1/runs/run-b").get_json()
+    assert rows["run-b"]["expected_basis"] == "history"
+    assert rows["run-c"]["expected_basis"] == "history"
+    at = when(view_b["candidates_at"])
+    assert 139 <= (when(rows["run-b"]["expected_start"]) - at).total_seconds() <= 142
+    assert 299 <= (when(rows["run-c"]["expected_start"]) - at).total_seconds() <= 302
+    # A row that is not QUEUED has none.
+    running = client.get("/v1/runs?state=RUNNING").get_json()["runs"]
+    assert [r["run_id"] for r in running] == ["run-a"] and "expected_basis" not in running[0]
+
+
+def test_rows_past_the_lists_budget_get_budget_without_a_look(client, sql):
+    """A budget of MAX_AHEAD (3) for the whole list, each row estimated and each run ahead it
+    looks at counting one, spent from the front of the queue: q-0 (nothing ahead, 1) and q-1
+    (itself and q-0, 2) are estimated, the rest are ``budget``."""
+    record(sql, FLASH, 60)
+    record(sql, BOOT, 100)
+    running_flash_for(client, sql, 20)
+    for i in range(5):
+        submit(client, two_steps(f"q-{i}"), 202)
+
+    rows = client.get("/v1/runs?state=QUEUED").get_json()["runs"]
+
+    assert [r["run_id"] for r in rows] == [f"q-{i}" for i in (4, 3, 2, 1, 0)]  # newest first
+    assert [r["expected_basis"] for r in rows] == ["budget"] * 3 + ["history"] * 2
+    assert all(r["expected_start"] is None for r in rows if r["expected_basis"] == "budget")

@@ -158,6 +158,7 @@ def test_the_view_and_the_list_rows_carry_the_team_and_team_filters(app, sql, bo
 def test_a_team_no_longer_configured_is_shown_and_filtered_under_its_stored_name(app, sql, board):
     as_token(app, "kern").post("/v1/runs", json=contract("k1"))
     sql.execute("update runs set team = 'gone' where run_id = 'k1'")
+    sql.execute("update leases set team = 'gone' where run_id = 'k1'")
     reader = as_token(app, "reader")
     assert reader.get("/v1/runs/k1").get_json()["team"] == "gone"
     assert [r["run_id"] for r in reader.get("/v1/runs?team=gone").get_json()["runs"]] == ["k1"]
@@ -217,8 +218,10 @@ def test_get_teams_lists_the_configured_teams_and_default_by_name(app, sql, boar
         "name": "kernel",
         "weight": 3,
         "share": 0.75,
-        "usage": None,
-        "factor": None,
+        # Nothing charged yet: usage 0 of 0; the factor is its share over its one node's
+        # running charge (fairshare.running_charge_seconds, 3600).
+        "usage": 0.0,
+        "factor": pytest.approx(0.75 / 3600),
         "running_nodes": 1,
         "queued": 0,
         "max_nodes": 4,
@@ -228,8 +231,8 @@ def test_get_teams_lists_the_configured_teams_and_default_by_name(app, sql, boar
         "name": "qa",
         "weight": 1,
         "share": 0.25,
-        "usage": None,
-        "factor": None,
+        "usage": 0.0,
+        "factor": None,  # nothing spent: ranked first
         "running_nodes": 0,
         "queued": 2,
         "max_nodes": None,
@@ -241,6 +244,7 @@ def test_get_teams_lists_the_configured_teams_and_default_by_name(app, sql, boar
 def test_get_teams_counts_a_run_of_an_unconfigured_team_as_default(app, sql, board):
     as_token(app, "kern").post("/v1/runs", json=contract("k1"))
     sql.execute("update runs set team = 'gone' where run_id = 'k1'")
+    sql.execute("update leases set team = 'gone' where run_id = 'k1'")
     by_name = {t["name"]: t for t in as_token(app, "reader").get("/v1/teams").get_json()["teams"]}
     assert "gone" not in by_name
     assert (by_name["default"]["running_nodes"], by_name["default"]["share"]) == (1, 1.0)

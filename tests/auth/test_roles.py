@@ -37,6 +37,7 @@ ALLOWED: dict[tuple[str, str], set[str]] = {
     ("GET", "/v1/nodes"): EVERYONE,
     ("GET", "/v1/capabilities"): EVERYONE,
     ("GET", "/v1/teams"): EVERYONE,
+    ("GET", "/v1/teams/usage"): EVERYONE,
     ("GET", "/v1/asks"): ANSWERERS | {"reader"},
     ("POST", "/v1/runs/r1/steps/2/answer"): ANSWERERS,
     # r1 is not the submitters' own run: only operators cancel it.

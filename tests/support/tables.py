@@ -30,6 +30,11 @@ TABLES = (
     "auth_failures",
     "ui_sessions",
     "step_durations",
+    # After leases: deleting a lease writes its usage_ended row.
+    "usage_ended",
+    "team_usage",
+    "team_usage_hours",
+    "team_limits",
 )
 
 _OWNED_SEQUENCES = """

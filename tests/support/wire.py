@@ -93,6 +93,7 @@ V1_ROUTES: list[tuple[str, str, Any]] = [
     ("GET", "/v1/nodes", None),
     ("GET", "/v1/capabilities", None),
     ("GET", "/v1/teams", None),
+    ("GET", "/v1/teams/usage", None),
     ("GET", "/v1/asks", None),
     ("POST", "/v1/runs/r1/steps/2/answer", {"ok": True}),
     ("POST", "/v1/runs/r1/cancel", None),

@@ -128,6 +128,9 @@ PURE = (
     "app.states",
     "app.wire",
     "app.askform",
+    "app.teamchart",
+    "app.teams",
+    "app.estimate",
 )
 FRAMEWORKS = ("sqlalchemy", "flask", "werkzeug", "psycopg")
 
