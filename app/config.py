@@ -122,6 +122,13 @@ KEYS: tuple[Key, ...] = (
     # what each node its runs hold counts for in the order before its usage has moved.
     Key("fairshare.half_life_seconds", 86400, as_int, _positive),
     Key("fairshare.running_charge_seconds", 3600, as_int, _not_negative),
+    # Broken boards (docs/operators.md, "Quarantine"): strikes in a row that quarantine a node
+    # (0: never), the contract of the health run that lifts a quarantine (a JSON file), and how
+    # long after a failed health run the next is queued.
+    Key("health.failures_in_a_row", 3, as_int, _not_negative),
+    Key("health.check_contract", None, as_str),
+    Key("health.recheck_seconds", 3600, as_int, _positive),
+    Key("notify.nodes_url", None, as_str),
     Key("notify.asks_url", None, as_str),
     Key("notify.runs_url", None, as_str),
     # Webhooks waiting for a sender, at most: past it they are dropped and counted.

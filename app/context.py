@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from app.config import Config
 from app.db import Database, gate_options
+from app.healthcheck import load_health_check
 from app.listener import ClaimListener, ClaimNotifier
 from app.logs import log
 from app.metrics import count_auth, count_submits_of
@@ -34,6 +35,10 @@ class Context:
         # With the process's caches of checked and refused secrets.
         self.tokens = TokenSet.from_config(config, on_count=count_auth)
         self.teams = Teams.from_config(config)  # docs/teams.md
+        # docs/operators.md, "Health runs": checked at start-up like a submit.
+        self.health_check = load_health_check(
+            config["health.check_contract"], config["contract.capabilities"]
+        )
         count_submits_of(self.teams.names)
         self.failures = FailureLimit(
             config["auth.max_failures_per_minute"], loopback=config["auth.limit_loopback"]

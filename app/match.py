@@ -332,3 +332,28 @@ def match_firsts(requires: Sequence[Role], firsts: Sequence[Firsts]) -> Assignme
             )
         chosen.append((role.name, got.free[: role.count]))
     return Assignment(tuple(chosen))
+
+
+def match_pinned(
+    requires: Sequence[Role],
+    adverts: Sequence[Advert],
+    unavailable: Collection[str],
+    pinned: str,
+    *,
+    pinned_free: bool,
+) -> Assignment | Reject:
+    """A health run's match (docs/operators.md, "Health runs"): its first role is filled by its
+    pinned node alone, whatever that node's quarantine (``pinned_free``: the node is unavailable
+    for nothing but its quarantine, or not at all), the other roles as usual, without it."""
+    first, rest = requires[0], list(requires[1:])
+    pin = next((a for a in adverts if a.node_id == pinned), None)
+    if pin is None or not satisfies(pin, first):
+        return Reject(409, first.name, f"the pinned node {pinned} is not live or does not fit")
+    if pinned in unavailable and not pinned_free:
+        return Reject(409, first.name, f"the pinned node {pinned} is busy or draining")
+    if not rest:
+        return Assignment(((first.name, (pinned,)),))
+    outcome = match(rest, adverts, set(unavailable) | {pinned}, ordered=True)
+    if isinstance(outcome, Reject):
+        return outcome
+    return Assignment(((first.name, (pinned,)), *outcome.roles))

@@ -58,6 +58,10 @@ PRUNABLE_RUNS = "sealed_at IS NOT NULL OR (reject ->> 'Code') = '422'"
 NULLABLE_JSONB = JSONB(none_as_null=True)
 
 
+# A node out of service by node_health (an operator's hold or a quarantine): the predicate of
+# ``ix_node_health_out``, repeated word for word by the candidate reads.
+NODE_OUT = "hold_mode IS NOT NULL OR quarantined_at IS NOT NULL"
+
 # Partial-index predicates, repeated word for word by the queries that must use them (a
 # parameter in their place would keep a prepared statement's generic plan off the index).
 OPEN_STEPS = "state IN ('PENDING', 'CLAIMED', 'ASKED')"
@@ -145,6 +149,8 @@ class Run(Base):
     stored_bytes: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
     # docs/teams.md: chosen at submit and kept, even once the configuration no longer names it.
     team: Mapped[str] = mapped_column(Text, server_default=text("'default'"))
+    # A health run's node (docs/operators.md, "Health runs"): its first role's only candidate.
+    pinned_node: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(server_default=func.now())
     promoted_at: Mapped[datetime | None] = mapped_column()
     ended_at: Mapped[datetime | None] = mapped_column()
@@ -176,6 +182,10 @@ class Run(Base):
         # (shape, team) for the scans (docs/teams.md, "Fair share").
         _in_queue_order("ix_runs_queued_team", "team"),
         _in_queue_order("ix_runs_queued_shape_team", "requires_key", "team"),
+        # A node's health runs (docs/operators.md, "Health runs").
+        Index(
+            "ix_runs_pinned_node", "pinned_node", postgresql_where=text("pinned_node IS NOT NULL")
+        ),
         # The reaper's passes look only at the runs that need it.
         Index(
             "ix_runs_unsealed",
@@ -281,6 +291,52 @@ class QueueCount(Base):
     team: Mapped[str] = mapped_column(Text, primary_key=True, server_default=text("'default'"))
     slot: Mapped[int] = mapped_column(Integer, primary_key=True)
     queued: Mapped[int] = mapped_column(BigInteger)
+
+
+class NodeHealth(Base):
+    """What an operator and the Mediator keep about a node apart from its advert
+    (docs/operators.md): an operator's hold, strikes, quarantine and health runs."""
+
+    __tablename__ = "node_health"
+
+    node_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    hold_mode: Mapped[str | None] = mapped_column(Text)
+    hold_reason: Mapped[str | None] = mapped_column(Text)
+    hold_by: Mapped[str | None] = mapped_column(Text)
+    hold_at: Mapped[datetime | None] = mapped_column()
+    strikes: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    quarantined_at: Mapped[datetime | None] = mapped_column()
+    quarantine_reason: Mapped[str | None] = mapped_column(Text)
+    quarantine_by: Mapped[str | None] = mapped_column(Text)
+    health_runs: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    health_queued_at: Mapped[datetime | None] = mapped_column()
+    health_ended_at: Mapped[datetime | None] = mapped_column()
+
+    __table_args__ = (
+        CheckConstraint(
+            "hold_mode IS NULL OR hold_mode IN ('graceful', 'at-boundary')", name="hold_mode"
+        ),
+        Index(
+            "ix_node_health_out",
+            "node_id",
+            postgresql_where=text(NODE_OUT),
+        ),
+    )
+
+
+class NodeEvent(Base):
+    """A change of a node's hold, strikes or quarantine, with its reason (docs/operators.md)."""
+
+    __tablename__ = "node_events"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    node_id: Mapped[str] = mapped_column(Text)
+    at: Mapped[datetime] = mapped_column(server_default=func.now())
+    change: Mapped[str] = mapped_column(Text)
+    reason: Mapped[str | None] = mapped_column(Text)
+    by: Mapped[str | None] = mapped_column(Text)
+
+    __table_args__ = (Index("ix_node_events_node_id", "node_id", "at"),)
 
 
 class UsageEnded(Base):

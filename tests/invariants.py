@@ -310,6 +310,14 @@ def check_quiet(
             "select node_id, capabilities, label, drain from nodes where expires_at > now()"
         ).fetchall()
         leased = {r["node_id"] for r in cur.execute("select node_id from leases").fetchall()}
+        # An operator's hold or a quarantine keeps a node out (docs/operators.md).
+        out = {
+            r["node_id"]
+            for r in cur.execute(
+                "select node_id from node_health"
+                " where hold_mode is not null or quarantined_at is not null"
+            ).fetchall()
+        }
         queued: Rows = cur.execute(
             "select run_id, requires, priority, team from runs where state = 'QUEUED'"
             " order by priority desc, created_at, run_id"
@@ -328,7 +336,7 @@ def check_quiet(
     adverts = candidate_order(
         adverts_from_rows((r["node_id"], r["capabilities"], r["label"]) for r in nodes)
     )
-    unavailable = leased | {r["node_id"] for r in nodes if r["drain"]}
+    unavailable = leased | out | {r["node_id"] for r in nodes if r["drain"]}
     out: list[str] = []
     for run in queued:
         against = {

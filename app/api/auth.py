@@ -47,13 +47,14 @@ class Access:
 
     @property
     def needed(self) -> str:
-        return " or ".join([*sorted(self.roles), "operator"])
+        return " or ".join([*sorted(self.roles - {"operator"}), "operator"])
 
 
 ANY_TOKEN = Access()
 NODE = frozenset({"node"})
 SUBMITTER = frozenset({"submitter"})
 ANSWERER = frozenset({"answerer"})
+OPERATOR = frozenset({"operator"})
 
 ROUTES: dict[tuple[str, str], Access] = {
     ("POST", "/v1/nodes"): Access(NODE, ADVERT_NODE),
@@ -65,6 +66,11 @@ ROUTES: dict[tuple[str, str], Access] = {
     ("GET", "/v1/runs/dry-run"): ANY_TOKEN,  # the run view of a run named dry-run
     ("GET", "/v1/runs"): ANY_TOKEN,
     ("GET", "/v1/nodes"): ANY_TOKEN,
+    # docs/operators.md: an operator's hold and quarantine, operators alone.
+    ("POST", "/v1/nodes/<node_id>/drain"): Access(OPERATOR),
+    ("DELETE", "/v1/nodes/<node_id>/drain"): Access(OPERATOR),
+    ("POST", "/v1/nodes/<node_id>/quarantine"): Access(OPERATOR),
+    ("DELETE", "/v1/nodes/<node_id>/quarantine"): Access(OPERATOR),
     ("GET", "/v1/capabilities"): ANY_TOKEN,
     ("GET", "/v1/teams"): ANY_TOKEN,  # docs/teams.md
     ("GET", "/v1/teams/usage"): ANY_TOKEN,  # docs/teams.md

@@ -1,6 +1,6 @@
 """Pages for people (SPEC §21): sign-in with a server-side session, the overview at ``/``, runs,
-a run, asks with their answer forms, nodes, teams; and the run's log, artifacts and Record as
-downloads.
+a run, asks with their answer forms, nodes with an operator's drain and quarantine forms, teams;
+and the run's log, artifacts and Record as downloads.
 
 A page calls the same service functions as the API, under the same table of access
 (:data:`app.api.auth.ROUTES`): a page or a form is allowed exactly when the API route it stands
@@ -60,6 +60,7 @@ from app.services.access import note_failed_authentication
 from app.services.asks import answer, list_asks, open_ask_schema
 from app.services.cancel import cancel_run
 from app.services.observe import capabilities, nodes_list, run_page, runs_list
+from app.services.operators import hold_node, lift_node, quarantine_node, resume_node
 from app.services.records import get_blob, read_log, record_stream
 from app.services.status import status
 from app.services.teams import teams_view, usage_chart
@@ -102,6 +103,8 @@ REFERRER_POLICY = "same-origin"
 FILE_CSP = "sandbox"
 NOT_PAGES = ("/v1/", "/healthz", "/readyz", "/metrics", "/static/")
 CANCEL_RULE = "/v1/runs/<run_id>/cancel"
+DRAIN_RULE = "/v1/nodes/<node_id>/drain"
+QUARANTINE_RULE = "/v1/nodes/<node_id>/quarantine"
 ASKS_RULE = "/v1/asks"
 SHOWN_LOG_KINDS = NODE_KINDS
 
@@ -480,26 +483,122 @@ def answer_ask(run_id: str, seq: str) -> Any:
 def _tile(node: dict[str, Any]) -> str:
     if not node["live"]:
         return "notlive"
+    if node["health"]["state"] == "quarantined":  # unavailable until lifted (SPEC §22.5)
+        return "quarantined"
     if node["draining"]:
         return "draining"
     return "leased" if node["lease"] else "free"
 
 
-@blp.get("/nodes")
-@signed_in("GET", "/v1/nodes")
-def nodes() -> Response:
+def _nodes_page(failed: dict[str, Any] | None = None, status_code: int = 200) -> Response:
+    who = me()
+    assert who is not None
     listing = nodes_list(ctx())
     for node in listing["nodes"]:
         node["tile"] = _tile(node)
     counts: dict[str, int] = {}
     for node in listing["nodes"]:
         counts[node["tile"]] = counts.get(node["tile"], 0) + 1
-    return _page(
+    resp = _page(
         "nodes.html",
         listing=listing,
         counts=counts,
         capabilities=capabilities(ctx())["capabilities"],
+        # Each form for those whose roles allow its API route (SPEC §21: no button that 403s).
+        may=_node_actions(who),
+        failed=failed or {},
+        done=_done_notice(),
     )
+    resp.status_code = status_code
+    return resp
+
+
+def _node_actions(who: Caller) -> dict[str, bool]:
+    return {
+        "drain": may_call(who, "POST", DRAIN_RULE),
+        "resume": may_call(who, "DELETE", DRAIN_RULE),
+        "quarantine": may_call(who, "POST", QUARANTINE_RULE),
+        "lift": may_call(who, "DELETE", QUARANTINE_RULE),
+    }
+
+
+# What the nodes page says after a form was taken (``?done=<action>&node=<id>``).
+NODE_NOTICES = {
+    "drain": "is held: it takes no new run",
+    "resume": "is no longer held",
+    "quarantine": "is quarantined",
+    "lift": "is out of quarantine, its strikes reset",
+}
+
+
+def _done_notice() -> dict[str, str] | None:
+    action, node_id = request.args.get("done"), request.args.get("node")
+    if action not in NODE_NOTICES or not node_id or not is_valid_id(node_id):
+        return None
+    return {"node": node_id, "text": NODE_NOTICES[action]}
+
+
+def _known_node(node_id: str) -> str:
+    """A node id no node can have is a 404, like one that never advertised."""
+    if not is_valid_id(node_id):
+        raise NotFound(f"no such node: {node_id}")
+    return node_id
+
+
+def _node_form(
+    node_id: str, action: str, change: Callable[[str, Caller], Any], typed: dict[str, str]
+) -> Any:
+    """Do ``change`` (a service function of docs/operators.md, as the API route does) and go back
+    to the nodes page with its notice; a reason or mode the service refuses shows the nodes page
+    again with the reason beside that form and what was typed kept, and changes nothing."""
+    who = me()
+    assert who is not None
+    node_id = _known_node(node_id)
+    try:
+        change(node_id, who)
+    except BadRequest as exc:
+        failed = {"node": node_id, "form": action, "error": exc.reason, "typed": typed}
+        return _nodes_page(failed, 400)
+    return redirect(url_for("pages.nodes", done=action, node=node_id) + f"#node-{node_id}", 303)
+
+
+def _reason_field() -> str:
+    # A reason of blanks alone is none: the service then says it is required.
+    return (request.form.get("reason") or "").strip()
+
+
+@blp.get("/nodes")
+@signed_in("GET", "/v1/nodes")
+def nodes() -> Response:
+    return _nodes_page()
+
+
+@blp.post("/nodes/<node_id>/drain")
+@signed_in("POST", DRAIN_RULE)
+def drain_node(node_id: str) -> Any:
+    body = {"mode": request.form.get("mode") or "", "reason": _reason_field()}
+    return _node_form(node_id, "drain", lambda n, who: hold_node(ctx(), n, body, who), dict(body))
+
+
+@blp.post("/nodes/<node_id>/resume")
+@signed_in("DELETE", DRAIN_RULE)
+def resume(node_id: str) -> Any:
+    return _node_form(node_id, "resume", lambda n, who: resume_node(ctx(), n, who), {})
+
+
+@blp.post("/nodes/<node_id>/quarantine")
+@signed_in("POST", QUARANTINE_RULE)
+def quarantine(node_id: str) -> Any:
+    body = {"reason": _reason_field()}
+    return _node_form(
+        node_id, "quarantine", lambda n, who: quarantine_node(ctx(), n, body, who), dict(body)
+    )
+
+
+@blp.post("/nodes/<node_id>/lift")
+@signed_in("DELETE", QUARANTINE_RULE)
+def lift(node_id: str) -> Any:
+    return _node_form(node_id, "lift", lambda n, who: lift_node(ctx(), n, who), {})
 
 
 # ---------------------------------------------------------------- teams

@@ -261,6 +261,9 @@ class CandidatesSchema(Reply):
     live = fields.Integer(required=True)
     busy = fields.Integer(required=True)
     draining = fields.Integer(required=True)
+    quarantined = fields.Integer(
+        metadata={"description": "live, not busy, not draining, quarantined (docs/operators.md)"}
+    )
     reserved = fields.Integer(metadata={"description": "reserved against this run (SPEC §7a)"})
 
 
@@ -682,6 +685,23 @@ class AdvertisedCapabilitySchema(Reply):
     attrs = fields.Dict(keys=fields.String(), values=fields.String(), required=True)
 
 
+_REASON = "why, for the people who will read it: 1 byte to 1 KiB of UTF-8"
+
+
+class NodeHoldSchema(Reply):
+    mode = fields.String(required=True, validate=validate.OneOf(["graceful", "at-boundary"]))
+    reason = fields.String(required=True)
+    by = fields.String(required=True)
+    at = _ts(required=True)
+
+
+class NodeHealthSchema(Reply):
+    state = fields.String(required=True, validate=validate.OneOf(["ok", "quarantined"]))
+    strikes = fields.Integer(required=True)
+    since = _ts(metadata={"description": "while quarantined"})
+    reason = fields.String(metadata={"description": "while quarantined"})
+
+
 class NodeViewSchema(Reply):
     node_id = fields.String(required=True)
     label = fields.String(required=True, allow_none=True)
@@ -691,7 +711,37 @@ class NodeViewSchema(Reply):
     expires_at = _ts(required=True)
     live = fields.Boolean(required=True)
     lease = fields.Nested(NodeLeaseSchema, required=True, allow_none=True)
-    draining = fields.String(required=True)
+    draining = fields.String(
+        required=True,
+        metadata={
+            "description": "the effective drain: the stronger of the advert's and an operator's"
+            ' hold, "" when neither (docs/operators.md)'
+        },
+    )
+    hold = fields.Nested(
+        NodeHoldSchema,
+        required=True,
+        allow_none=True,
+        metadata={"description": "an operator's drain, apart from the advert's"},
+    )
+    health = fields.Nested(NodeHealthSchema, required=True)
+
+
+class NodeDrainBodySchema(Schema):
+    """``POST /v1/nodes/{id}/drain``: an operator's hold (docs/operators.md)."""
+
+    mode = fields.String(required=True, validate=validate.OneOf(["graceful", "at-boundary"]))
+    reason = fields.String(
+        required=True, validate=validate.Length(min=1, max=1024), metadata={"description": _REASON}
+    )
+
+
+class NodeQuarantineBodySchema(Schema):
+    """``POST /v1/nodes/{id}/quarantine`` (docs/operators.md)."""
+
+    reason = fields.String(
+        required=True, validate=validate.Length(min=1, max=1024), metadata={"description": _REASON}
+    )
 
 
 class NodeListSchema(Reply):

@@ -455,11 +455,116 @@ def runs(
 @handled
 def nodes(ctx: click.Context) -> None:
     """The fleet: live nodes, their capabilities, leases and drains."""
+    _fleet(ctx, render.nodes_table)
+
+
+def _fleet(ctx: click.Context, table: Callable[[list[Any]], str]) -> None:
+    """``GET /v1/nodes`` as its JSON or as ``table`` renders its nodes."""
     answer = _client(ctx).get("/v1/nodes")
     if _json_wanted(ctx):
         _print_json(answer)
     else:
-        click.echo(render.nodes_table(answer.get("nodes") or []))
+        click.echo(table(answer.get("nodes") or []))
+
+
+def complete_nodes(
+    ctx: click.Context, param: click.Parameter, incomplete: str
+) -> list[CompletionItem]:
+    """Node ids for the shell's completion, as :func:`complete_runs` completes run ids (quietly
+    nothing when anything goes wrong)."""
+    obj = ctx.find_root().obj or {}
+    try:
+        found = resolve(
+            {name: obj.get(name) for name in ("url", "token", "principal")},
+            os.environ,
+            obj.get("profile"),
+        )
+        client = Client(found.url, found.token, found.principal, timeout=COMPLETE_TIMEOUT)
+        listing = client.get("/v1/nodes")
+        return [
+            CompletionItem(n["node_id"], help="live" if n.get("live") else "not live")
+            for n in listing.get("nodes") or []
+            if str(n.get("node_id", "")).startswith(incomplete)
+        ]
+    except Exception:  # any: see complete_runs
+        return []
+
+
+@click.group()
+def node() -> None:
+    """The fleet with each node's hold and health; an operator holds (drains), resumes,
+    quarantines and lifts a node."""
+
+
+def _node_line(ctx: click.Context, reply: Any) -> None:
+    """The node's line the server answered with, as ``node list`` shows it (or its JSON)."""
+    if _json_wanted(ctx):
+        _print_json(reply)
+    else:
+        click.echo(render.node_lines_table([reply] if isinstance(reply, dict) else []))
+
+
+@node.command("list")
+@json_flag
+@click.pass_context
+@handled
+def node_list(ctx: click.Context) -> None:
+    """The fleet: each node's lease, drain, an operator's hold and its health."""
+    _fleet(ctx, render.node_lines_table)
+
+
+REASON_HELP = "Why (1 byte to 1 KiB): kept with the change and shown with the node."
+
+
+@node.command("drain")
+@click.argument("node_id", metavar="NODE", shell_complete=complete_nodes)
+@click.option("--reason", required=True, help=REASON_HELP)
+@click.option(
+    "--at-boundary",
+    is_flag=True,
+    help="Cancel the node's run at its next step boundary (default: graceful, the run goes on).",
+)
+@json_flag
+@click.pass_context
+@handled
+def node_drain(ctx: click.Context, node_id: str, reason: str, at_boundary: bool) -> None:
+    """Hold NODE: it takes no new run until `mediator node resume` (operators only)."""
+    body = {"mode": "at-boundary" if at_boundary else "graceful", "reason": reason}
+    _node_line(ctx, _client(ctx).post(f"/v1/nodes/{quote(node_id)}/drain", body).json())
+
+
+@node.command("resume")
+@click.argument("node_id", metavar="NODE", shell_complete=complete_nodes)
+@json_flag
+@click.pass_context
+@handled
+def node_resume(ctx: click.Context, node_id: str) -> None:
+    """Lift an operator's hold of NODE (nothing held: nothing changes)."""
+    reply = _client(ctx).request("DELETE", f"/v1/nodes/{quote(node_id)}/drain").json()
+    _node_line(ctx, reply)
+
+
+@node.command("quarantine")
+@click.argument("node_id", metavar="NODE", shell_complete=complete_nodes)
+@click.option("--reason", required=True, help=REASON_HELP)
+@json_flag
+@click.pass_context
+@handled
+def node_quarantine(ctx: click.Context, node_id: str, reason: str) -> None:
+    """Quarantine NODE: no run but its health run until the quarantine is lifted."""
+    reply = _client(ctx).post(f"/v1/nodes/{quote(node_id)}/quarantine", {"reason": reason})
+    _node_line(ctx, reply.json())
+
+
+@node.command("lift")
+@click.argument("node_id", metavar="NODE", shell_complete=complete_nodes)
+@json_flag
+@click.pass_context
+@handled
+def node_lift(ctx: click.Context, node_id: str) -> None:
+    """Lift NODE's quarantine, reset its strikes and cancel its open health run."""
+    reply = _client(ctx).request("DELETE", f"/v1/nodes/{quote(node_id)}/quarantine").json()
+    _node_line(ctx, reply)
 
 
 @click.command()
@@ -766,6 +871,7 @@ COMMANDS = (
     status,
     runs,
     nodes,
+    node,
     teams,
     cancel,
     asks,

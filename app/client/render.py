@@ -264,6 +264,45 @@ def nodes_table(nodes: Sequence[Mapping[str, Any]]) -> str:
     return table(("NODE", "LABEL", "LIVE", "LEASED TO", "DRAIN", "CAPABILITIES", "SEEN"), rows)
 
 
+def hold_text(hold: object) -> str | None:
+    """An operator's hold as ``graceful by ops@lab.example: rewiring`` (docs/operators.md)."""
+    if not isinstance(hold, Mapping):
+        return None
+    return f"{hold.get('mode')} by {hold.get('by')}: {hold.get('reason')}"
+
+
+def health_text(health: object) -> str | None:
+    """``ok``, or ``quarantined since 2026-12-07 05:00:00Z: <reason>``; strikes when there are."""
+    if not isinstance(health, Mapping):
+        return None
+    text = str(health.get("state") or "ok")
+    if text == "quarantined":
+        text += f" since {when(health.get('since'))}: {health.get('reason')}"
+    strikes = health.get("strikes")
+    if isinstance(strikes, int) and strikes > 0:
+        text += f" ({strikes} strike{'s' if strikes != 1 else ''})"
+    return text
+
+
+def node_lines_table(nodes: Sequence[Mapping[str, Any]]) -> str:
+    """``mediator node list`` and the line each ``mediator node`` change prints: a node's lease,
+    its effective drain, an operator's hold and its health, as ``GET /v1/nodes`` has them."""
+    if not nodes:
+        return "no nodes"
+    rows = [
+        (
+            n.get("node_id"),
+            n.get("live"),
+            (n.get("lease") or {}).get("run_id"),
+            n.get("draining"),
+            hold_text(n.get("hold")),
+            health_text(n.get("health")),
+        )
+        for n in nodes
+    ]
+    return table(("NODE", "LIVE", "LEASE RUN", "DRAINING", "HOLD", "HEALTH"), rows)
+
+
 def percent(value: object) -> str | None:
     """A fraction of the API as ``75%`` or ``33.3%``; null stays null (shown ``-``)."""
     if not isinstance(value, (int, float)) or isinstance(value, bool):

@@ -1,14 +1,21 @@
-"""``mediator demo``: a Mediator, two real node agents and the contracts of ``examples/``, told as
-it happens.
+"""``mediator demo``: a Mediator, real node agents and the contracts of ``examples/``, told as it
+happens.
 
 A database (the one given, else a throwaway embedded PostgreSQL), ``mediator serve`` on a free
-port of 127.0.0.1 (the API, its reaper thread), and two ``mediator agent`` processes: ``board-1``
-(a board) and ``host-1`` (a build host wired to that board). Three runs are submitted at once:
+port of 127.0.0.1 (the API, its reaper thread), and three ``mediator agent`` processes:
+``board-1`` (a board), ``host-1`` (a build host wired to that board) and ``board-2`` (another
+board, whose host keeps hanging). Three runs are submitted at once:
 
 - ``build-and-test`` is placed at once on both nodes; its build step releases the build host;
 - ``sign-off`` needs the same board: it waits QUEUED behind ``build-and-test`` and is promoted by
   the very request that ends that run; its ask is answered with ``mediator answer``;
 - ``lint`` needs the build host: it waits QUEUED until the build step gives the host back.
+
+Beside them, ``board-2`` runs ``burn-in`` after ``burn-in`` and hangs in the middle of each: the
+demo freezes its agent (SIGSTOP) once the step runs, so it stops advertising, and lets it go on
+(SIGCONT) once the reaper has failed the run for its expired lease. Each is a strike; at
+``health.failures_in_a_row`` strikes the board is quarantined, the reaper queues its health run
+(``examples/health-check.json``), which passes and lifts the quarantine (docs/operators.md).
 
 Every child runs in its own session and gets SIGTERM should this process die (Linux); they are
 stopped in order (agents, then the server, then the database) when the demo ends, on Ctrl-C and
@@ -50,6 +57,7 @@ from app.dev.embedded import (
     create_database,
     wheel_installed,
 )
+from app.healthcheck import health_run_id
 from app.httpclient import Connection, ConnectionFailed
 from app.records.interface import record_location
 from app.states import (
@@ -69,7 +77,17 @@ from app.wire import parse_ts
 TOKEN = "demo-token"  # the legacy single token: every role
 SUBMITTER = "dev@lab.example"
 ANSWERER = "qa@lab.example"  # sign-off.yaml's answerer
-RENEW_SECONDS = 5  # the agents' heartbeat
+# The agents' heartbeat and the reaper's period; a node is live, and its leases last,
+# NOT_AFTER_FACTOR heartbeats after its last advert: short, so that a board gone silent loses its
+# run within seconds (the hanging board-2), with room for a slow advert of the healthy ones.
+RENEW_SECONDS = 2
+NOT_AFTER_FACTOR = 3
+# health.failures_in_a_row: the strikes in a row that quarantine a node (3 by default; 2 here:
+# each strike waits for a lease to run out, and the whole demo should stay within half a minute).
+FAILURES_IN_A_ROW = 2
+HEALTH_CHECK = "health-check.json"  # health.check_contract, in examples/
+BURN_IN = "burn-in.yaml"  # what the hanging board is given, in examples/
+OPERATOR = "ops@lab.example"  # who lifts a quarantine left over by an earlier demo
 CLAIM_WAIT_SECONDS = 2  # how long an idle agent takes to notice it should stop
 LOOK_SECONDS = 0.2  # between two looks at the runs
 START_SECONDS = 60.0  # for the server and each agent to come up
@@ -120,6 +138,12 @@ SCENARIO = (
     Planned("build-and-test.yaml", SUCCEEDED),
     Planned("sign-off.yaml", SUCCEEDED, must_queue=True, answers=("verdict=approve",)),
     Planned("lint.yaml", SUCCEEDED),
+)
+
+# A board of its own (no run of SCENARIO fits it) that hangs in the middle of every burn-in run
+# until it is quarantined (BrokenBoard).
+BROKEN = DemoNode(
+    "board-2", "am62x board on the bench; its host keeps hanging", ("board:soc=am62x",)
 )
 
 
@@ -177,6 +201,7 @@ class Children:
 
     def __init__(self) -> None:
         self.all: list[Child] = []
+        self.frozen: set[int] = set()  # the pids of the children stopped with SIGSTOP
 
     def start(self, name: str, argv: Sequence[str], env: dict[str, str], log: Path) -> Child:
         log.parent.mkdir(parents=True, exist_ok=True)
@@ -197,12 +222,27 @@ class Children:
     def alive(self) -> list[Child]:
         return [c for c in self.all if c.proc.poll() is None]
 
+    def freeze(self, child: Child) -> None:
+        """SIGSTOP to the child's process group: it hangs as a board's host does, answering
+        nothing and advertising nothing (its steps run in sessions of their own and go on)."""
+        os.killpg(child.proc.pid, signal.SIGSTOP)
+        self.frozen.add(child.proc.pid)
+
+    def thaw(self, child: Child) -> None:
+        self.frozen.discard(child.proc.pid)
+        try:
+            os.killpg(child.proc.pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+
     def stop(self, children: Sequence[Child]) -> None:
         """SIGTERM to each, then wait; a child still there after STOP_SECONDS is killed with its
-        process group."""
+        process group. A frozen child is let go on first, or it could not act on the SIGTERM."""
         for c in children:
             if c.proc.poll() is None:
                 c.proc.send_signal(signal.SIGTERM)
+                if c.proc.pid in self.frozen:
+                    self.thaw(c)
         deadline = time.monotonic() + STOP_SECONDS
         for c in children:
             try:
@@ -259,7 +299,9 @@ def _ready(base: str) -> bool:
         return False
 
 
-def start_server(children: Children, db_url: str, directory: Path, port: int) -> tuple[str, Child]:
+def start_server(
+    children: Children, db_url: str, directory: Path, port: int, examples: Path
+) -> tuple[str, Child]:
     """``mediator serve`` (the development server and its reaper thread) on 127.0.0.1; returns
     its base URL once /readyz answers 200. A free port taken meanwhile by someone else is
     tried again on another one."""
@@ -272,6 +314,11 @@ def start_server(children: Children, db_url: str, directory: Path, port: int) ->
         # The pages are served over plain HTTP on 127.0.0.1: a Secure cookie would never be sent.
         MEDIATOR_UI_INSECURE_COOKIE="true",
         MEDIATOR_LEASE_RENEW_SECONDS=str(RENEW_SECONDS),
+        MEDIATOR_LEASE_NOT_AFTER_FACTOR=str(NOT_AFTER_FACTOR),
+        # A board whose runs end FAILURES_IN_A_ROW times in a row because it went silent is
+        # quarantined; the health run of examples/health-check.json lifts it (docs/operators.md).
+        MEDIATOR_HEALTH_FAILURES_IN_A_ROW=str(FAILURES_IN_A_ROW),
+        MEDIATOR_HEALTH_CHECK_CONTRACT=str(examples / HEALTH_CHECK),
         MEDIATOR_LOG_FORMAT="console",
         MEDIATOR_LOG_LEVEL="info",
     )
@@ -417,41 +464,50 @@ class Scenario:
         self.examples = examples
         self.records = records
         self.runs: list[Tracked] = []
+        self.suffix = secrets.token_hex(2)  # each demo's runs are new runs
 
     # ------------------------------------------------------------------ submitting
 
     def submit(self, plan: Sequence[Planned]) -> None:
-        suffix = secrets.token_hex(2)
-        docs = [(p, load_example(self.examples, p.example, suffix)) for p in plan]
+        docs = [(p, load_example(self.examples, p.example, self.suffix)) for p in plan]
         for p, doc in docs:
-            reply = self.client.post("/v1/runs", doc)
-            view = reply.json()
-            t = Tracked(p, doc["run_id"], doc, view=view, state=view.get("state"))
-            self.runs.append(t)
-            if reply.status == 200:
-                raise DemoError(f"run {t.run_id} already existed in this database")
-            say(f"submitted examples/{p.example} as run {t.run_id}")
-            if t.state == QUEUED:
-                t.queued_at_submit = True
-                note(f"run {t.run_id} QUEUED: {waits_for(view)}")
-            elif t.state == RUNNING:
-                note(f"run {t.run_id} RUNNING on {render.assigned(view)}")
-            else:
-                note(f"run {t.run_id} {t.state}")
+            self.submit_one(p, doc)
+
+    def submit_one(self, p: Planned, doc: dict[str, Any]) -> Tracked:
+        reply = self.client.post("/v1/runs", doc)
+        view = reply.json()
+        t = Tracked(p, doc["run_id"], doc, view=view, state=view.get("state"))
+        self.runs.append(t)
+        if reply.status == 200:
+            raise DemoError(f"run {t.run_id} already existed in this database")
+        say(f"submitted examples/{p.example} as run {t.run_id}")
+        if t.state == QUEUED:
+            t.queued_at_submit = True
+            note(f"run {t.run_id} QUEUED: {waits_for(view)}")
+        elif t.state == RUNNING:
+            note(f"run {t.run_id} RUNNING on {render.assigned(view)}")
+        else:
+            note(f"run {t.run_id} {t.state}")
+        return t
 
     # ------------------------------------------------------------------ following
 
-    def follow(self, timeout: float) -> None:
+    def follow(self, timeout: float, stories: Sequence[BrokenBoard] = ()) -> None:
+        """Until every run has ended and every story is told: each look tells what changed in
+        the runs, then lets each story take its next step (it may add runs)."""
         deadline = time.monotonic() + timeout
-        while not all(t.finished for t in self.runs):
-            for t in self.runs:
+        while True:
+            for t in list(self.runs):
                 if not t.finished:
                     self.see(t, self.client.get(f"/v1/runs/{quote(t.run_id)}"))
-            if all(t.finished for t in self.runs):
+            for story in stories:
+                story.step()
+            if all(t.finished for t in self.runs) and all(s.done for s in stories):
                 break
             if time.monotonic() > deadline:
-                late = ", ".join(f"{t.run_id} {t.state}" for t in self.runs if not t.finished)
-                raise DemoError(f"not finished within {timeout:g} s: {late}")
+                late = [f"{t.run_id} {t.state}" for t in self.runs if not t.finished]
+                late += [s.waiting for s in stories if not s.done]
+                raise DemoError(f"not finished within {timeout:g} s: {', '.join(late)}")
             time.sleep(LOOK_SECONDS)
 
     def see(self, t: Tracked, view: dict[str, Any]) -> None:
@@ -592,6 +648,213 @@ class Scenario:
         return found
 
 
+# ------------------------------------------------------------------------ the hanging board
+
+
+def node_line(client: Client, node_id: str) -> tuple[dict[str, Any] | None, datetime | None]:
+    """The node's line of ``GET /v1/nodes`` (None while it is not listed: not live and holding
+    no lease) and when the Mediator looked."""
+    listing = client.get("/v1/nodes")
+    line = next((n for n in listing.get("nodes") or [] if n.get("node_id") == node_id), None)
+    return line, _moment(listing.get("observed_at"))
+
+
+def _strikes(n: object) -> str:
+    return f"{n} strike" + ("" if n == 1 else "s")
+
+
+class BrokenBoard:
+    """``board-2`` hangs in the middle of one burn-in run after another until the Mediator
+    quarantines it; then the reaper queues its health run, which passes and lifts the quarantine
+    (docs/operators.md). Told a look at a time by :meth:`step`, from :meth:`Scenario.follow`."""
+
+    WAITING = {
+        "submit": "board-2 to advertise again",
+        "running": "board-2 to run its burn-in step",
+        "frozen": "the reaper to fail the run of the frozen board-2",
+        "back": "board-2 to advertise again",
+        "quarantined": "the reaper to queue the health run of board-2",
+        "health": "the health run of board-2",
+    }
+
+    def __init__(
+        self, scenario: Scenario, children: Children, agent: Child, check: dict[str, Any]
+    ) -> None:
+        self.scenario = scenario
+        self.client = scenario.client
+        self.operator = Client(scenario.base, TOKEN, OPERATOR)
+        self.children = children
+        self.agent = agent
+        self.node = BROKEN.node_id
+        self.check = check  # examples/health-check.json as it is
+        self.phase = "submit"
+        self.runs: list[Tracked] = []  # the burn-in runs, in order
+        self.strikes: list[int] = []  # the node's strikes after each of them
+        self.quarantined: str | None = None  # the quarantine's reason
+        self.health: Tracked | None = None
+        self.lifted = False
+        self.known: set[str] = set()  # the node's health runs of earlier demos on this database
+
+    @property
+    def done(self) -> bool:
+        return self.phase == "done"
+
+    @property
+    def waiting(self) -> str:
+        return f"waiting for {self.WAITING.get(self.phase, self.phase)}"
+
+    def start(self) -> None:
+        line, _ = node_line(self.client, self.node)
+        health = (line or {}).get("health") or {}
+        if health.get("state") == "quarantined" or health.get("strikes"):
+            # An earlier demo on this database stopped half-way: begin with a board in service.
+            self.operator.request("DELETE", f"/v1/nodes/{quote(self.node)}/quarantine")
+            say(
+                f"{self.node} was left {health.get('state')} with {_strikes(health.get('strikes'))}"
+                f" by an earlier demo: lifted by hand as {OPERATOR}"
+            )
+        self.known = set(self._health_runs())
+        say(f"{self.node} hangs in the middle of every run, as a board with a failing host does:")
+        note("the demo freezes its agent (SIGSTOP) once a step runs there, and lets it go on")
+        note(
+            f"(SIGCONT) once the reaper has failed the run; {FAILURES_IN_A_ROW} such failures in a "
+            "row quarantine it"
+        )
+
+    def step(self) -> None:
+        if self.phase == "submit":
+            self._submit()
+        elif self.phase == "running":
+            self._hang()
+        elif self.phase == "frozen":
+            self._thaw()
+        elif self.phase == "back":
+            self._struck()
+        elif self.phase == "quarantined":
+            self._health_queued()
+        elif self.phase == "health":
+            self._health_ended()
+
+    def _health_runs(self) -> list[str]:
+        """The node's health runs, newest first (``health-<16 hex>-<n>``, team ``health``)."""
+        prefix = health_run_id(self.node, 0).removesuffix("0")
+        listing = self.client.get("/v1/runs", {"team": "health", "limit": 1000})
+        ids = [str(r.get("run_id")) for r in listing.get("runs") or []]
+        return [r for r in ids if r.startswith(prefix)]
+
+    def _submit(self) -> None:
+        line, _ = node_line(self.client, self.node)
+        if line is None or not line.get("live"):
+            return  # not back from its hang yet: a run would find no live board for it
+        doc = load_example(
+            self.scenario.examples, BURN_IN, f"{self.scenario.suffix}-{len(self.runs) + 1}"
+        )
+        t = self.scenario.submit_one(Planned(BURN_IN, FAILED), doc)
+        self.runs.append(t)
+        if t.state != RUNNING:
+            raise DemoError(f"run {t.run_id} was to be placed on {self.node} at once: {t.state}")
+        self.phase = "running"
+
+    def _hang(self) -> None:
+        t = self.runs[-1]
+        if t.finished:
+            raise DemoError(f"run {t.run_id} ended {t.state} before {self.node} could hang")
+        if not any(s.get("state") == CLAIMED for s in t.view.get("steps") or []):
+            return
+        line, now = node_line(self.client, self.node)
+        lease = (line or {}).get("lease") or {}
+        not_after = _moment(lease.get("not_after"))
+        if lease.get("run_id") != t.run_id or not_after is None or now is None:
+            return
+        # A lease is granted for lease.ttl_seconds, and the node's next advert shortens it to
+        # NOT_AFTER_FACTOR heartbeats: only from then on does silence end the run in seconds.
+        left = (not_after - now).total_seconds()
+        if left > RENEW_SECONDS * NOT_AFTER_FACTOR + 1:
+            return
+        self.children.freeze(self.agent)
+        say(
+            f"{self.node} hangs in the middle of run {t.run_id}: its agent is frozen (SIGSTOP) "
+            "and advertises no more"
+        )
+        note(f"its lease of {t.run_id} runs out in {max(left, 0):.0f} s; the reaper then fails it")
+        self.phase = "frozen"
+
+    def _thaw(self) -> None:
+        t = self.runs[-1]
+        if not t.finished:
+            return
+        self.children.thaw(self.agent)
+        say(f"{self.node} comes back (SIGCONT): its next advert tells it the run is gone")
+        self.phase = "back"
+
+    def _struck(self) -> None:
+        line, _ = node_line(self.client, self.node)
+        if line is None or not line.get("live"):
+            return
+        health = line.get("health") or {}
+        strikes = int(health.get("strikes") or 0)
+        self.strikes.append(strikes)
+        t = self.runs[-1]
+        say(
+            f"{self.node}: strike {strikes} of {FAILURES_IN_A_ROW} (its lease of {t.run_id} "
+            "expired: the board went silent mid-run)"
+        )
+        if health.get("state") != "quarantined":
+            self.phase = "submit"
+            self._submit()
+            return
+        self.quarantined = str(health.get("reason"))
+        say(f"{self.node} quarantined: {self.quarantined}")
+        note("no run but its health run is placed on it until that passes or an operator lifts it")
+        self.phase = "quarantined"
+
+    def _health_queued(self) -> None:
+        new = [r for r in self._health_runs() if r not in self.known]
+        if not new:
+            return
+        run_id = new[0]
+        t = Tracked(Planned(HEALTH_CHECK, SUCCEEDED), run_id, {**self.check, "run_id": run_id})
+        self.scenario.runs.append(t)
+        self.health = t
+        say(
+            f"the reaper queued health run {run_id} for {self.node} (examples/{HEALTH_CHECK}; "
+            "pinned to the board, priority 100, team health)"
+        )
+        self.phase = "health"
+
+    def _health_ended(self) -> None:
+        t = self.health
+        if t is None or not t.finished:
+            return
+        line, _ = node_line(self.client, self.node)
+        health = (line or {}).get("health") or {}
+        if t.state == SUCCEEDED and health.get("state") == "ok":
+            self.lifted = True
+            say(
+                f"{self.node} quarantine lifted: its health run {t.run_id} passed; "
+                f"{_strikes(health.get('strikes', 0))}, it takes runs again"
+            )
+        self.phase = "done"
+
+    def problems(self) -> list[str]:
+        if self.quarantined is None:
+            return [f"{self.node} was expected to be quarantined after its failures in a row"]
+        if not self.lifted:
+            return [f"{self.node} was expected to be lifted by its health run"]
+        return []
+
+    def summary(self) -> dict[str, Any]:
+        """What demo.json keeps of the story."""
+        return {
+            "node": self.node,
+            "runs": [t.run_id for t in self.runs],
+            "strikes": self.strikes,
+            "quarantined": self.quarantined,
+            "health_run": self.health.run_id if self.health else None,
+            "lifted": self.lifted,
+        }
+
+
 # ------------------------------------------------------------------------------ the whole
 
 
@@ -676,7 +939,8 @@ class Demo:
 
     def _run(self) -> int:
         d = self.directory
-        missing = [p.example for p in SCENARIO if not (self.opts.examples / p.example).is_file()]
+        needed = [*(p.example for p in SCENARIO), BURN_IN, HEALTH_CHECK]
+        missing = [name for name in needed if not (self.opts.examples / name).is_file()]
         if missing:
             raise DemoError(
                 f"{self.opts.examples} lacks {', '.join(missing)}: run the demo from a source "
@@ -689,13 +953,15 @@ class Demo:
         pids: dict[str, int | None] = {}
         if self.database.embedded is not None:
             pids["postgres"] = self.database.embedded.pid
-        base, server = start_server(self.children, self.database.url, d, self.opts.port)
+        base, server = start_server(
+            self.children, self.database.url, d, self.opts.port, self.opts.examples
+        )
         pids["server"] = server.proc.pid
         self.state = {"url": base, "token": TOKEN, "records": str(d / "records"), "pids": pids}
         _write_state(d, self.state)
         say(f"Mediator serving on {base}/ (pid {server.proc.pid}; pages there, API under /v1)")
         note(f"sign in at {base}/signin with the token {TOKEN}")
-        agents = [(node, start_agent(self.children, node, base, d)) for node in FLEET]
+        agents = [(node, start_agent(self.children, node, base, d)) for node in (*FLEET, BROKEN)]
         for _node, agent in agents:
             pids[agent.name] = agent.proc.pid
         _write_state(d, self.state)
@@ -714,14 +980,26 @@ class Demo:
         scenario.submit(SCENARIO)
         self.state["runs"] = [t.run_id for t in scenario.runs]
         _write_state(d, self.state)
-        scenario.follow(self.opts.timeout)
+        board = BrokenBoard(
+            scenario,
+            self.children,
+            dict(agents)[BROKEN],
+            json.loads((self.opts.examples / HEALTH_CHECK).read_text(encoding="utf-8")),
+        )
+        board.start()
+        try:
+            scenario.follow(self.opts.timeout, [board])
+        finally:
+            self.state["board"] = board.summary()
+            _write_state(d, self.state)
         paths = scenario.records_sealed()
-        problems = scenario.problems()
+        problems = scenario.problems() + board.problems()
 
         click.echo("")
         say(f"the sealed Records, on disk in {d / 'records'}:")
+        width = max(len(t.run_id) for t in scenario.runs)
         for t, path in zip(scenario.runs, paths, strict=True):
-            note(f"{t.run_id:<24} {t.state:<10} {path}")
+            note(f"{t.run_id:<{width}} {t.state:<10} {path}")
         note(f"logs of the server and the agents: {d / 'logs'}")
         self.state["verdicts"] = {t.run_id: t.state for t in scenario.runs}
         self.state["expected"] = not problems
@@ -730,13 +1008,17 @@ class Demo:
             click.echo(f"mediator demo: {problem}", err=True)
         if not problems:
             say(f"all {len(scenario.runs)} verdicts as expected")
+            note(
+                f"{board.node} was quarantined after {FAILURES_IN_A_ROW} failures in a row and "
+                "lifted by its health run"
+            )
         if not self.opts.once:
             self._serve(base)  # until a signal, which ends the demo with the code above
         return EXIT_UNEXPECTED if problems else EXIT_OK
 
     def _serve(self, base: str) -> None:
         click.echo("")
-        say("the Mediator and its two agents keep running; Ctrl-C stops them all")
+        say("the Mediator and its agents keep running; Ctrl-C stops them all")
         note(f"pages        {base}/signin  (token {TOKEN})")
         note(f"client       export MEDIATOR_CLIENT_URL={base} MEDIATOR_CLIENT_TOKEN={TOKEN}")
         note("             mediator runs; mediator nodes; mediator status RUN")

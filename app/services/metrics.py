@@ -73,6 +73,11 @@ def figure_families(figures: Figures) -> list[Metric]:
         ),
         _gauge("mediator_nodes_live", "Nodes whose advert has not expired", figures.nodes_live),
         _gauge(
+            "mediator_nodes_quarantined",
+            "Nodes out of service until a health run or an operator lifts their quarantine",
+            figures.nodes_quarantined,
+        ),
+        _gauge(
             "mediator_reaper_last_pass_age_seconds",
             "Seconds since the last reaper pass began (-1: no pass yet)",
             -1.0 if figures.reaper_last_pass_seconds is None else figures.reaper_last_pass_seconds,

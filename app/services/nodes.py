@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 from app.context import Context
 from app.models import Lease, Run
 from app.services.notify import AfterCommit
+from app.services.operators import cancel_at_boundary, strike
 from app.services.settle_and_wake import settle_and_wake
 from app.services.settle_failed import settle_failed, step_did_not_complete
 from app.services.tx import retrying
@@ -59,9 +60,12 @@ def _leases_reply(ctx: Context, node_id: str) -> list[dict[str, Any]]:
 class _Stored:
     causes: list[str]  # why to wake the queue
     leases: list[dict[str, Any]]  # the reply's lease list, as the commit left it
+    at_boundary: bool = False  # the advert's own drain became at-boundary
 
 
-def _restart(s: Session, advert: Advert, after: AfterCommit, causes: list[str]) -> None:
+def _restart(
+    ctx: Context, s: Session, advert: Advert, after: AfterCommit, causes: list[str]
+) -> None:
     """Fail the runs whose step this node claimed under another instance (SPEC §4 restart
     detection). The advert holds its node's row already (the one lock taken before runs,
     docs/queue.md, "Lock order"); then every such run's row in run_id order, and only then what
@@ -70,6 +74,7 @@ def _restart(s: Session, advert: Advert, after: AfterCommit, causes: list[str]) 
     durable_commit(s)  # runs end here: not soft state like the heartbeat itself
     claimed = claimed_by_other_instance(s, advert.node_id, advert.instance)
     runs: dict[str, Run] = {}
+    struck = False
     for run_id in sorted({run_id for run_id, _ in claimed}):
         run = lock_run(s, run_id)
         if run is not None and run.state == RUNNING:
@@ -91,6 +96,11 @@ def _restart(s: Session, advert: Advert, after: AfterCommit, causes: list[str]) 
         )
         causes.append(f"node restarted: {advert.node_id} failed {run_id}")
         after.settled.append(run_id)
+        struck = True
+    if struck:
+        # After the runs' locks, the node's node_health row (docs/queue.md, "Lock order", the
+        # advert's exception): one strike for the restart that ended its runs.
+        strike(ctx, s, advert.node_id, "it restarted mid-step", after)
 
 
 @retrying
@@ -118,7 +128,7 @@ def _store_advert(
             beat = heartbeat(conn, **fields, begin=True)  # BEGIN: the row's lock is kept
         if beat.restarted:
             with Session(bind=conn, expire_on_commit=False) as s:  # joins the transaction
-                _restart(s, advert, after, causes)
+                _restart(ctx, s, advert, after, causes)
                 s.flush()
             beat = heartbeat(conn, **fields, check_restart=False)
         previous = beat.previous
@@ -128,7 +138,19 @@ def _store_advert(
         causes.append(f"capabilities of {advert.node_id} changed")
     if previous is not None and previous.drain and not advert.drain:
         causes.append(f"drain lifted on {advert.node_id}")
-    return _Stored(causes, [_reply_line(lease) for lease in beat.leases])
+    became = advert.drain == "at-boundary" and (previous is None or previous.drain != "at-boundary")
+    if advert.drain and (previous is None or not previous.drain):
+        causes.append(f"drain of {advert.node_id}")  # a reservation may hold it (wake point 10)
+    return _Stored(causes, [_reply_line(lease) for lease in beat.leases], became)
+
+
+@retrying
+def _cancel_at_boundary(ctx: Context, node_id: str, after: AfterCommit) -> None:
+    """The advert's drain became at-boundary: a leased run with a step PENDING on the node and
+    none CLAIMED there is cancelled at once (docs/operators.md, "Drain"), by ``drain:<node>``.
+    A transaction of its own after the heartbeat's: the run's row first, as everywhere."""
+    with ctx.db.begin() as s:
+        cancel_at_boundary(s, node_id, f"drain:{node_id}", after)
 
 
 def advertise(ctx: Context, body: dict[str, Any], principal: str | None) -> dict[str, Any]:
@@ -147,6 +169,8 @@ def advertise(ctx: Context, body: dict[str, Any], principal: str | None) -> dict
     )
     after = AfterCommit()
     stored = _store_advert(ctx, advert, principal, after)
+    if stored.at_boundary:
+        _cancel_at_boundary(ctx, advert.node_id, after)
     for cause in stored.causes:
         after.wake(cause)
     settle_and_wake(ctx, after)

@@ -291,6 +291,8 @@ class AfterCommit:
     wake_anyway: str | None = None
     verifying: list[str] = field(default_factory=list)  # runs to settle (VERIFYING committed)
     settled: list[str] = field(default_factory=list)  # runs to seal and announce
+    # Changes of nodes' holds and quarantines, for notify.nodes_url (docs/operators.md).
+    node_changes: list[dict[str, Any]] = field(default_factory=list)
 
     def wake(self, cause: str) -> None:
         self.wake_causes.append(cause)

@@ -19,11 +19,12 @@ from app.models import Run, Step
 from app.reserve import Held, reserved_against
 from app.services.cancel import may_cancel
 from app.services.expected import DEFAULT_MAX_AHEAD, EstimateBudget, expected_of
+from app.services.operators import nodes_lines
 from app.services.placement import node_for_role
 from app.services.records import event_document, ledger_entries
 from app.services.teams import Shares
 from app.states import PENDING, QUEUED, RUNNING
-from app.store.nodes import candidate_adverts, listed_nodes, live_nodes, node_labels
+from app.store.nodes import candidate_adverts, live_nodes, node_labels
 from app.store.queue import QueuedRun, QueuePlace, queue_place
 from app.store.runs import get_run, list_runs, run_events
 from app.store.server import database_now
@@ -100,6 +101,7 @@ def explain_roles(
     holders: dict[str, str],
     held: dict[str, Held],
     against: set[str],
+    quarantined: set[str] | None = None,
 ) -> list[dict[str, Any]]:
     """Each role of a queued run as on the wire, with its candidates {live, busy, draining,
     reserved}, the runs holding the busy ones and the holders of the reserved ones (``holders``:
@@ -115,6 +117,14 @@ def explain_roles(
             "live": len(cands),
             "busy": len(busy),
             "draining": len([n for n in cands if n in draining and n not in holders]),
+            # docs/operators.md: live, not busy, not draining, quarantined.
+            "quarantined": len(
+                [
+                    n
+                    for n in cands
+                    if n in (quarantined or ()) and n not in holders and n not in draining
+                ]
+            ),
             "reserved": len([n for n in cands if n in against]),
         }
         line["held_by"] = sorted({holders[n] for n in busy})
@@ -145,7 +155,7 @@ def _queue_explanation(
     held = found.held
     against = reserved_against(held, run.run_id, run.priority)
     view["requires"] = explain_roles(
-        requires, found.adverts, found.draining, found.holders, held, against
+        requires, found.adverts, found.draining, found.holders, held, against, found.quarantined
     )
     view["candidates_at"] = ts(place.now)
     view["priority"] = run.priority
@@ -411,27 +421,11 @@ def _expected_in_rows(
 
 
 def nodes_list(ctx: Context) -> dict[str, Any]:
+    """``GET /v1/nodes``: each node with its lease, its effective drain, an operator's hold and
+    its health (docs/operators.md)."""
     with ctx.db.read() as s:
-        now, rows = listed_nodes(s)
-    nodes = []
-    for row in rows:
-        n = row.node
-        nodes.append(
-            {
-                "node_id": n.node_id,
-                "label": n.label,
-                "instance": n.instance,
-                "capabilities": n.capabilities,
-                "seen_at": ts(n.seen_at),
-                "expires_at": ts(n.expires_at),
-                "live": row.live,
-                "lease": None
-                if row.lease is None
-                else {"run_id": row.lease.run_id, "not_after": ts(row.lease.not_after)},
-                "draining": n.drain or "",
-            }
-        )
-    return {"observed_at": ts(now), "nodes": nodes}
+        now, lines = nodes_lines(s)
+    return {"observed_at": ts(now), "nodes": lines}
 
 
 def capabilities(ctx: Context) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
@@ -20,7 +20,14 @@ from app.contract.types import Role, role_from_wire
 from app.errors import ConfigError
 from app.faults import fault
 from app.logs import log
-from app.match import Advert, Reject, candidate_order, match_within_cap, width_exceeded
+from app.match import (
+    Advert,
+    Reject,
+    candidate_order,
+    match_pinned,
+    match_within_cap,
+    width_exceeded,
+)
 from app.metrics import (
     QUEUE_WAIT,
     WAKE_FAILED,
@@ -119,6 +126,7 @@ def promote(
     reserved: Sequence[str] = (),
     check: Callable[[], None] = lambda: None,
     room: int | None = None,
+    quarantined_only: Collection[str] = (),
 ) -> Promotion:
     """One transaction for one run, then what its commit left settled (:class:`Promotion`).
     ``unavailable`` includes the nodes reserved against this run; ``reserved`` are its own
@@ -135,9 +143,19 @@ def promote(
     locks the run row first (a cancel, a result or another scan serialises behind it), and a node
     taken meanwhile fails on ``pk_leases`` and rolls everything back (SPEC §7)."""
     roles = [role_from_wire(r) for r in run.requires]
-    assignment = match_within_cap(
-        roles, adverts, unavailable, ctx.config["lease.max_per_run"], ordered=True
-    )
+    if run.pinned_node is not None:
+        # A health run: its first role is its node's, whatever that node's quarantine.
+        assignment = match_pinned(
+            roles,
+            adverts,
+            unavailable,
+            run.pinned_node,
+            pinned_free=run.pinned_node in quarantined_only,
+        )
+    else:
+        assignment = match_within_cap(
+            roles, adverts, unavailable, ctx.config["lease.max_per_run"], ordered=True
+        )
     if isinstance(assignment, Reject):
         return Promotion(Outcome.NO_FIT, [], set(), set())
     over = width_exceeded(assignment, ctx.config["lease.max_per_run"])
@@ -221,9 +239,14 @@ class ScanOrder:
 
     Without teams (``standing`` None) the order is the queue's order, and nothing is read."""
 
-    def __init__(self, ctx: Context, standing: Standing | None) -> None:
+    def __init__(
+        self, ctx: Context, standing: Standing | None, quarantined_only: set[str] | None = None
+    ) -> None:
         self.teams = ctx.teams
         self.standing = standing
+        # Candidates unavailable for their quarantine alone: a health run's pinned node may be
+        # one (docs/operators.md, "Health runs").
+        self.quarantined_only = quarantined_only or set()
 
     def key(self, run: QueuedRun) -> tuple[int, float, datetime, str]:
         rank = self.standing.rank(run.team) if self.standing is not None else 0.0
@@ -300,9 +323,10 @@ def _scan(ctx: Context, report: ScanReport) -> None:
         roles = _roles_of(heads)
         found = candidate_adverts(s, roles)
         adverts, unavailable = found.adverts, found.unavailable
+        order_quarantined = found.quarantined_only
         covered = {containment_key(r) for r in roles}
         inputs = read_inputs(s, ctx.config, heads, adverts, probe)
-        order = ScanOrder(ctx, _read_standing(ctx, s, heads))
+        order = ScanOrder(ctx, _read_standing(ctx, s, heads), order_quarantined)
     report.shapes = len({h.requires_key for h in heads})
     # A quota-blocked run neither reserves nor keeps a reservation (docs/teams.md, "Quotas"); the
     # reservation step reads no team factor.
@@ -365,6 +389,7 @@ def _ordinary_pass(
                 reserved=own,
                 check=ctx.gate.check,
                 room=order.room(run),
+                quarantined_only=order.quarantined_only,
             )
         except GateLost:
             raise  # the scan's turn is over, not this run's promotion

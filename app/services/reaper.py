@@ -23,7 +23,9 @@ from app.db import gate_options
 from app.logs import log
 from app.metrics import LEASE_EXPIRIES, REAPER_DONE, REAPER_PASSES
 from app.services.execution import Picture, settle
+from app.services.health import queue_due_health_runs
 from app.services.notify import AfterCommit
+from app.services.operators import strike
 from app.services.queue import mark_wake, wake_after_commit, wake_queued
 from app.services.records import seal_run
 from app.services.retention import prune_expired
@@ -68,6 +70,7 @@ class PassReport:
     restarted: bool = False
     lost: str | None = None  # why the pass lost the reaper's lock and ended early
     charged: float = 0.0  # node-seconds charged to the teams' usage (step 8)
+    health_runs: list[str] = field(default_factory=list)  # queued in step 5
 
     @property
     def freed(self) -> bool:
@@ -103,6 +106,7 @@ def _fail_expired(ctx: Context, run_id: str, after: AfterCommit) -> bool:
             or not reaper_store.runs_with_expired_leases(s, run_id)
         ):
             return False  # renewed, ended or an ask was raised meanwhile
+        silent = reaper_store.expired_lease_nodes(s, run_id)
         settle_failed(
             s,
             run,
@@ -112,6 +116,9 @@ def _fail_expired(ctx: Context, run_id: str, after: AfterCommit) -> bool:
             by="reaper",
             reject={"Code": 410, "Reason": LEASE_EXPIRED},
         )
+        # Last in the run's transaction: each node whose silence ended it gets a strike.
+        for node_id in silent:
+            strike(ctx, s, node_id, f"its lease of {run_id} expired", after)
         after.settled.append(run_id)
         return True
 
@@ -357,6 +364,15 @@ def _settle_verifying_and_time_out_queued(
             # A timed-out run's reservations went with it: the wake hands those nodes on (SPEC
             # §7a).
             after.wake("queue timeout of " + ", ".join(report.queue_timeouts))
+    # Health runs due (docs/operators.md, "Health runs"): each queued run is woken for.
+    try:
+        report.health_runs = queue_due_health_runs(ctx, lock.check)
+    except ReaperLockLost:
+        raise
+    except Exception:
+        log.exception("reaper: health runs could not be queued")
+    if report.health_runs:
+        after.wake("health run queued: " + ", ".join(report.health_runs))
 
 
 def _mark_and_settle(ctx: Context, report: PassReport, after: AfterCommit) -> list[str]:
@@ -457,6 +473,7 @@ def _log_pass(report: PassReport) -> None:
         woke=report.woke,
         pruned=report.pruned,
         charged=round(report.charged, 1),
+        health_runs=len(report.health_runs),
         restarted=report.restarted,
         lost=report.lost,
     )

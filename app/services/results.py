@@ -15,9 +15,10 @@ from app.contract import parse_json
 from app.errors import BadRequest, NotClaimed
 from app.estimate import KINDS_TIMED, duration_key, roles_by_name
 from app.faults import fault
+from app.healthcheck import fits_check
 from app.logs import log
 from app.metrics import CLAIMS_WAITING
-from app.models import Run, Step
+from app.models import Node, Run, Step
 from app.services.execution import (
     Picture,
     advance,
@@ -25,6 +26,7 @@ from app.services.execution import (
     settle,
 )
 from app.services.notify import AfterCommit
+from app.services.operators import strike
 from app.services.records import ledger_entries, record_of
 from app.services.settle_and_wake import settle_and_reply
 from app.services.settle_failed import settle_cancelled
@@ -32,7 +34,8 @@ from app.services.tx import retrying
 from app.states import CLAIMED, DONE, FAILED, PENDING, RUN_FINISHED, RUNNING, SKIPPED
 from app.store.blobs import accepted_blob_names
 from app.store.leases import lease_of_node
-from app.store.nodes import drain_of, is_live
+from app.store.node_health import ResultView, reset_strikes, result_view
+from app.store.nodes import is_live
 from app.store.runs import get_run, lock_run
 from app.store.steps import claim_step, held_step, lock_steps, reset_steps
 from app.wire import ts
@@ -300,16 +303,20 @@ def complete_step(
         n for n in reported if n not in schema
     }
     seqs, exhausted = _rollback(pic, st, exit_code, error, produced)
-    if seqs and not _drains_at_boundary(s, node):
+    view = _NodeView(s, node)
+    agent_error = error  # a dispatch's refusal below is the run's, not the board's
+    if seqs and not view.at_boundary():
         # A rollback frees nothing: no wake (SPEC §8.1). The reset steps are claimable again,
         # and an ask among them is raised again (SPEC §10), or the run would wait forever.
         reset_steps(s, run.run_id, seqs)
         advance(s, ctx, Picture(run, lock_steps(s, run.run_id)), after)
+        view.move_strikes(ctx, after, done=True)
         return {"run_id": run.run_id, "seq": st.seq, "rolled_back": True}
     if seqs:
         # The node drains at this step boundary (SPEC §4): the run is cancelled, not rolled back
         # onto a node that is leaving.
         _cancel_for_drain(s, run, node, after)
+        view.move_strikes(ctx, after, done=True)
         return {"run_id": run.run_id, "seq": st.seq, "run_state": FAILED}
     chosen = None
     if not error and st.spec.get("dispatch"):
@@ -334,8 +341,11 @@ def complete_step(
         after.released(run.run_id, release_roles(s, pic, st.spec["release"]))
     advance(s, ctx, pic, after)
     settle(s, pic, after)
-    if run.state == RUNNING and _drains_at_boundary(s, node):
+    if run.state == RUNNING and view.at_boundary():
         _cancel_for_drain(s, run, node, after)
+    # Last in the transaction (docs/queue.md, "Lock order"): the node's strikes.
+    if expect == CLAIMED:
+        view.move_strikes(ctx, after, done=st.state == DONE, error=agent_error)
     # Wake even while the run goes on (SPEC §7 wake point 1), also when nothing above named a
     # freed node.
     after.wake_anyway = f"result of {run.run_id}#{st.seq:02d}"
@@ -437,8 +447,41 @@ def result_document(body: dict[str, Any], step: str) -> dict[str, Any] | None:
     return out or None
 
 
-def _drains_at_boundary(s: Session, node_id: str | None) -> bool:
-    return node_id is not None and drain_of(s, node_id) == "at-boundary"
+class _NodeView:
+    """The reporting node as a result needs it, read once and only when needed: its effective
+    drain (the advert's or an operator's hold, docs/operators.md) and its strikes."""
+
+    def __init__(self, s: Session, node_id: str | None) -> None:
+        self.s = s
+        self.node_id = node_id
+        self._view: ResultView | None = None
+
+    def _read(self) -> ResultView | None:
+        if self.node_id is None:
+            return None
+        if self._view is None:
+            self._view = result_view(self.s, self.node_id)
+        return self._view
+
+    def at_boundary(self) -> bool:
+        view = self._read()
+        return view is not None and view.at_boundary
+
+    def move_strikes(
+        self, ctx: Context, after: AfterCommit, *, done: bool, error: str | None = None
+    ) -> None:
+        """A DONE step (a rollback counts as one) resets the node's strikes; an agent's error
+        is a strike only when a health run could lift the quarantine it may bring: the health
+        check is set and the node fits its first role (docs/operators.md, "Quarantine")."""
+        view = self._read()
+        if view is None or self.node_id is None:
+            return
+        if done and view.strikes:
+            reset_strikes(self.s, self.node_id)
+        elif error and not done and ctx.health_check is not None:
+            node = self.s.get(Node, self.node_id)
+            if node is not None and fits_check(ctx.health_check, node.capabilities):
+                strike(ctx, self.s, self.node_id, f"the agent's error: {error[:200]}", after)
 
 
 def _cancel_for_drain(s: Session, run: Run, node: str | None, after: AfterCommit) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 from app.context import Context
 from app.logs import log
 from app.services.execution import step_facts
+from app.services.health import health_verdict
 from app.services.marks import mark_wake
 from app.services.notify import AfterCommit, post_webhook
 from app.services.records import seal_run
@@ -44,6 +45,8 @@ def complete_verdict(ctx: Context, run_id: str, after: AfterCommit) -> list[str]
             return []
         freed = delete_leases_of_run(s, run_id)
         add_event(s, run_id, VERIFYING, verdict["state"], "verdict", None)
+        if run.pinned_node is not None:
+            health_verdict(s, run, verdict["state"], after)  # last: the node's row
     if freed:
         # The verdict's commit is the one that frees the run's nodes, after the commit that made
         # it VERIFYING: its own mark, before anything else can fail (docs/queue.md, "Which commit

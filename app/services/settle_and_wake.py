@@ -8,9 +8,9 @@ from typing import Any
 
 from app.context import Context
 from app.services.marks import mark_wake
-from app.services.notify import AfterCommit, notify_claimable
+from app.services.notify import AfterCommit, notify_claimable, post_webhook
 from app.services.queue import wake_after_commit
-from app.services.settle import settle_committed
+from app.services.settle import settle_committed, webhook_limits
 from app.states import RUN_FINISHED
 from app.store.runs import get_run
 
@@ -38,6 +38,16 @@ def settle_and_wake(ctx: Context, after: AfterCommit, *, wake: bool = True) -> N
             if report is not None:
                 after.claim_nodes |= report.claim_nodes
     notify_claimable(ctx, after.claim_nodes)
+    announce_node_changes(ctx, after.node_changes)
+
+
+def announce_node_changes(ctx: Context, changes: list[dict[str, Any]]) -> None:
+    """``notify.nodes_url``: a best-effort POST of each change of a node's hold or quarantine,
+    after its commit (docs/operators.md)."""
+    url = ctx.config["notify.nodes_url"]
+    if url:
+        for change in changes:
+            post_webhook(url, change, **webhook_limits(ctx))
 
 
 def settle_and_reply(ctx: Context, after: AfterCommit, reply: dict[str, Any]) -> dict[str, Any]:

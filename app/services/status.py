@@ -11,8 +11,10 @@ from sqlalchemy.orm import Session
 from app.context import Context
 from app.reserve import reserved_against
 from app.services.observe import explain_roles
+from app.services.operators import effective_drain
 from app.states import ASKED, CLAIMED, RUNNING, STEP_SETTLED, VERIFYING
 from app.store.leases import all_holders
+from app.store.node_health import Health, health_by_node
 from app.store.nodes import listed_nodes, live_adverts, node_labels
 from app.store.queue import queue_depth
 from app.store.reservations import draining_and_reserved
@@ -171,6 +173,7 @@ def _running(s: Session, now: datetime) -> list[dict[str, Any]]:
 def _nodes(s: Session, now: datetime) -> list[dict[str, Any]]:
     """Every node: liveness, lease, drain, when it was last seen and its capabilities."""
     _, node_rows = listed_nodes(s)
+    health = health_by_node(s, [r.node.node_id for r in node_rows])
     return [
         {
             "node_id": row.node.node_id,
@@ -183,7 +186,11 @@ def _nodes(s: Session, now: datetime) -> list[dict[str, Any]]:
                 "not_after": ts(row.lease.not_after),
                 "until": _until(now, row.lease.not_after),
             },
-            "draining": row.node.drain or "",
+            # The advert's drain or an operator's hold, the stronger (docs/operators.md).
+            "draining": effective_drain(
+                row.node.drain, health.get(row.node.node_id, Health()).hold_mode
+            ),
+            "quarantined": health.get(row.node.node_id, Health()).quarantined,
             "seen_at": ts(row.node.seen_at),
             "seen": _ago(now, row.node.seen_at),
             "capabilities": ", ".join(

@@ -12,8 +12,9 @@ from sqlalchemy.orm import Session
 
 from app.context import Caller, Context
 from app.contract import Contract, validate_contract
-from app.errors import Conflict, Forbidden, MediatorError, NoCandidate
+from app.errors import BadRequest, Conflict, Forbidden, MediatorError, NoCandidate
 from app.faults import fault
+from app.healthcheck import HEALTH_PREFIX
 from app.match import (
     Assignment,
     Reject,
@@ -290,6 +291,9 @@ def checked_contract(ctx: Context, doc: Any, caller: Caller) -> Contract:
     """The contract validated, its priority checked and its team chosen (docs/teams.md): all
     before the run_id lookup, so a refusal stores nothing. Submit and dry-run alike."""
     contract = validate_contract(doc, capabilities=ctx.config["contract.capabilities"])
+    if contract.run_id.startswith(HEALTH_PREFIX):
+        # The Mediator's own health runs (docs/operators.md, "Health runs").
+        raise BadRequest(f'run id prefix "{HEALTH_PREFIX}" is reserved')
     check_priority(contract, caller)
     return replace(contract, team=choose_team(ctx.teams, caller, contract.queue_team))
 

@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 
 from app.estimate import DURATIONS_PER_KEY
 from app.models import Run, Step, StepDuration
-from app.store.queue import IS_QUEUED, QUEUE_ORDER, QueuedRun, TeamOrder, _queued_columns
+from app.store.queue import IS_QUEUED, QUEUE_ORDER, QueuedRun, TeamOrder, queued_columns
 
 
 def _before_in_queue(  # type: ignore[no-untyped-def]
@@ -54,7 +54,7 @@ def queued_ahead_of_shapes(
         [(k,) for k in keys]
     )
     first = (
-        select(*_queued_columns())
+        select(*queued_columns())
         .where(
             IS_QUEUED,
             Run.requires_key == shapes.c.k,
@@ -65,7 +65,7 @@ def queued_ahead_of_shapes(
         .lateral("first")
     )
     q = (
-        select(*(first.c[col.key] for col in _queued_columns()))
+        select(*(first.c[col.key] for col in queued_columns()))
         .select_from(shapes)
         .join(first, literal_column("true"))
         .order_by(first.c.priority.desc(), first.c.created_at, first.c.run_id)

@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, exists, func, literal_column, select, true
 from sqlalchemy.orm import Session
 
-from app.models import Lease, Node, ReaperState, Reservation, Run, Step, WakeDebt
+from app.models import Lease, Node, NodeHealth, ReaperState, Reservation, Run, Step, WakeDebt
 from app.states import ASKED
 from app.store.queue import IS_QUEUED
 
@@ -29,6 +29,7 @@ class Figures:
     reserved_idle: int  # reserved nodes that hold no lease (the price of SPEC §7a)
     nodes_live: int
     reaper_last_pass_seconds: float | None  # None: no pass yet
+    nodes_quarantined: int = 0  # docs/operators.md, "Quarantine"
 
 
 def _age(column: Any) -> ColumnElement[Any]:
@@ -75,6 +76,10 @@ def read_figures(s: Session) -> Figures:
             select(func.count()).select_from(Reservation).where(idle).scalar_subquery(),
             select(func.count()).where(Node.expires_at > func.now()).scalar_subquery(),
             select(_age(ReaperState.last_pass_at)).scalar_subquery(),
+            select(func.count())
+            .select_from(NodeHealth)
+            .where(NodeHealth.quarantined_at.is_not(None))
+            .scalar_subquery(),
         ).select_from(queued.join(asked, true()))
     ).one()
 
@@ -94,4 +99,5 @@ def read_figures(s: Session) -> Figures:
         reserved_idle=int(row[9]),
         nodes_live=int(row[10]),
         reaper_last_pass_seconds=seconds(row[11]),
+        nodes_quarantined=int(row[12]),
     )

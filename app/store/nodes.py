@@ -16,9 +16,10 @@ from sqlalchemy.orm import Session
 
 from app.contract.types import Role
 from app.match import Advert, Firsts, adverts_from_rows, candidate_order
-from app.models import Lease, Node, Reservation, Run
+from app.models import NODE_OUT, Lease, Node, NodeHealth, Reservation, Run
 from app.reserve import Held
 from app.store.driver import fetch
+from app.store.node_health import OUT_OF_SERVICE
 
 
 @dataclass(frozen=True)
@@ -187,9 +188,14 @@ class Candidates:
     adverts: list[Advert]
     unavailable: set[str]
     held: dict[str, Held] = field(default_factory=dict)  # node -> its reservation's holder
-    # With ``with_leases``: node -> the run holding its lease, and the draining candidates.
+    # With ``with_leases``: node -> the run holding its lease, and the draining candidates (by
+    # their advert or an operator's hold).
     holders: dict[str, str] = field(default_factory=dict)
     draining: set[str] = field(default_factory=set)
+    # Quarantined candidates (docs/operators.md), and those unavailable for that alone: a health
+    # run may have its pinned node among them.
+    quarantined: set[str] = field(default_factory=set)
+    quarantined_only: set[str] = field(default_factory=set)
 
 
 def containment(role: Role) -> list[dict[str, Any]]:
@@ -216,7 +222,20 @@ def _candidates_statement(
     leased = (
         select(Lease.node_id).where(Lease.node_id == Node.node_id).correlate_except(Lease).exists()
     )
-    reasons = [Node.drain != "", leased]
+    held = (
+        select(NodeHealth.node_id)
+        .where(NodeHealth.node_id == Node.node_id, NodeHealth.hold_mode.is_not(None))
+        .correlate_except(NodeHealth)
+        .exists()
+    )
+    quarantined = (
+        select(NodeHealth.node_id)
+        .where(NodeHealth.node_id == Node.node_id, NodeHealth.quarantined_at.is_not(None))
+        .correlate_except(NodeHealth)
+        .exists()
+        .label("quarantined")
+    )
+    reasons = [Node.drain != "", leased, held]
     if reserving:
         reasons.append(
             select(Reservation.node_id)
@@ -229,7 +248,7 @@ def _candidates_statement(
             .exists()
         )
     busy = or_(*reasons).label("busy")
-    q = select(Node.node_id, Node.capabilities, Node.label, busy).where(
+    q = select(Node.node_id, Node.capabilities, Node.label, busy, quarantined).where(
         Node.expires_at > func.now(),
         or_(
             *(Node.capabilities.contains(bindparam(f"want{i}", type_=JSONB)) for i in range(wanted))
@@ -243,7 +262,7 @@ def _candidates_statement(
         )
     if with_leases:
         q = q.add_columns(
-            (Node.drain != "").label("draining"), Lease.run_id.label("lease_holder")
+            or_(Node.drain != "", held).label("draining"), Lease.run_id.label("lease_holder")
         ).outerjoin(Lease, Lease.node_id == Node.node_id)
     shape = namedtuple("CandidateRow", [c.name for c in q.selected_columns])  # type: ignore[misc]
     return q, shape
@@ -285,7 +304,9 @@ def candidate_adverts(
         if with_holders
         else {}
     )
-    found = Candidates(adverts, {r.node_id for r in rows if r.busy}, held)
+    found = Candidates(adverts, {r.node_id for r in rows if r.busy or r.quarantined}, held)
+    found.quarantined.update(r.node_id for r in rows if r.quarantined)
+    found.quarantined_only.update(r.node_id for r in rows if r.quarantined and not r.busy)
     if with_leases:
         found.holders.update((r.node_id, r.lease_holder) for r in rows if r.lease_holder)
         found.draining.update(r.node_id for r in rows if r.draining)
@@ -297,10 +318,11 @@ def candidate_adverts(
 # higher). ``busy`` is computed row by row as a LIMIT above pulls them, so a placement that finds
 # free nodes first looks up the holders of those only; each holder is an index probe (a scalar
 # subquery: never a hash of the whole leases table built for one submit).
-_ORDERED = """
+_ORDERED = f"""
         SELECT n.node_id, n.label, n.attr_count,
           (n.drain <> ''
            OR (SELECT true FROM leases WHERE leases.node_id = n.node_id LIMIT 1) IS NOT NULL
+           OR {OUT_OF_SERVICE}
            OR (CAST(:reserved_for AS integer) IS NOT NULL AND (
                  SELECT true FROM reservations JOIN runs ON runs.run_id = reservations.run_id
                  WHERE reservations.node_id = n.node_id
@@ -388,12 +410,16 @@ def live_adverts(s: Session) -> list[Advert]:
     return adverts_from_rows((r.node_id, r.capabilities, r.label) for r in rows)
 
 
+def _out_of_service() -> Select[Any]:
+    """Nodes an operator's hold or a quarantine keeps out (``ix_node_health_out``)."""
+    return select(NodeHealth.node_id).where(text(NODE_OUT))
+
+
 def draining_node_ids(s: Session) -> set[str]:
-    return set(
-        s.execute(
-            select(Node.node_id).where(Node.expires_at > func.now(), Node.drain != "")
-        ).scalars()
-    )
+    """Live nodes no new placement may have: draining by their advert or an operator's hold, or
+    quarantined (what a reservation may not keep, docs/priorities.md)."""
+    draining = select(Node.node_id).where(Node.expires_at > func.now(), Node.drain != "")
+    return set(s.execute(union(draining, _out_of_service())).scalars())
 
 
 def unavailable_node_ids(s: Session, *, reserved_for: int | None = None) -> set[str]:
@@ -403,13 +429,13 @@ def unavailable_node_ids(s: Session, *, reserved_for: int | None = None) -> set[
     leased = select(Lease.node_id)
     draining = select(Node.node_id).where(Node.expires_at > func.now(), Node.drain != "")
     if reserved_for is None:
-        return set(s.execute(leased.union(draining)).scalars())
+        return set(s.execute(union(leased, draining, _out_of_service())).scalars())
     reserved = (
         select(Reservation.node_id)
         .join(Run, Run.run_id == Reservation.run_id)
         .where(Run.priority >= reserved_for)
     )
-    return set(s.execute(union(leased, draining, reserved)).scalars())
+    return set(s.execute(union(leased, draining, _out_of_service(), reserved)).scalars())
 
 
 def node_labels(s: Session, node_ids: list[str]) -> dict[str, str | None]:
@@ -426,16 +452,20 @@ class NodeRow:
     lease: Lease | None
 
 
-def listed_nodes(s: Session) -> tuple[datetime, list[NodeRow]]:
+def listed_nodes(s: Session, node_id: str | None = None) -> tuple[datetime, list[NodeRow]]:
     """Live nodes, and nodes that still hold a lease though their advert expired (SPEC §14),
-    by node_id, with the database time of the snapshot."""
+    by node_id, with the database time of the snapshot; with ``node_id``, that node alone,
+    live or not (an operator's change answers with its line)."""
     now = s.execute(select(func.now())).scalar_one()
     q = (
         select(Node, (Node.expires_at > func.now()).label("live"), Lease)
         .outerjoin(Lease, Lease.node_id == Node.node_id)
-        .where(or_(Node.expires_at > func.now(), Lease.node_id.is_not(None)))
         .order_by(Node.node_id)
     )
+    if node_id is None:
+        q = q.where(or_(Node.expires_at > func.now(), Lease.node_id.is_not(None)))
+    else:
+        q = q.where(Node.node_id == node_id)
     return now, [NodeRow(r[0], bool(r[1]), r[2]) for r in s.execute(q).all()]
 
 

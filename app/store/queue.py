@@ -55,6 +55,7 @@ class QueuedRun:
     requires: Any
     priority: int = 0
     team: str = "default"  # as stored on the run (docs/teams.md)
+    pinned_node: str | None = None  # a health run's node (docs/operators.md)
 
     @property
     def order(self) -> tuple[int, datetime, str]:
@@ -62,8 +63,16 @@ class QueuedRun:
         return (-self.priority, self.created_at, self.run_id)
 
 
-def _queued_columns():  # type: ignore[no-untyped-def]
-    return (Run.run_id, Run.created_at, Run.requires_key, Run.requires, Run.priority, Run.team)
+def queued_columns():  # type: ignore[no-untyped-def]
+    return (
+        Run.run_id,
+        Run.created_at,
+        Run.requires_key,
+        Run.requires,
+        Run.priority,
+        Run.team,
+        Run.pinned_node,
+    )
 
 
 QUEUE_ORDER = (Run.priority.desc(), Run.created_at, Run.run_id)
@@ -103,14 +112,14 @@ def _shape_heads() -> Select[Any]:
     )
     keys = keys.union_all(select(next_key.label("k")).where(keys.c.k.is_not(None)))
     head = (
-        select(*_queued_columns())
+        select(*queued_columns())
         .where(IS_QUEUED, Run.requires_key == keys.c.k)
         .order_by(*QUEUE_ORDER)
         .limit(1)
         .lateral("head")
     )
     return (
-        select(*(head.c[col.key] for col in _queued_columns()))
+        select(*(head.c[col.key] for col in queued_columns()))
         .select_from(keys)
         .join(head, literal_column("true"))
         .where(keys.c.k.is_not(None))
@@ -127,9 +136,9 @@ _SHAPE_TEAM_HEADS = text(
     " SELECT p.k, p.t FROM pairs, LATERAL (SELECT r.requires_key AS k, r.team AS t FROM runs r"
     " WHERE r.state = 'QUEUED' AND (r.requires_key, r.team) > (pairs.k, pairs.t)"
     " ORDER BY r.requires_key, r.team LIMIT 1) p)"
-    " SELECT h.run_id, h.created_at, h.requires_key, h.requires, h.priority, h.team"
-    " FROM pairs CROSS JOIN LATERAL (SELECT run_id, created_at, requires_key, requires, priority,"
-    " team FROM runs WHERE state = 'QUEUED' AND requires_key = pairs.k AND team = pairs.t"
+    " SELECT h.run_id, h.created_at, h.requires_key, h.requires, h.priority, h.team,"
+    " h.pinned_node FROM pairs CROSS JOIN LATERAL (SELECT run_id, created_at, requires_key,"
+    " requires, priority, team, pinned_node FROM runs WHERE state = 'QUEUED' AND requires_key = pairs.k AND team = pairs.t"
     " ORDER BY priority DESC, created_at, run_id LIMIT 1) h"
 )
 
@@ -155,7 +164,7 @@ def next_queued_of_shape(
 ) -> QueuedRun | None:
     """The next QUEUED run of one shape after ``after`` in queue order; with ``team``, of that
     stored team only (``ix_runs_queued_shape_team``)."""
-    q = select(*_queued_columns()).where(
+    q = select(*queued_columns()).where(
         IS_QUEUED, Run.requires_key == requires_key, after_in_queue(after)
     )
     if team is not None:
@@ -177,7 +186,7 @@ def aged_queued_runs(s: Session, seconds: int, per_shape: Mapping[str, int]) -> 
         column("k", String), column("n", Integer), name="limits", literal_binds=False
     ).data(list(per_shape.items()))
     first = (
-        select(*_queued_columns())
+        select(*queued_columns())
         .where(
             IS_QUEUED,
             Run.requires_key == limits.c.k,
@@ -188,7 +197,7 @@ def aged_queued_runs(s: Session, seconds: int, per_shape: Mapping[str, int]) -> 
         .lateral("first")
     )
     q = (
-        select(*(first.c[col.key] for col in _queued_columns()))
+        select(*(first.c[col.key] for col in queued_columns()))
         .select_from(limits)
         .join(first, literal_column("true"))
         .order_by(first.c.priority.desc(), first.c.created_at, first.c.run_id)
@@ -206,7 +215,7 @@ def overtaken_queued_runs(
     if not placed or limit <= 0:
         return []
     q = (
-        select(*_queued_columns())
+        select(*queued_columns())
         .where(
             IS_QUEUED,
             Run.requires_key == requires_key,

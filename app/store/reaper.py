@@ -232,6 +232,17 @@ def runs_with_expired_leases(s: Session, run_id: str | None = None) -> list[str]
     return list(s.execute(q).scalars())
 
 
+def expired_lease_nodes(s: Session, run_id: str) -> list[str]:
+    """The nodes whose lease of the run is past its not_after (each gets a strike when that ends
+    the run, docs/operators.md "Quarantine"), in node_id order."""
+    q = (
+        select(Lease.node_id)
+        .where(Lease.run_id == run_id, Lease.not_after <= func.now())
+        .order_by(Lease.node_id)
+    )
+    return list(s.execute(q).scalars())
+
+
 def open_steps_of_finished_runs(s: Session) -> list[str]:
     """Through ``ix_steps_open``: the open steps are the live work, so the cost of this read does
     not grow with finished history."""

@@ -25,12 +25,18 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
-from app.models import Node, Placement, Reservation, Run
+from app.models import Node, NodeHealth, Placement, Reservation, Run
 from app.reserve import Held
 from app.states import QUEUED
 from app.store.driver import pipelined
 from app.store.placing import check_unreserved, unreserved_statements
-from app.store.queue import IS_QUEUED, QueuedRun, oldest_queued, reservation_probes
+from app.store.queue import (
+    IS_QUEUED,
+    QueuedRun,
+    oldest_queued,
+    queued_columns,
+    reservation_probes,
+)
 from app.store.rows import delete_in_key_order
 from app.store.runs import add_event
 
@@ -45,10 +51,16 @@ def _draining_and_reserved() -> CompoundSelect:
     draining = select(Node.node_id, none.label("run_id"), none.label("p")).where(
         Node.expires_at > func.now(), Node.drain != ""
     )
+    # An operator's hold drains too (docs/operators.md).
+    held = select(NodeHealth.node_id, none.label("run_id"), none.label("p")).where(
+        NodeHealth.hold_mode.is_not(None)
+    )
     reserved = select(Reservation.node_id, Reservation.run_id, Run.priority).join(
         Run, Run.run_id == Reservation.run_id
     )
-    return union_all(draining, reserved)
+    # The typed select first: PostgreSQL types a UNION's columns pairwise from the left, and two
+    # untyped NULLs first would make the priority column text.
+    return union_all(reserved, draining, held)
 
 
 def draining_and_reserved(s: Session) -> tuple[set[str], dict[str, Held]]:
@@ -109,23 +121,12 @@ def lower_priority_placements(
 def stored_reservations(s: Session) -> tuple[dict[str, str], dict[str, QueuedRun]]:
     """node -> holder as stored, and the holders that are still QUEUED."""
     rows = s.execute(
-        select(
-            Reservation.node_id,
-            Run.run_id,
-            Run.created_at,
-            Run.requires_key,
-            Run.requires,
-            Run.priority,
-            Run.team,
-            Run.state,
-        ).join(Run, Run.run_id == Reservation.run_id)
+        select(Reservation.node_id, Run.state, *queued_columns()).join(
+            Run, Run.run_id == Reservation.run_id
+        )
     ).all()
-    stored = {r.node_id: r.run_id for r in rows}
-    holders = {
-        r.run_id: QueuedRun(r.run_id, r.created_at, r.requires_key, r.requires, r.priority, r.team)
-        for r in rows
-        if r.state == QUEUED
-    }
+    stored = {r[0]: r[2] for r in rows}
+    holders = {r[2]: QueuedRun(*r[2:]) for r in rows if r[1] == QUEUED}
     return stored, holders
 
 

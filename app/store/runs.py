@@ -82,6 +82,7 @@ def create_run(
     cause: str = "submit",
     unreserved_for: int | None = None,
     quota: Quota | None = None,
+    pinned_node: str | None = None,
 ) -> datetime:
     """A new run in one round trip: one statement for its row, its first event and its steps
     (rows from :func:`app.store.steps.step_rows`), as data-modifying CTEs, then its leases (rows
@@ -122,6 +123,7 @@ def create_run(
         "priority": contract.priority,
         "team": contract.team,
         "record_location": record_location,
+        "pinned_node": pinned_node,
         "cause": cause,
         "new_steps": list(steps),
     }
@@ -180,6 +182,7 @@ def _create_statement(with_steps: bool) -> Select[Any]:
                     "priority",
                     "team",
                     "record_location",
+                    "pinned_node",
                 )
             }
             | {

@@ -482,6 +482,8 @@ NODE_KEYS = {
     "live",
     "lease",
     "draining",
+    "hold",
+    "health",
 }
 
 

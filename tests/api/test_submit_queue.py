@@ -645,9 +645,21 @@ def test_the_view_of_a_queued_run_explains_candidates_holders_and_its_place_in_t
     lines = {r["as"]: r for r in view["requires"]}
     # Boards: n1, n2, n5 busy (h2, h3, h1), n3 draining; all four live.
     assert lines["dut"]["capability"] == "board"
-    assert lines["dut"]["candidates"] == {"live": 4, "busy": 3, "draining": 1, "reserved": 0}
+    assert lines["dut"]["candidates"] == {
+        "live": 4,
+        "busy": 3,
+        "draining": 1,
+        "quarantined": 0,
+        "reserved": 0,
+    }
     assert sorted(lines["dut"]["held_by"]) == ["h1", "h2", "h3"]
-    assert lines["host"]["candidates"] == {"live": 1, "busy": 0, "draining": 0, "reserved": 0}
+    assert lines["host"]["candidates"] == {
+        "live": 1,
+        "busy": 0,
+        "draining": 0,
+        "quarantined": 0,
+        "reserved": 0,
+    }
     assert lines["host"]["held_by"] == []
     assert view["queue"] == {"position": 2, "ahead": 1}
     at = rfc3339(view["candidates_at"])
@@ -665,7 +677,13 @@ def test_the_explanation_of_the_wait_is_computed_at_read_time(client, sql):
     assert view["state"] == "QUEUED"
     assert view["queue"] == {"position": 1, "ahead": 0}
     dut = next(r for r in view["requires"] if r["as"] == "dut")
-    assert dut["candidates"] == {"live": 4, "busy": 3, "draining": 1, "reserved": 0}
+    assert dut["candidates"] == {
+        "live": 4,
+        "busy": 3,
+        "draining": 1,
+        "quarantined": 0,
+        "reserved": 0,
+    }
     assert sorted(dut["held_by"]) == ["h1", "h2", "q-old"]
 
 
@@ -679,7 +697,13 @@ def test_a_candidate_both_busy_and_draining_counts_as_busy_only(client):
     view = client.get("/v1/runs/r2").get_json()
 
     line = view["requires"][0]
-    assert line["candidates"] == {"live": 2, "busy": 1, "draining": 1, "reserved": 0}
+    assert line["candidates"] == {
+        "live": 2,
+        "busy": 1,
+        "draining": 1,
+        "quarantined": 0,
+        "reserved": 0,
+    }
     assert line["held_by"] == ["r1"]
 
 
@@ -799,7 +823,13 @@ def test_a_queued_submits_scan_ends_at_its_check_when_nothing_was_freed_since_it
     assert view.pop("candidates_at") and got.pop("candidates_at")
     assert view == got
     assert view["queue"] == {"position": 1, "ahead": 0}
-    assert view["requires"][0]["candidates"] == {"live": 1, "busy": 1, "draining": 0, "reserved": 0}
+    assert view["requires"][0]["candidates"] == {
+        "live": 1,
+        "busy": 1,
+        "draining": 0,
+        "quarantined": 0,
+        "reserved": 0,
+    }
     assert view["requires"][0]["held_by"] == ["holder"]
 
 

@@ -55,6 +55,17 @@ def mediator(
     )
 
 
+def complete(server: Any, words: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """What bash's completion of ``words`` (the last one being typed) gets from ``mediator``."""
+    return mediator(
+        server,
+        _MEDIATOR_COMPLETE="bash_complete",
+        COMP_WORDS=words,
+        COMP_CWORD=str(len(words.split(" ")) - 1),
+        **env,
+    )
+
+
 def _sigint_default() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 

@@ -21,7 +21,15 @@ from urllib.parse import quote
 import pytest
 
 from tests.apps import ROOT
-from tests.client.cli import TIMEOUT, CountingProxy, Running, client_env, mediator, write
+from tests.client.cli import (
+    TIMEOUT,
+    CountingProxy,
+    Running,
+    client_env,
+    complete,
+    mediator,
+    write,
+)
 from tests.helpers import cap, contract, role
 from tests.support.actors import Node, Submitter, expect
 
@@ -778,17 +786,6 @@ def test_runs_follows_the_servers_pages_to_the_limit_or_to_the_end(live_server):
 
 
 # ------------------------------------------------------------------------- shell completion
-
-
-def complete(server: Any, words: str, **env: str) -> subprocess.CompletedProcess[str]:
-    """What bash's completion of ``words`` (the last one being typed) gets from ``mediator``."""
-    return mediator(
-        server,
-        _MEDIATOR_COMPLETE="bash_complete",
-        COMP_WORDS=words,
-        COMP_CWORD=str(len(words.split(" ")) - 1),
-        **env,
-    )
 
 
 def test_run_ids_complete_from_the_server_and_nothing_when_it_is_not_there(live_server):

@@ -8,6 +8,9 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
+import requests
+
+from tests.apps import TOKEN
 from tests.compat.clients import EnodeClient, RunctlClient
 from tests.compat.gowire import (
     ADVERT_RESPONSE,
@@ -184,6 +187,29 @@ def test_advert_policy_drain_is_acknowledged_in_the_reply(enode: EnodeClient) ->
     assert reply["drain"] == "at-boundary"
     reply = decode(ADVERT_RESPONSE, enode.advertise(advert(NODE, [capability()])).content)
     assert reply["drain"] == ""
+
+
+def test_an_operators_hold_is_not_echoed_and_the_agent_keeps_claiming_its_run(
+    enode: EnodeClient, runctl: RunctlClient, mediator: Mediator
+) -> None:
+    """mirrors internal/enode/advertise.go (Held.SetDrain from the reply): an operator's drain of
+    the node (docs/operators.md) is never in the heartbeat reply, or the agent would stop
+    claiming for good between two steps of the run it holds; it keeps claiming that run's
+    steps."""
+    node_up(enode)
+    submitted(runctl, one_step())
+    hold = requests.post(
+        mediator.url + f"/v1/nodes/{NODE}/drain",
+        json={"mode": "graceful", "reason": "new firmware"},
+        headers={"Authorization": f"Bearer {TOKEN}"},
+        timeout=30,
+    )
+    assert hold.status_code == 200, hold.text
+    reply = decode(ADVERT_RESPONSE, enode.advertise(advert(NODE, [capability()])).content)
+    assert reply["drain"] == ""
+    assert [lease["run_id"] for lease in reply["leases"]] == ["example-command"]
+    _, step = claimed(enode)
+    assert step["run_id"] == "example-command"
 
 
 def test_advert_from_a_new_instance_fails_the_step_the_old_instance_claimed(

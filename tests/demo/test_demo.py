@@ -1,8 +1,9 @@
-"""``mediator demo`` as a person runs it: a process of its own that starts a real server, two real
+"""``mediator demo`` as a person runs it: a process of its own that starts a real server, three real
 agent processes and the example runs, on a fresh database of the local PostgreSQL (and once on
 the embedded server). It must end with the expected verdicts and exit 0 (non-zero otherwise),
-tell the story in readable lines, leave sealed Records on disk, and leave no process behind,
-with ``--once`` and on SIGINT / SIGTERM alike."""
+tell the story in readable lines (the hanging board-2 quarantined, then lifted by its health
+run, among them), leave sealed Records on disk, and leave no process behind, with ``--once``
+and on SIGINT / SIGTERM alike."""
 
 from __future__ import annotations
 
@@ -25,9 +26,11 @@ from app.config import to_libpq_url
 from tests.apps import ROOT
 from tests.support.pages import PageUser
 
-pytestmark = pytest.mark.slow  # each test starts a server and two agents
+pytestmark = pytest.mark.slow  # each test starts a server and three agents
 
-RUN_SECONDS = 100  # a demo run takes about 15 s on a quiet machine
+RUN_SECONDS = 120  # a demo run takes about 30 s on a quiet machine
+AGENTS = {"agent board-1", "agent host-1", "agent board-2"}
+HEALTH_RUN = re.compile(r"health-[0-9a-f]{16}-\d+")
 
 
 def _env() -> dict[str, str]:
@@ -96,7 +99,7 @@ def assert_story(out: str, runs: list[str]) -> None:
     assert f"{sign_off}: step 2 answered, run RUNNING" in out, out
     for run in runs:
         assert f"run {run} verdict SUCCEEDED" in out, out
-    assert "all 3 verdicts as expected" in out, out
+    assert "all 6 verdicts as expected" in out, out
     # every line of the story starts with a time or is indented under one: no JSON dumps
     for line in out.splitlines():
         assert line == "" or re.match(r"(\d\d:\d\d:\d\d| {8})  ", line), line
@@ -107,6 +110,42 @@ def assert_story(out: str, runs: list[str]) -> None:
     assert out.index(f"run {lint} promoted (released by {build}/host-1") < out.index(
         f"run {build} verdict SUCCEEDED"
     )
+
+
+def assert_board_story(out: str, board: dict[str, Any]) -> None:
+    """board-2 hangs in the middle of two burn-in runs, each failed by the reaper for its expired
+    lease (a strike each), is quarantined at the second, and its health run lifts the
+    quarantine: in demo.json and in the lines a person reads, in that order."""
+    first, second = board["runs"]
+    health = board["health_run"]
+    assert HEALTH_RUN.fullmatch(health), board
+    assert board == {
+        "node": "board-2",
+        "runs": [first, second],
+        "strikes": [1, 2],
+        "quarantined": f"2 failures in a row; the last: its lease of {second} expired",
+        "health_run": health,
+        "lifted": True,
+    }
+    story = [
+        f"run {first} RUNNING on dut=board-2",
+        f"board-2 hangs in the middle of run {first}: its agent is frozen (SIGSTOP)",
+        f"run {first} verdict FAILED",
+        "board-2: strike 1 of 2",
+        f"run {second} RUNNING on dut=board-2",
+        f"board-2 hangs in the middle of run {second}",
+        f"run {second}: step soak FAILED: lease expired: renewal stopped",
+        "board-2: strike 2 of 2",
+        f"board-2 quarantined: 2 failures in a row; the last: its lease of {second} expired",
+        f"the reaper queued health run {health} for board-2",
+        f"run {health} verdict SUCCEEDED",
+        f"board-2 quarantine lifted: its health run {health} passed; 0 strikes",
+    ]
+    at = 0
+    for line in story:
+        found = out.find(line, at)
+        assert found >= 0, f"{line!r} missing, or before what it follows:\n{out}"
+        at = found
 
 
 def assert_records(directory: Path, runs: list[str]) -> None:
@@ -130,11 +169,17 @@ def test_the_demo_once_on_a_local_database(fresh_db_url: str, tmp_path: Path) ->
     state = state_of(directory)
     runs = state["runs"]
     assert [r.rsplit("-", 1)[0] for r in runs] == ["build-and-test", "sign-off", "lint"]
-    assert state["verdicts"] == dict.fromkeys(runs, "SUCCEEDED")
+    board = state["board"]
+    assert state["verdicts"] == {
+        **dict.fromkeys(runs, "SUCCEEDED"),
+        **dict.fromkeys(board["runs"], "FAILED"),
+        board["health_run"]: "SUCCEEDED",
+    }
     assert_story(done.stdout, runs)
+    assert_board_story(done.stdout, board)
     assert f"the sealed Records, on disk in {directory / 'records'}" in done.stdout
-    assert_records(directory, runs)
-    assert_all_stopped(state, {"server", "agent board-1", "agent host-1"})
+    assert_records(directory, [*runs, board["health_run"]])
+    assert_all_stopped(state, {"server", *AGENTS})
 
     # The database says the same: the sign-off run was queued, then promoted by the end of the
     # build-and-test run, and its ask was answered by the demo through the client.
@@ -154,7 +199,34 @@ def test_the_demo_once_on_a_local_database(fresh_db_url: str, tmp_path: Path) ->
             (sign_off,),
         ).fetchone()[0]
         leases = conn.execute("SELECT count(*) FROM leases").fetchone()[0]
-    assert states == dict.fromkeys(runs, "SUCCEEDED")
+        node_events = conn.execute(
+            "SELECT change, reason, by FROM node_events WHERE node_id = 'board-2' ORDER BY id"
+        ).fetchall()
+        health = conn.execute(
+            "SELECT strikes, quarantined_at, health_runs FROM node_health WHERE node_id = 'board-2'"
+        ).fetchone()
+        health_run = conn.execute(
+            "SELECT principal, team, priority, pinned_node FROM runs WHERE run_id = %s",
+            (board["health_run"],),
+        ).fetchone()
+        struck = conn.execute(
+            "SELECT count(*) FROM node_health WHERE strikes > 0 OR quarantined_at IS NOT NULL"
+        ).fetchone()[0]
+    assert {r: s for r, s in states.items() if r in runs} == dict.fromkeys(runs, "SUCCEEDED")
+    # board-2: a strike for each run the reaper failed for its expired lease, quarantined by the
+    # Mediator at the second, its health run queued by the reaper, and the quarantine lifted by
+    # that run's verdict; no other node was ever struck, and board-2 ends in service.
+    first, second = board["runs"]
+    assert node_events == [
+        ("strike", f"its lease of {first} expired", "mediator"),
+        ("strike", f"its lease of {second} expired", "mediator"),
+        ("quarantined", board["quarantined"], "mediator"),
+        ("health run queued", board["health_run"], "mediator"),
+        ("quarantine lifted", f"{board['health_run']} passed", "mediator"),
+    ]
+    assert health == (0, None, 1)
+    assert health_run == ("mediator", "health", 100, "board-2")
+    assert struck == 0
     assert events[0][1] == "QUEUED"
     assert events[1][:2] == ("QUEUED", "RUNNING")
     assert events[1][2] == f"promoted: released by {build}/board-1"
@@ -172,8 +244,9 @@ def test_the_demo_once_on_the_embedded_server(tmp_path: Path) -> None:
     assert "PostgreSQL: a throwaway embedded server" in done.stdout
     state = state_of(directory)
     assert_story(done.stdout, state["runs"])
+    assert_board_story(done.stdout, state["board"])
     assert_records(directory, state["runs"])
-    assert_all_stopped(state, {"postgres", "server", "agent board-1", "agent host-1"})
+    assert_all_stopped(state, {"postgres", "server", *AGENTS})
     assert took < 60, f"the demo took {took:.1f} s"
 
 
@@ -189,12 +262,16 @@ def test_an_unexpected_verdict_ends_the_demo_non_zero(fresh_db_url: str, tmp_pat
     assert done.returncode == 1, done.stdout + done.stderr
     state = state_of(directory)
     build, sign_off, lint_run = state["runs"]
-    assert state["verdicts"] == {build: "SUCCEEDED", sign_off: "SUCCEEDED", lint_run: "FAILED"}
+    assert {r: state["verdicts"][r] for r in state["runs"]} == {
+        build: "SUCCEEDED",
+        sign_off: "SUCCEEDED",
+        lint_run: "FAILED",
+    }
     assert f"run {lint_run} verdict FAILED" in done.stdout
     assert "FAIL  lint: exit_code want 0, got 1" in done.stdout
     assert f"mediator demo: run {lint_run} ended FAILED, expected SUCCEEDED" in done.stderr
     assert "verdicts as expected" not in done.stdout
-    assert_all_stopped(state, {"server", "agent board-1", "agent host-1"})
+    assert_all_stopped(state, {"server", *AGENTS})
 
 
 def _read_until(proc: subprocess.Popen[str], text: str, seen: list[str], timeout: float) -> None:
@@ -260,7 +337,7 @@ def test_without_once_it_keeps_serving_until_a_signal_stops_every_child(
             proc.wait()
     name = signal.Signals(signum).name
     assert any(f"{name}: stopping the agents, the server and the database" in s for s in seen)
-    assert_all_stopped(state, {"server", "agent board-1", "agent host-1"})
+    assert_all_stopped(state, {"server", *AGENTS})
 
 
 def test_with_answer_in_browser_a_person_answers_the_sign_off_on_the_asks_page(
@@ -298,11 +375,13 @@ def test_with_answer_in_browser_a_person_answers_the_sign_off_on_the_asks_page(
             proc.kill()
             proc.wait()
     state = state_of(directory)
-    assert state["verdicts"] == dict.fromkeys(state["runs"], "SUCCEEDED")
+    assert {r: state["verdicts"][r] for r in state["runs"]} == dict.fromkeys(
+        state["runs"], "SUCCEEDED"
+    )
     with psycopg.connect(to_libpq_url(fresh_db_url)) as conn:
         answered = conn.execute(
             "SELECT answered_by FROM steps WHERE run_id = %s AND step_id = 'sign-off'",
             (sign_off,),
         ).fetchone()[0]
     assert answered == "qa@lab.example"
-    assert_all_stopped(state, {"server", "agent board-1", "agent host-1"})
+    assert_all_stopped(state, {"server", *AGENTS})

@@ -1,5 +1,6 @@
 """The contracts of ``examples/``: each one valid by the server's own validator, without warnings,
-listed in examples/README.md; and the ones ``mediator demo`` does not run, run here by two real
+listed in examples/README.md; the demo's health check a valid ``health.check_contract`` that
+fits its hanging board; and the ones ``mediator demo`` does not run, run here by two real
 ``mediator agent`` processes with the demo's fleet against a real gunicorn, to the verdict the
 README promises (tests/demo/test_demo.py runs the others)."""
 
@@ -12,7 +13,8 @@ import pytest
 import yaml
 
 from app.contract import validate_contract
-from app.dev.demo import FLEET, SCENARIO
+from app.dev.demo import BROKEN, BURN_IN, FLEET, HEALTH_CHECK, SCENARIO
+from app.healthcheck import fits_check, load_health_check
 from tests.agent_e2e.common import agent_on, await_state, await_value, run_view
 from tests.apps import ROOT
 from tests.helpers import submit
@@ -35,14 +37,38 @@ def test_the_examples_are_the_ones_the_readme_explains() -> None:
     assert FILES == [
         "boot-test.yaml",
         "build-and-test.yaml",
+        "burn-in.yaml",
         "fan-out.yaml",
         "lint.yaml",
         "sign-off.yaml",
     ]
     readme = (EXAMPLES / "README.md").read_text(encoding="utf-8")
-    for name in FILES:
+    for name in [*FILES, HEALTH_CHECK]:
         assert f"| `{name}` |" in readme, name
-    assert {p.example for p in SCENARIO} <= set(FILES)
+    assert {p.example for p in SCENARIO} | {BURN_IN} <= set(FILES)
+
+
+def _advert(node: Any) -> list[dict[str, Any]]:
+    """A demo node's capabilities as the Mediator stores its advert."""
+    caps = []
+    for flag in node.capabilities:
+        name, _, attrs = flag.partition(":")
+        pairs = (a.split("=", 1) for a in attrs.split(",") if a)
+        caps.append({"capability": name, "attrs": dict(pairs)})
+    return caps
+
+
+def test_the_demos_health_check_is_a_health_check_contract_that_fits_the_hanging_board() -> None:
+    check = load_health_check(str(EXAMPLES / HEALTH_CHECK))
+    assert check is not None
+    assert check.run_id == "health-check"
+    assert [r.count for r in check.requires] == [1]
+    assert check.warnings == ()
+    assert fits_check(check, _advert(BROKEN))
+    # Only the hanging board is struck in the demo, and only the burn-in runs on it.
+    burn_in = validate_contract(example(BURN_IN))
+    assert not any(fits_check(burn_in, _advert(n)) for n in FLEET)
+    assert fits_check(burn_in, _advert(BROKEN))
 
 
 @pytest.mark.parametrize("name", FILES)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -22,7 +21,6 @@ from tests.auth.common import ENTRIES, SECRETS
 from tests.deploy.http import Http
 from tests.deploy.scenes import advertise, submit
 from tests.helpers import cap, contract, one_step, role
-from tests.support.browser import BrowserUser, chromium
 
 pytestmark = pytest.mark.needs_chromium
 
@@ -37,19 +35,6 @@ DECISION = {
         "note": {"type": "string", "title": "Note", "description": "what you saw"},
     },
 }
-
-
-@pytest.fixture(scope="module")
-def driver(tmp_path_factory: Any) -> Iterator[Any]:
-    with chromium(tmp_path_factory.mktemp("chromium")) as d:
-        yield d
-
-
-@pytest.fixture
-def person(driver: Any, live_server: Any) -> Iterator[BrowserUser]:
-    driver.delete_all_cookies()  # each test's person starts signed out
-    yield BrowserUser(driver, live_server.url)
-    driver.delete_all_cookies()
 
 
 @pytest.fixture

@@ -10,7 +10,14 @@ def line(**candidates: int) -> dict[str, object]:
         "as": "dut",
         "capability": "board",
         "attrs": {},
-        "candidates": {"live": 2, "busy": 1, "draining": 0, "reserved": 0, **candidates},
+        "candidates": {
+            "live": 2,
+            "busy": 1,
+            "draining": 0,
+            "quarantined": 0,
+            "reserved": 0,
+            **candidates,
+        },
         "held_by": ["a"],
         "reserved_by": ["w"] if candidates.get("reserved") else [],
     }

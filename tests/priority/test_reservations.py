@@ -57,7 +57,13 @@ def test_a_run_that_waited_reserves_and_its_view_says_so(client, ctx, sql):
     other = client.get("/v1/runs/c").get_json()
     assert other["reserving"] is False and "reserved" not in other
     line = other["requires"][0]
-    assert line["candidates"] == {"live": 2, "busy": 2, "draining": 0, "reserved": 2}
+    assert line["candidates"] == {
+        "live": 2,
+        "busy": 2,
+        "draining": 0,
+        "quarantined": 0,
+        "reserved": 2,
+    }
     assert line["reserved_by"] == ["w"]
     assert check(sql) == []
 

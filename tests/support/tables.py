@@ -35,6 +35,8 @@ TABLES = (
     "team_usage",
     "team_usage_hours",
     "team_limits",
+    "node_health",
+    "node_events",
 )
 
 _OWNED_SEQUENCES = """
