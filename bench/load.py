@@ -33,11 +33,15 @@ Maker = Callable[[int, int, dict[str, Any]], list[Request]]
 def _submit(g: int, i: int, p: dict[str, Any]) -> list[Request]:
     """A placed submit of a board with ``attrs``. With ``slots``, thread ``g`` asks only for the
     boards of its own slot, so two threads never race for one node (the loser would be queued,
-    then promoted by a wake scan: another measurement)."""
+    then promoted by a wake scan: another measurement). With ``teams``, each run names one of
+    them in ``queue.team``."""
     attrs = dict(p.get("attrs", {}))
     if p.get("slots"):
         attrs["slot"] = f"s{g % p['slots']}"
     doc = two_steps(f"{p['prefix']}-{g}-{i}", **attrs)
+    if p.get("teams"):
+        # Dealt in turn, so that every thread's submits go to every team.
+        doc["queue"] = {"team": p["teams"][(g + i) % len(p["teams"])]}
     return [("submit", "POST", "/v1/runs", body(doc), {})]
 
 

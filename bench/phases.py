@@ -3,6 +3,7 @@ which is no HTTP route) a fresh gunicorn: the lines of SPEC §16."""
 
 from __future__ import annotations
 
+import json
 import statistics
 import threading
 import time
@@ -246,66 +247,12 @@ def placed_submits(b: Bench) -> dict[str, Any]:
     slots = b.clients
     script = work / "submit.pgbench.sql"
     script.write_text(pgbench_script(statements, slots))
-    fl_work = work / "floor"
-    fl_work.mkdir(exist_ok=True)
-    threads = b.threads or 1000  # gunicorn.conf.py's default: the same settings as the Mediator
-    window = s.submit_seconds / s.submit_rounds
-    fl_window = s.floor_seconds / s.submit_rounds
-    say(
-        f"placed submits and the floor: {b.processes}×{b.client_threads} clients, "
-        f"{s.submit_nodes} nodes, {s.submit_rounds} alternating windows of {window:g} s "
-        f"and {fl_window:g} s"
-    )
     opening = {"before": record_opening(work / "record-probe", "before")}
-    say(f"  opening a Record here, alone: {_opening(opening['before'])}")
-    tallies = {"app": Tally(), "floor": Tally()}
-    cores_of: dict[str, list[dict[str, float]]] = {"app": [], "floor": []}
-    rounds: list[dict[str, float]] = []
-    with (
-        b.server(url, "submit") as srv,
-        floor(url, fl_work, workers=b.workers, threads=threads) as fsrv,
-    ):
-        _advertise_all(
-            srv.port,
-            [advert(f"sp-node-{n:05d}", slot=f"s{n % slots}") for n in range(s.submit_nodes)],
-        )
-        for r in range(s.submit_rounds):
-            rates: dict[str, float] = {}
-            for which in ("app", "floor") if r % 2 == 0 else ("floor", "app"):
-                # Vacuumed and analysed before each window, so that none starts on the dead
-                # lease rows and stale statistics the one before it left.
-                vacuum_analyze(url, SUBMIT_TABLES)
-                server, seconds = (srv, window) if which == "app" else (fsrv, fl_window)
-                prefix = f"sp{r}" if which == "app" else f"fl{r}"
-                plans = closed_loop(
-                    server.port,
-                    "submit",
-                    {"prefix": prefix, "slots": slots},
-                    processes=b.processes,
-                    threads=b.client_threads,
-                    duration=seconds,
-                    warmup=s.warmup,
-                )
-                # The floor's runs (``pgb-…``, bench/floor.sql) take leases of nodes that do not
-                # exist; they are swept like the placed line's, so that both windows read a
-                # leases table of the same size.
-                with Sweeper(url, prefix + "-" if which == "app" else "pgb-"):
-                    result, cores = b.measure(server, plans, s.warmup, seconds)
-                tally = result.tally("submit")
-                tallies[which].merge(tally)
-                cores_of[which].append(cores)
-                rates[which] = summary(tally, seconds, (201,))["per_s"]
-            rounds.append(
-                {**rates, "ratio": round(rates["app"] / rates["floor"], 3) if rates["floor"] else 0}
-            )
-            say(f"  round {r + 1}: {rates['app']}/s placed, floor {rates['floor']}/s")
+    say(f"placed submits: opening a Record here, alone: {_opening(opening['before'])}")
+    placed = _alternating(b, url, work, name="submit", prefix="sp", params={})
     opening["after"] = record_opening(work / "record-probe", "after")
     say(f"  opening a Record here after the rounds: {_opening(opening['after'])}")
-    app = summary(tallies["app"], s.submit_seconds, (201,))
-    fl = summary(tallies["floor"], s.floor_seconds, (201,))
-    cores, fcores = _mean_cores(cores_of["app"]), _mean_cores(cores_of["floor"])
-    say(f"  {app['per_s']}/s placed, p50 {app['p50_ms']} ms, p99 {app['p99_ms']} ms, {cores}")
-    say(f"  floor {fl['per_s']}/s, p99 {fl['p99_ms']} ms, {fcores}")
+    app, fl = placed["app"], placed["floor"]
 
     say(f"pgbench: bench/floor.sql ({len(statements)} statements), {slots} clients")
     vacuum_analyze(url, SUBMIT_TABLES)
@@ -324,8 +271,8 @@ def placed_submits(b: Bench) -> dict[str, Any]:
             "clients": f"{b.processes} processes × {b.client_threads} threads, keep-alive",
             "nodes": s.submit_nodes,
             "seconds": s.submit_seconds,
-            "rounds": rounds,
-            "cpu_cores": cores,
+            "rounds": placed["rounds"],
+            "cpu_cores": placed["cpu_cores"],
             "record_opening": opening,
         },
         "pgbench": {**pg, "statements": len(statements), "script": script.read_text()},
@@ -334,8 +281,148 @@ def placed_submits(b: Bench) -> dict[str, Any]:
             "p50_ms": fl["p50_ms"],
             "p99_ms": fl["p99_ms"],
             "statuses": fl["statuses"],
-            "cpu_cores": fcores,
+            "cpu_cores": placed["floor_cpu_cores"],
         },
+    }
+
+
+def _alternating(
+    b: Bench,
+    url: str,
+    work: Path,
+    *,
+    name: str,
+    prefix: str,
+    params: dict[str, Any],
+    extra: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """The placed line's rounds: the Mediator (``extra`` in its environment) and the floor up
+    at once on ``url``, ``submit_rounds`` alternating windows of each, the order swapped every
+    round; the closed loop's submits carry ``params`` (see load._submit)."""
+    s = b.sizes
+    slots = b.clients
+    fl_work = work / "floor"
+    fl_work.mkdir(exist_ok=True)
+    threads = b.threads or 1000  # gunicorn.conf.py's default: the same settings as the Mediator
+    window = s.submit_seconds / s.submit_rounds
+    fl_window = s.floor_seconds / s.submit_rounds
+    say(
+        f"{name}: placed submits and the floor: {b.processes}×{b.client_threads} clients, "
+        f"{s.submit_nodes} nodes, {s.submit_rounds} alternating windows of {window:g} s "
+        f"and {fl_window:g} s"
+    )
+    tallies = {"app": Tally(), "floor": Tally()}
+    cores_of: dict[str, list[dict[str, float]]] = {"app": [], "floor": []}
+    rounds: list[dict[str, float]] = []
+    with (
+        b.server(url, name, extra) as srv,
+        floor(url, fl_work, workers=b.workers, threads=threads) as fsrv,
+    ):
+        _advertise_all(
+            srv.port,
+            [advert(f"sp-node-{n:05d}", slot=f"s{n % slots}") for n in range(s.submit_nodes)],
+        )
+        for r in range(s.submit_rounds):
+            rates: dict[str, float] = {}
+            for which in ("app", "floor") if r % 2 == 0 else ("floor", "app"):
+                # Vacuumed and analysed before each window, so that none starts on the dead
+                # lease rows and stale statistics the one before it left.
+                vacuum_analyze(url, SUBMIT_TABLES)
+                server, seconds = (srv, window) if which == "app" else (fsrv, fl_window)
+                run_prefix = f"{prefix}{r}" if which == "app" else f"fl{r}"
+                plans = closed_loop(
+                    server.port,
+                    "submit",
+                    {**params, "prefix": run_prefix, "slots": slots},
+                    processes=b.processes,
+                    threads=b.client_threads,
+                    duration=seconds,
+                    warmup=s.warmup,
+                )
+                # The floor's runs (``pgb-…``, bench/floor.sql) take leases of nodes that do not
+                # exist; they are swept like the placed line's, so that both windows read a
+                # leases table of the same size.
+                with Sweeper(url, run_prefix + "-" if which == "app" else "pgb-"):
+                    result, cores = b.measure(server, plans, s.warmup, seconds)
+                tally = result.tally("submit")
+                tallies[which].merge(tally)
+                cores_of[which].append(cores)
+                rates[which] = summary(tally, seconds, (201,))["per_s"]
+            rounds.append(
+                {**rates, "ratio": round(rates["app"] / rates["floor"], 3) if rates["floor"] else 0}
+            )
+            say(f"  round {r + 1}: {rates['app']}/s placed, floor {rates['floor']}/s")
+    app = summary(tallies["app"], s.submit_seconds, (201,))
+    fl = summary(tallies["floor"], s.floor_seconds, (201,))
+    cores, fcores = _mean_cores(cores_of["app"]), _mean_cores(cores_of["floor"])
+    say(f"  {app['per_s']}/s placed, p50 {app['p50_ms']} ms, p99 {app['p99_ms']} ms, {cores}")
+    say(f"  floor {fl['per_s']}/s, p99 {fl['p99_ms']} ms, {fcores}")
+    return {
+        "app": app,
+        "floor": fl,
+        "rounds": rounds,
+        "cpu_cores": cores,
+        "floor_cpu_cores": fcores,
+    }
+
+
+# The teams of the placed line with teams: each with a max_nodes it never reaches (the sweeper
+# frees the boards within milliseconds), so that every placement of theirs locks its team's
+# row and counts its leases (docs/teams.md, "Quotas") without ever being refused.
+PLACED_TEAMS = (("kernel", 3), ("qa", 1), ("release", 2))
+
+
+def placed_submits_teams(b: Bench) -> dict[str, Any]:
+    """The placed line (same fleet, clients, sweeper and alternating rounds with the floor),
+    with ``MEDIATOR_TEAMS`` configuring three teams with ``max_nodes`` and the submits dealt in
+    turn to those three and to ``default`` (no quota) by ``queue.team``."""
+    s = b.sizes
+    url = b.dbs.fresh("submit_teams")
+    work = b.workdir / "submit-teams"
+    work.mkdir(parents=True, exist_ok=True)
+    teams = [
+        {"name": name, "weight": weight, "max_nodes": s.submit_nodes}
+        for name, weight in PLACED_TEAMS
+    ]
+    dealt = [name for name, _ in PLACED_TEAMS] + ["default"]
+    placed = _alternating(
+        b,
+        url,
+        work,
+        name="submit-teams",
+        prefix="st",
+        params={"teams": dealt},
+        extra={"MEDIATOR_TEAMS": json.dumps(teams)},
+    )
+    app, fl = placed["app"], placed["floor"]
+    with connect(url) as conn:
+        rows = conn.execute(
+            "SELECT team, count(*) FROM runs WHERE run_id LIKE 'st%' GROUP BY team"
+        ).fetchall()
+    by_team = {str(team): int(n) for team, n in rows}
+    if set(by_team) != set(dealt):
+        raise RuntimeError(f"submit-teams: the runs' teams are {by_team}, not {dealt}")
+    say(f"  runs by team: {by_team}")
+    return {
+        "submit_teams": {
+            "app_per_s": app["per_s"],
+            "floor_per_s": fl["per_s"],
+            "ratio": round(app["per_s"] / fl["per_s"], 3) if fl["per_s"] else None,
+            "p50_ms": app["p50_ms"],
+            "p99_ms": app["p99_ms"],
+            "max_ms": app["max_ms"],
+            "statuses": app["statuses"],
+            "errors": app["errors"],
+            "floor_p99_ms": fl["p99_ms"],
+            "teams": teams,
+            "dealt_to": dealt,
+            "runs_by_team": by_team,
+            "nodes": s.submit_nodes,
+            "seconds": s.submit_seconds,
+            "rounds": placed["rounds"],
+            "cpu_cores": placed["cpu_cores"],
+            "floor_cpu_cores": placed["floor_cpu_cores"],
+        }
     }
 
 
@@ -894,6 +981,7 @@ def reaper(b: Bench) -> dict[str, Any]:
 
 PHASES: dict[str, Callable[[Bench], dict[str, Any]]] = {
     "submit": placed_submits,
+    "submit-teams": placed_submits_teams,
     "queued": queued_submits,
     "wake": wake_scan,
     "wake-reserving": wake_scan_reserving,

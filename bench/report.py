@@ -314,7 +314,148 @@ def markdown(doc: dict[str, Any], before: dict[str, Any] | None) -> str:
         "What the profile shows is left, target by target: `bench/README.md`, section",
         '"What the latest run shows is left" (written by hand after a full run).',
     ]
+    if doc.get("labday") or doc.get("submit_teams"):
+        lines += [""] + teams_section(doc)
     return "\n".join(lines) + "\n"
+
+
+def _pct(x: Any) -> str:
+    return "—" if x is None else f"{100 * float(x):.1f} %"
+
+
+def _met(ok: bool | None) -> str:
+    return "—" if ok is None else "yes" if ok else "**no**"
+
+
+def teams_section(doc: dict[str, Any]) -> list[str]:
+    """The lines of teams sharing a fleet (docs/teams.md): the lab day (``bench/labday.py``)
+    and the placed line with quota'd teams, with their targets."""
+    m = doc["machine"]
+    lines = [
+        "## Teams sharing the fleet: the lab day and placed submits with teams",
+        "",
+        f"Lines `labday` and `submit-teams` of `python -m bench` ({doc['mode']} run) on "
+        f"{m['date']}, source `{m['git_commit']}`: {m['cpu_model']}, {m['cpu_count']} cores, "
+        f"PostgreSQL {m['postgresql_version'].split(' ')[0]} on the same machine, load average "
+        f"before the run {m.get('load_average')}. How each figure is made: `bench/README.md`.",
+        "",
+        "| measurement | this run | target | met? |",
+        "|---|---|---|---|",
+    ]
+    lab = doc.get("labday")
+    if lab:
+        for name, t in lab["teams"].items():
+            err = t["share_error"]
+            lines.append(
+                f"| lab day: {name}'s share of the board-seconds while every team had runs "
+                f"queued (weight {t['weight']:g}) | {t['share']} (weight share "
+                f"{t['expected_share']}; off by {_pct(err)}) | within 10 % of its weight share | "
+                f"{_met(None if err is None else err <= 0.10)} |"
+            )
+        worst = lab["longest_wait_non_flooding"]
+        lines.append(
+            f"| lab day: longest queue wait of the teams that do not flood | "
+            f"{_fmt(worst['seconds'], ' s')} ({worst['team']}, `{worst['run_id']}`) | — | — |"
+        )
+        est = lab["estimate"]
+        frac = est["median_abs_error_fraction"]
+        lines.append(
+            f"| lab day: `expected_start` of the 202 against the promotion, runs that waited "
+            f"≥ {est['threshold_s']:g} s: median of abs(error) ÷ wait | {_fmt(frac, '')} "
+            f"({est['runs']} runs; median error {_fmt(est['median_signed_error_s'], ' s')}) | "
+            f"≤ 0.25 | {_met(None if frac is None else frac <= 0.25)} |"
+        )
+    st = doc.get("submit_teams")
+    if st:
+        lowest = min((r["ratio"] for r in st["rounds"]), default=None)
+        lines += [
+            f"| placed submits, three quota'd teams beside the plain one (201) | "
+            f"{_fmt(st['app_per_s'], '/s')} (floor {_fmt(st['floor_per_s'], '/s')}) | — | — |",
+            f"| placed submits, three quota'd teams beside the plain one ÷ floor | "
+            f"{_fmt(st['ratio'], '')} (lowest round {_fmt(lowest, '')}) | ≥ 0.7 | "
+            f"{_met(None if st['ratio'] is None else st['ratio'] >= 0.7)} |",
+            f"| placed submits with teams: p99 | {_fmt(st['p99_ms'], ' ms')} (floor "
+            f"{_fmt(st['floor_p99_ms'], ' ms')}) | — | — |",
+        ]
+    if lab:
+        lines += ["", *_labday_detail(lab)]
+    return lines
+
+
+def _labday_detail(lab: dict[str, Any]) -> list[str]:
+    w, est = lab["window"], lab["estimate"]
+    boards = ", ".join(f"{n} of kind {k}" for k, n in lab["boards"].items())
+    lines = [
+        f"The day: {lab['day_seconds']:g} s of submits (seed {lab['seed']}), boards {boards}; "
+        f"every team had runs queued for {w['seconds']:g} s of it ({_pct(w['of_day'])}, "
+        f"{w['stretches']} stretches from {w['from_s']} s to {w['to_s']} s); the queue then "
+        f"drained in {lab['drained_in_s']:g} s. Cores busy over the day: "
+        + ", ".join(f"{k} {v}" for k, v in lab["cpu_cores"].items())
+        + ".",
+        "",
+        "| team | weight | submits/s | submitted | placed at once | queued | refused (429) | "
+        "share (sampled) | share by kind | wait p50 | wait p90 | wait max (submitted at) | "
+        "wait max by kind | never started |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, t in lab["teams"].items():
+        kinds = t.get("by_kind") or {}
+        lines.append(
+            f"| {name} | {t['weight']:g} | {t['submits_per_s']} | {t['submitted']} | "
+            f"{t['placed_at_submit']} | {t['queued_at_submit']} | {t['refused_429']} | "
+            f"{t['share']} ({t['share_sampled']}) | "
+            + ", ".join(f"{k} {v['share']}" for k, v in kinds.items())
+            + f" | {_fmt(t['wait_p50_s'], ' s')} | {_fmt(t['wait_p90_s'], ' s')} | "
+            f"{_fmt(t['wait_max_s'], ' s')} ({_fmt(t.get('wait_max_submitted_at_s'), ' s')}) | "
+            + ", ".join(f"{k} {_fmt(v['wait_max_s'], ' s')}" for k, v in kinds.items())
+            + f" | {t['never_started']} |"
+        )
+    lines += [
+        "",
+        "`expected_start` at submit against the promotion, by team (error = expected − actual; "
+        "negative: the run started later than said):",
+        "",
+        "| team | runs that waited ≥ threshold | median abs(error) ÷ wait | median error | "
+        "all queued runs with an estimate: median error | median expected wait | "
+        "median actual wait |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, t in est["by_team"].items():
+        a = t.get("all", {})
+        lines.append(
+            f"| {name} | {t['runs']} | {_fmt(t['median_abs_error_fraction'], '')} | "
+            f"{_fmt(t['median_signed_error_s'], ' s')} | "
+            f"{_fmt(a.get('median_signed_error_s'), ' s')} ({a.get('runs', 0)} runs) | "
+            f"{_fmt(a.get('median_expected_wait_s'), ' s')} | "
+            f"{_fmt(a.get('median_actual_wait_s'), ' s')} |"
+        )
+    standing = "; ".join(
+        f"{name} share {_fmt(_round(t.get('share')), '')}, usage {_fmt(_round(t.get('usage')), '')}"
+        for name, t in (lab.get("teams_at_day_end") or {}).items()
+    )
+    bases = ", ".join(f"{k} {v}" for k, v in est["queued_runs_by_basis"].items())
+    p2c = lab["promotion_to_claim_ms"]
+    lines += [
+        "",
+        f"`expected_basis` of the queued runs' 202s: {bases}. From a promotion to the "
+        f"board's claim answering with the step: p50 {_fmt(p2c['p50'], ' ms')}, p99 "
+        f"{_fmt(p2c['p99'], ' ms')} ({p2c['runs']} promotions). `GET /v1/teams` at the end "
+        f"of the day (usage: decayed node-seconds over the active teams'): {standing}. "
+        "Warnings and errors in the logs of gunicorn and the reaper: "
+        + (
+            ", ".join(
+                f"{k.split(':')[0]}: {k.split(':')[1].strip()} × {v}"
+                for k, v in (lab.get("server_log") or {}).items()
+            )
+            or "none"
+        )
+        + ".",
+    ]
+    return lines
+
+
+def _round(x: Any) -> Any:
+    return round(x, 3) if isinstance(x, float) else x
 
 
 def _notes(doc: dict[str, Any]) -> list[str]:
