@@ -38,7 +38,11 @@ def post_advert(body: dict[str, Any]) -> dict[str, Any]:
 
 # ---------------------------------------------------------------- operators (docs/operators.md)
 
-_NODE_ERRORS = {403: "not an operator", 404: "no such node: it never advertised"}
+_NODE_ERRORS = {
+    400: "a node_id that is no valid name",
+    403: "not an operator",
+    404: "no such node: it never advertised",
+}
 
 
 @blp.route("/nodes/<node_id>/drain", methods=["POST"], parameters=[NODE_ID])
@@ -46,7 +50,7 @@ _NODE_ERRORS = {403: "not an operator", 404: "no such node: it never advertised"
 @blp.doc(
     **operation(
         {200: json_reply(NodeViewSchema, "held: the node's line")},
-        {400: "a bad mode, or reason missing, empty or over 1 KiB", **_NODE_ERRORS},
+        {**_NODE_ERRORS, 400: "a bad node_id or mode, or reason missing, empty or over 1 KiB"},
         roles=("operator",),
     )
 )
@@ -71,7 +75,7 @@ def delete_drain(node_id: str) -> dict[str, Any]:
 @blp.doc(
     **operation(
         {200: json_reply(NodeViewSchema, "quarantined: the node's line")},
-        {400: "reason missing, empty or over 1 KiB", **_NODE_ERRORS},
+        {**_NODE_ERRORS, 400: "a bad node_id, or reason missing, empty or over 1 KiB"},
         roles=("operator",),
     )
 )
