@@ -711,11 +711,17 @@ class NodeViewSchema(Reply):
     expires_at = _ts(required=True)
     live = fields.Boolean(required=True)
     lease = fields.Nested(NodeLeaseSchema, required=True, allow_none=True)
-    draining = fields.String(
+    draining = fields.Boolean(
         required=True,
+        metadata={"description": "the advert's drain or an operator's hold (docs/operators.md)"},
+    )
+    drain_mode = fields.String(
+        required=True,
+        allow_none=True,
+        validate=validate.OneOf(["graceful", "at-boundary"]),
         metadata={
-            "description": "the effective drain: the stronger of the advert's and an operator's"
-            ' hold, "" when neither (docs/operators.md)'
+            "description": "the drain in force: the stronger of the advert's and the hold's"
+            " mode, null when neither"
         },
     )
     hold = fields.Nested(

@@ -255,7 +255,7 @@ def nodes_table(nodes: Sequence[Mapping[str, Any]]) -> str:
             n.get("label"),
             n.get("live"),
             (n.get("lease") or {}).get("run_id"),
-            n.get("draining"),
+            n.get("drain_mode"),
             capabilities(n.get("capabilities")),
             when(n.get("seen_at")),
         )
@@ -294,7 +294,7 @@ def node_lines_table(nodes: Sequence[Mapping[str, Any]]) -> str:
             n.get("node_id"),
             n.get("live"),
             (n.get("lease") or {}).get("run_id"),
-            n.get("draining"),
+            n.get("drain_mode"),
             hold_text(n.get("hold")),
             health_text(n.get("health")),
         )

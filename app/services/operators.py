@@ -57,7 +57,8 @@ def effective_drain(advert_drain: str, hold_mode: str | None) -> str:
 
 def node_line(row: NodeRow, health: Health) -> dict[str, Any]:
     """A node as ``GET /v1/nodes`` lists it: its advert, its lease, its effective drain
-    (``draining``: the mode, "" when none), the operator's ``hold`` and its ``health``."""
+    (``draining`` a boolean, its mode ``drain_mode``), the operator's ``hold`` and its
+    ``health``."""
     n = row.node
     hold = None
     if health.hold_mode is not None:
@@ -74,6 +75,7 @@ def node_line(row: NodeRow, health: Health) -> dict[str, Any]:
     if health.quarantined:
         state["since"] = ts(health.quarantined_at)
         state["reason"] = health.quarantine_reason
+    mode = effective_drain(n.drain, health.hold_mode)
     return {
         "node_id": n.node_id,
         "label": n.label,
@@ -85,7 +87,8 @@ def node_line(row: NodeRow, health: Health) -> dict[str, Any]:
         "lease": None
         if row.lease is None
         else {"run_id": row.lease.run_id, "not_after": ts(row.lease.not_after)},
-        "draining": effective_drain(n.drain, health.hold_mode),
+        "draining": bool(mode),
+        "drain_mode": mode or None,
         "hold": hold,
         "health": state,
     }

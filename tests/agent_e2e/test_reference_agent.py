@@ -232,7 +232,7 @@ def test_sigterm_drains_the_node_finishes_the_step_and_exits_0(live_server, tmp_
         assert agent.proc.wait(timeout=30) == 0, agent.text()[-3000:]
         assert run_view(live_server, "agent-drain-1")["state"] == "SUCCEEDED"
         assert live_server.get("/v1/runs/agent-drain-1/blob/done.txt").content == b"finished"
-        assert node_view(live_server, "board-1")["draining"] == "graceful"
+        assert node_view(live_server, "board-1")["drain_mode"] == "graceful"
         events = agent.events()
         assert events.index("draining: finishing the running step, then exiting") < events.index(
             "result taken"
@@ -255,7 +255,7 @@ def test_a_drain_file_holds_off_new_work_until_it_is_removed(live_server, tmp_pa
         str(drain),
     ) as agent:
         agent.await_event("drain file present: taking no new work")
-        assert node_view(live_server, "board-1")["draining"] == "graceful"
+        assert node_view(live_server, "board-1")["drain_mode"] == "graceful"
         submitted(live_server, board("agent-held-1", python_step("work", "print(1)")), status=202)
         drain.unlink()
         view = await_state(live_server, "agent-held-1", "SUCCEEDED", "FAILED")

@@ -430,7 +430,7 @@ def test_a_draining_node_still_shows_in_dry_run_capabilities_and_the_node_list(c
     assert dry.status_code == 200 and dry.get_json()["state"] == "DRY_RUN"
     assert dry.get_json()["assigned"][0]["nodes"][0]["node"] == "n1"
     assert [(c["capability"], c["nodes"]) for c in caps] == [("board", 1)]
-    assert [(n["node_id"], bool(n["draining"])) for n in nodes] == [("n1", True)]
+    assert [(n["node_id"], n["draining"]) for n in nodes] == [("n1", True)]
 
 
 def test_at_boundary_drain_cancels_the_run_when_the_node_reports_a_step(client, sql):
@@ -482,6 +482,7 @@ NODE_KEYS = {
     "live",
     "lease",
     "draining",
+    "drain_mode",
     "hold",
     "health",
 }
@@ -516,8 +517,13 @@ def test_the_node_list_shows_live_nodes_by_node_id_with_lease_and_drain(client, 
         and parse_ts(n1["expires_at"]) == row["expires_at"]
     )
     assert n2["lease"] is None and n2["live"] is True and not n2["draining"]
-    assert not n1["draining"]
-    assert n3["draining"] and n3["label"] is None and n3["instance"] is None
+    assert n1["draining"] is False and n1["drain_mode"] is None
+    assert (
+        n3["draining"] is True
+        and n3["drain_mode"] == "graceful"
+        and n3["label"] is None
+        and n3["instance"] is None
+    )
 
 
 def test_a_node_whose_advert_expired_but_holds_a_lease_is_listed_not_live(client, sql):

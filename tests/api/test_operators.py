@@ -108,7 +108,7 @@ def test_a_hold_keeps_the_node_out_and_the_adverts_do_not_lift_it(app, sql):
     node = as_node(app)
     advertise(node, "n1", cap("board"))
     line = op(app, "POST", "/v1/nodes/n1/drain", mode="graceful", reason="new firmware")
-    assert line["draining"] == "graceful"
+    assert line["drain_mode"] == "graceful"
     assert line["hold"]["mode"] == "graceful" and line["hold"]["reason"] == "new firmware"
     assert line["hold"]["by"] == "olga@lab.example.com"
     # Its own adverts say nothing of the hold and do not lift it; the reply echoes its own drain.
@@ -120,7 +120,7 @@ def test_a_hold_keeps_the_node_out_and_the_adverts_do_not_lift_it(app, sql):
     assert view["requires"][0]["candidates"]["draining"] == 1
     # Lifting the hold wakes the queue before the answer: r1 is placed by that request.
     line = op(app, "DELETE", "/v1/nodes/n1/drain")
-    assert line["hold"] is None and line["draining"] == ""
+    assert line["hold"] is None and line["draining"] is False
     assert state(sql, "r1") == "RUNNING"
     changes = sql.execute(
         "select change, reason, by from node_events where node_id = 'n1' order by id"
@@ -179,7 +179,7 @@ def test_the_hold_outlives_a_restart_of_the_mediator(app, sql, fresh_db_url, tmp
         c = client_of(second)
         advertise(c, "n1", cap("board"))  # the node came back too
         (line,) = c.get("/v1/nodes").get_json()["nodes"]
-        assert line["hold"]["reason"] == "x" and line["draining"] == "graceful"
+        assert line["hold"]["reason"] == "x" and line["drain_mode"] == "graceful"
 
 
 # ---------------------------------------------------------------- strikes and quarantine

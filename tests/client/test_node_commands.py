@@ -84,7 +84,7 @@ def test_node_drain_at_boundary_holds_in_that_mode_and_list_shows_the_lease(live
     row = rows(ok(drained))["board-1"]
     assert row.split()[:4] == ["board-1", "yes", "r1", "at-boundary"]
     assert "at-boundary by me@lab.test: swap" in row
-    assert line(live_server, "board-1")["draining"] == "at-boundary"
+    assert line(live_server, "board-1")["drain_mode"] == "at-boundary"
 
 
 def test_node_quarantine_and_lift(live_server) -> None:

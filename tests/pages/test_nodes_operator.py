@@ -92,7 +92,7 @@ def test_an_operators_drain_form_holds_the_node_and_resume_lifts_it(app) -> None
     assert resp.status_code == 303
     assert resp.headers["Location"] == "/nodes?done=drain&node=board-1#node-board-1"
     node = line(api, "board-1")
-    assert node["draining"] == "graceful"
+    assert node["drain_mode"] == "graceful"
     hold = node["hold"]
     assert (hold["mode"], hold["reason"], hold["by"]) == ("graceful", "rewiring", "ops@lab.test")
     assert hold["at"]
@@ -108,7 +108,7 @@ def test_an_operators_drain_form_holds_the_node_and_resume_lifts_it(app) -> None
     assert resp.status_code == 303
     assert resp.headers["Location"] == "/nodes?done=resume&node=board-1#node-board-1"
     node = line(api, "board-1")
-    assert (node["hold"], node["draining"]) == (None, "")
+    assert (node["hold"], node["draining"], node["drain_mode"]) == (None, False, None)
     html = user.page("/nodes")
     assert tile(html, "board-1") == {"tile": "free", "health": "ok", "hold": ""}
     assert ("resume", "board-1") not in forms_of(html)
@@ -119,7 +119,11 @@ def test_an_at_boundary_drain_from_the_form_is_held_in_that_mode(app) -> None:
     form = {"mode": "at-boundary", "reason": "kernel swap"}
     assert operator(app).send_form("/nodes", "/nodes/board-2/drain", form).status_code == 303
     node = line(api, "board-2")
-    assert (node["draining"], node["hold"]["mode"]) == ("at-boundary", "at-boundary")
+    assert (node["draining"], node["drain_mode"], node["hold"]["mode"]) == (
+        True,
+        "at-boundary",
+        "at-boundary",
+    )
 
 
 def test_a_held_board_takes_no_new_run_and_resume_lets_the_queued_run_on(app) -> None:
