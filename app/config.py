@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import difflib
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -319,8 +319,12 @@ def load_config(
     *,
     env: Mapping[str, str] | None = None,
     overrides: Mapping[str, Any] | None = None,
+    only: Collection[str] | None = None,
 ) -> Config:
-    """Defaults < file (``path`` or ``MEDIATOR_CONFIG``) < environment < ``overrides`` (tests)."""
+    """Defaults < file (``path`` or ``MEDIATOR_CONFIG``) < environment < ``overrides`` (tests).
+    ``only``: just these keys, checked one by one, for a command that works offline (``mediator
+    validate``): the rest of the server's configuration (its tokens, its teams, keys a newer
+    Mediator knows) is neither read nor judged."""
     env = os.environ if env is None else env
     raw: dict[str, Any] = {}
     path = path or env.get("MEDIATOR_CONFIG") or None
@@ -333,11 +337,25 @@ def load_config(
         raw.update((key, value) for key, (value, _) in found.items())
     if overrides:
         raw.update(flatten(overrides))
+    if only is not None:
+        return Config(_checked(raw, [KEYS_BY_NAME[name] for name in only]))
     unknown = sorted(set(raw) - set(KEYS_BY_NAME))
     if unknown:
         raise ConfigError(f"{unknown[0]}: unknown configuration key")
+    values = _checked(raw, KEYS)
+    if values["records.backend"] == "s3" and not values["records.s3.bucket"]:
+        raise ConfigError("records.s3.bucket: must be set when records.backend is s3")
+    _check_legacy_token(values)
+    check_token_teams(values["tokens"], Teams(values["teams"]))
+    _warn_unknown_variables(env, values)
+    return Config(values)
+
+
+def _checked(raw: Mapping[str, Any], keys: Iterable[Key]) -> dict[str, Any]:
+    """Each of ``keys``: its raw value parsed and checked (a ConfigError naming the key), or its
+    default."""
     values: dict[str, Any] = {}
-    for key in KEYS:
+    for key in keys:
         value = raw.get(key.name, key.default)
         if value is not key.default or key.name in raw:
             shown = "" if key.secret else f" (got {value!r})"
@@ -346,12 +364,7 @@ def load_config(
             if problem:
                 raise ConfigError(f"{key.name}: {problem}{shown}")
         values[key.name] = value
-    if values["records.backend"] == "s3" and not values["records.s3.bucket"]:
-        raise ConfigError("records.s3.bucket: must be set when records.backend is s3")
-    _check_legacy_token(values)
-    check_token_teams(values["tokens"], Teams(values["teams"]))
-    _warn_unknown_variables(env, values)
-    return Config(values)
+    return values
 
 
 # The legacy token of the deploy samples: a server started with it would accept a published secret.

@@ -813,7 +813,9 @@ def validate(ctx: click.Context, file: str) -> None:
     except ClientError as exc:
         _fail(ctx, exc.message, exc.exit_code)
     try:
-        cfg = load_config((ctx.obj or {}).get("config_path"))
+        cfg = load_config(
+            (ctx.obj or {}).get("config_path"), only=("max_body_bytes", "contract.capabilities")
+        )
     except ConfigError as exc:
         _fail(ctx, f"invalid configuration: {exc}", EXIT_REFUSED)
     try:

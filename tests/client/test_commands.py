@@ -150,6 +150,28 @@ def test_validate_names_a_capability_the_configuration_does_not_list(tmp_path):
     assert result.stderr == f'mediator: {path}: unknown capability: "bord"\n'
 
 
+def test_validate_reads_none_of_the_servers_configuration_but_what_it_checks_by(tmp_path):
+    """A shell of the server's host has its secrets set: validate, an offline command, reads only
+    max_body_bytes and contract.capabilities, and is not refused for a server setting it never
+    uses (it was: ``invalid configuration: token: shorter than 32 characters``)."""
+    path = write(tmp_path, contract("off-1"))
+    server_env = {
+        "MEDIATOR_TOKEN": "short",
+        "MEDIATOR_TOKENS": "not json",
+        "MEDIATOR_RECORDS_BACKEND": "s3",
+        "MEDIATOR_NOT_A_KEY": "x",
+    }
+
+    result = mediator(None, "validate", path, **server_env)
+    capped = mediator(None, "validate", path, MEDIATOR_MAX_BODY_BYTES="10", **server_env)
+    bad_cap = mediator(None, "validate", path, MEDIATOR_MAX_BODY_BYTES="many")
+
+    assert (result.returncode, result.stderr) == (0, "")
+    assert result.stdout == f"{path}: valid, run off-1, 1 roles, 1 steps\n"
+    assert capped.returncode == 2 and "over max_body_bytes (10)" in capped.stderr
+    assert bad_cap.returncode == 2 and "max_body_bytes" in bad_cap.stderr
+
+
 # ------------------------------------------------------------------------------- submitting
 
 
