@@ -200,21 +200,26 @@ COMPLETE_TIMEOUT = 2.0  # seconds: a shell waits for its completions
 COMPLETE_RUNS = 200  # the newest runs offered
 
 
+def _completion_client(ctx: click.Context) -> Client:
+    """A client of the Mediator the command being completed would talk to, with the short
+    timeout of a completion."""
+    obj = ctx.find_root().obj or {}
+    found = resolve(
+        {name: obj.get(name) for name in ("url", "token", "principal")},
+        os.environ,
+        obj.get("profile"),
+    )
+    return Client(found.url, found.token, found.principal, timeout=COMPLETE_TIMEOUT)
+
+
 def complete_runs(
     ctx: click.Context, param: click.Parameter, incomplete: str
 ) -> list[CompletionItem]:
     """Run ids for the shell's completion, the newest first, with their state: asked of the
     Mediator the command would talk to. Anything that goes wrong completes nothing, quietly:
     a completion never prints an error into the command line being typed."""
-    obj = ctx.find_root().obj or {}
     try:
-        found = resolve(
-            {name: obj.get(name) for name in ("url", "token", "principal")},
-            os.environ,
-            obj.get("profile"),
-        )
-        client = Client(found.url, found.token, found.principal, timeout=COMPLETE_TIMEOUT)
-        page = client.get("/v1/runs", {"limit": COMPLETE_RUNS})
+        page = _completion_client(ctx).get("/v1/runs", {"limit": COMPLETE_RUNS})
         return [
             CompletionItem(run["run_id"], help=str(run.get("state") or ""))
             for run in page.get("runs") or []
@@ -472,15 +477,8 @@ def complete_nodes(
 ) -> list[CompletionItem]:
     """Node ids for the shell's completion, as :func:`complete_runs` completes run ids (quietly
     nothing when anything goes wrong)."""
-    obj = ctx.find_root().obj or {}
     try:
-        found = resolve(
-            {name: obj.get(name) for name in ("url", "token", "principal")},
-            os.environ,
-            obj.get("profile"),
-        )
-        client = Client(found.url, found.token, found.principal, timeout=COMPLETE_TIMEOUT)
-        listing = client.get("/v1/nodes")
+        listing = _completion_client(ctx).get("/v1/nodes")
         return [
             CompletionItem(n["node_id"], help="live" if n.get("live") else "not live")
             for n in listing.get("nodes") or []
@@ -496,8 +494,13 @@ def node() -> None:
     quarantines and lifts a node."""
 
 
-def _node_line(ctx: click.Context, reply: Any) -> None:
-    """The node's line the server answered with, as ``node list`` shows it (or its JSON)."""
+def _node_change(
+    ctx: click.Context, method: str, node_id: str, what: str, body: Any = None
+) -> None:
+    """``METHOD /v1/nodes/{node_id}/{what}`` (a hold or a quarantine, set or lifted), and the
+    node's line the server answered with, as ``node list`` shows it (or its JSON)."""
+    path = f"/v1/nodes/{quote(node_id)}/{what}"
+    reply = _client(ctx).request(method, path, doc=body).json()
     if _json_wanted(ctx):
         _print_json(reply)
     else:
@@ -530,7 +533,7 @@ REASON_HELP = "Why (1 byte to 1 KiB): kept with the change and shown with the no
 def node_drain(ctx: click.Context, node_id: str, reason: str, at_boundary: bool) -> None:
     """Hold NODE: it takes no new run until `mediator node resume` (operators only)."""
     body = {"mode": "at-boundary" if at_boundary else "graceful", "reason": reason}
-    _node_line(ctx, _client(ctx).post(f"/v1/nodes/{quote(node_id)}/drain", body).json())
+    _node_change(ctx, "POST", node_id, "drain", body)
 
 
 @node.command("resume")
@@ -540,8 +543,7 @@ def node_drain(ctx: click.Context, node_id: str, reason: str, at_boundary: bool)
 @handled
 def node_resume(ctx: click.Context, node_id: str) -> None:
     """Lift an operator's hold of NODE (nothing held: nothing changes)."""
-    reply = _client(ctx).request("DELETE", f"/v1/nodes/{quote(node_id)}/drain").json()
-    _node_line(ctx, reply)
+    _node_change(ctx, "DELETE", node_id, "drain")
 
 
 @node.command("quarantine")
@@ -552,8 +554,7 @@ def node_resume(ctx: click.Context, node_id: str) -> None:
 @handled
 def node_quarantine(ctx: click.Context, node_id: str, reason: str) -> None:
     """Quarantine NODE: no run but its health run until the quarantine is lifted."""
-    reply = _client(ctx).post(f"/v1/nodes/{quote(node_id)}/quarantine", {"reason": reason})
-    _node_line(ctx, reply.json())
+    _node_change(ctx, "POST", node_id, "quarantine", {"reason": reason})
 
 
 @node.command("lift")
@@ -563,8 +564,7 @@ def node_quarantine(ctx: click.Context, node_id: str, reason: str) -> None:
 @handled
 def node_lift(ctx: click.Context, node_id: str) -> None:
     """Lift NODE's quarantine, reset its strikes and cancel its open health run."""
-    reply = _client(ctx).request("DELETE", f"/v1/nodes/{quote(node_id)}/quarantine").json()
-    _node_line(ctx, reply)
+    _node_change(ctx, "DELETE", node_id, "quarantine")
 
 
 @click.command()
