@@ -7,7 +7,9 @@ it and their expected durations, recorded medians), a time out. The reads are in
 The simulation is deliberately simple and bounded: the nodes' free times come from their holders'
 remaining steps; then each run ahead (in queue order, only those sharing a candidate) takes the
 earliest-free nodes that fit it for its own expected duration; the run starts when its roles can
-all be filled. Reservations, quotas and runs that will arrive later are not simulated.
+all be filled. With teams (:func:`expected_start_shared`) the queue's order moves as the nodes
+change hands, as the scan's does, and the other teams on these nodes keep asking for their share.
+Reservations and quotas are not simulated.
 """
 
 from __future__ import annotations
@@ -168,10 +170,13 @@ class Need:
 
 @dataclass(frozen=True)
 class Ahead:
-    """A queued run ahead of the estimated one: its roles and how long it is expected to run."""
+    """A queued run ahead of the estimated one: its roles and how long it is expected to run
+    (with teams: its team, as counted for share, and its priority)."""
 
     roles: tuple[Need, ...]
     takes: Span
+    team: str = "default"
+    priority: int = 0
 
 
 @dataclass(frozen=True)
@@ -218,3 +223,196 @@ def expected_start(
         return Expected(None, UNAVAILABLE)
     start = latest(times[n] for n in chosen)
     return Expected(start.seconds, start.basis)
+
+
+# ------------------------------------------------------------------ with teams
+
+
+@dataclass(frozen=True)
+class TeamShare:
+    """A team as the queue's order sees it (docs/teams.md, "Fair share"): its share S (None:
+    outside the sums), its usage U (raw decayed node-seconds) and the nodes its runs hold R."""
+
+    share: float | None
+    usage: float
+    held: int
+
+
+@dataclass(frozen=True)
+class FairShare:
+    """The teams' standing at the estimate's start, and the two settings that move it:
+    ``running_charge`` (h, seconds) and ``half_life`` (of usage, seconds)."""
+
+    teams: Mapping[str, TeamShare]
+    running_charge: float
+    half_life: float
+
+
+class _Sim:
+    """The state of :func:`expected_start_shared`'s simulation: when each usable node is free
+    (None: unknown, with the reason), which team holds it until then, and each team's U and R."""
+
+    def __init__(
+        self, free: Mapping[str, Span], held_by: Mapping[str, str], fair: FairShare
+    ) -> None:
+        self.free: dict[str, Span] = dict(free)
+        self.holder: dict[str, str | None] = {n: held_by.get(n) for n in free}
+        self.fair = fair
+        self.usage = {name: t.usage for name, t in fair.teams.items()}
+        self.held = {name: t.held for name, t in fair.teams.items()}
+        self.at = 0.0
+        self._release()
+
+    def share(self, team: str) -> float | None:
+        return self.fair.teams[team].share if team in self.fair.teams else None
+
+    def rank(self, team: str) -> float:
+        """As the scan ranks teams, lowest first: the highest factor S / (U + R·h) first, a
+        team with a share and nothing spent before all, a team outside the sums after all."""
+        share = self.share(team)
+        if share is None:
+            return 0.0
+        spent = self.usage.get(team, 0.0) + self.held.get(team, 0) * self.fair.running_charge
+        return float("-inf") if spent <= 0 else -share / spent
+
+    def holding(self, team: str) -> int:
+        """The nodes of this simulation that ``team`` holds now."""
+        return sum(1 for t in self.holder.values() if t == team)
+
+    def usable_now(self) -> dict[str, Span]:
+        return {
+            n: at for n, at in self.free.items() if at.seconds is not None and at.seconds <= self.at
+        }
+
+    def take(self, team: str, nodes: list[str], takes: Span) -> None:
+        for n in nodes:
+            self.free[n] = Span(self.at) + takes
+            self.holder[n] = team
+        self.held[team] = self.held.get(team, 0) + len(nodes)
+
+    def advance(self) -> bool:
+        """On to the next time a node is expected free: usage decays and the holders are
+        charged for the time between; the nodes freed leave their team's R. False when no
+        node is expected free later."""
+        later = [at.seconds for at in self.free.values() if at.seconds is not None]
+        later = [x for x in later if x > self.at]
+        if not later:
+            return False
+        step = min(later) - self.at
+        decay = 0.5 ** (step / self.fair.half_life) if self.fair.half_life > 0 else 1.0
+        for team in set(self.usage) | set(self.held):
+            self.usage[team] = self.usage.get(team, 0.0) * decay + self.held.get(team, 0) * step
+        self.at += step
+        self._release()
+        return True
+
+    def _release(self) -> None:
+        """The nodes free by now leave their holders' R."""
+        for n, at in self.free.items():
+            team = self.holder.get(n)
+            if team is not None and at.seconds is not None and at.seconds <= self.at:
+                self.held[team] = max(0, self.held.get(team, 0) - 1)
+                self.holder[n] = None
+
+
+def expected_start_shared(
+    roles: Sequence[Need],
+    team: str,
+    priority: int,
+    free: Mapping[str, Span],
+    held_by: Mapping[str, str],
+    ahead: Sequence[Ahead],
+    typical: Mapping[str, Ahead],
+    fair: FairShare,
+    *,
+    max_placed: int,
+) -> Expected:
+    """When ``roles`` (a run of ``team`` at ``priority``) is placed, from now, with teams: the
+    queue's scans replayed at each time a node is expected free. Each scan places, by priority,
+    then by the teams' factors (which move as the simulated runs take and hold nodes, and as
+    usage is charged and decays), then in each team's arrival order, every run that fits the
+    free nodes (a run that does not fit never blocks one that does). ``ahead``: the runs ahead
+    in today's order that share a candidate. ``typical``: for another team with a share that
+    uses these nodes, a run like the ones it runs here; once its runs ahead are placed it keeps
+    asking for one like it, as a team that is using its share goes on doing (the later arrivals
+    a fair-shared queue places ahead of older runs). ``held_by``: the team holding each busy
+    node. More than ``max_placed`` placements before this run's is ``too_far_back``."""
+    sim = _Sim(free, held_by, fair)
+    me = Ahead(tuple(roles), NOW, team, priority)
+    # Each (priority, team)'s runs in arrival order, with their place in today's order: of two
+    # teams ranked alike, the one with the older run goes first, as the scan's ties do.
+    queues: dict[tuple[int, str], list[tuple[int, Ahead]]] = {}
+    for i, run in enumerate([*ahead, me]):
+        queues.setdefault((run.priority, run.team), []).append((i, run))
+    again = {
+        name: run
+        for name, run in typical.items()
+        if name != team and run.takes.seconds is not None and sim.share(name) is not None
+    }
+    # A team asks again only up to its share of these nodes: it goes on using its share, it
+    # does not flood them.
+    room = {name: max(1, round((sim.share(name) or 0.0) * len(free))) for name in again}
+    placed = 0
+    while True:
+        while True:
+            asking = {n: run for n, run in again.items() if sim.holding(n) < room[n]}
+            pick = _next_placed(sim, queues, asking, priority)
+            if pick is None:
+                break
+            run, nodes = pick
+            if run is me:
+                return Expected(sim.at, HISTORY)
+            placed += 1
+            if placed > max_placed:
+                return Expected(None, TOO_FAR_BACK)
+            sim.take(run.team, nodes, run.takes)
+        if not sim.advance():
+            break
+    unknown = [sim.free[n] for role in roles for n in role.candidates if n in sim.free]
+    unknown = [at for at in unknown if at.seconds is None]
+    return Expected(None, _worst(unknown).basis if unknown else UNAVAILABLE)
+
+
+def _next_placed(
+    sim: _Sim,
+    queues: dict[tuple[int, str], list[tuple[int, Ahead]]],
+    again: Mapping[str, Ahead],
+    priority: int,
+) -> tuple[Ahead, list[str]] | None:
+    """The run the scan places next on the nodes free now, removed from its queue (a ``again``
+    run stays), and the nodes it takes; None when nothing fits."""
+    usable = sim.usable_now()
+    if not usable:
+        return None
+    unfit: set[tuple[Need, ...]] = set()  # roles already found not to fit this time
+
+    def fits(run: Ahead) -> list[str] | None:
+        if run.roles in unfit:
+            return None
+        nodes = _fill(run.roles, usable)
+        if nodes is None:
+            unfit.add(run.roles)
+        return nodes
+
+    levels = sorted({p for p, _ in queues} | ({priority} if again else set()), reverse=True)
+    for level in levels:
+        teams = {t for p, t in queues if p == level and queues[(p, t)]}
+        if level == priority:
+            teams |= set(again)
+
+        def order(name: str) -> tuple[float, float, str]:
+            waiting = queues.get((level, name))  # noqa: B023 (used within the loop's turn)
+            return (sim.rank(name), waiting[0][0] if waiting else float("inf"), name)
+
+        for name in sorted(teams, key=order):
+            waiting = queues.get((level, name), [])
+            for i, (_, run) in enumerate(waiting):
+                nodes = fits(run)
+                if nodes is not None:
+                    del waiting[i]
+                    return run, nodes
+            if level == priority and name in again:
+                nodes = fits(again[name])
+                if nodes is not None:
+                    return again[name], nodes
+    return None

@@ -4,6 +4,7 @@ view explains"): the bounded reads of ``app/store/estimates.py`` fed to the pure
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -17,11 +18,15 @@ from app.estimate import (
     NOW,
     TOO_FAR_BACK,
     Ahead,
+    Expected,
+    FairShare,
     Need,
     PlannedStep,
     Span,
+    TeamShare,
     duration_key,
     expected_start,
+    expected_start_shared,
     remaining,
     roles_by_name,
 )
@@ -34,6 +39,7 @@ from app.store.estimates import (
 )
 from app.store.nodes import Candidates, candidate_adverts
 from app.store.queue import QueuedRun, TeamOrder, queued_shape_heads
+from app.teams import HEALTH_TEAM, Standing
 from app.wire import ts
 
 DEFAULT_MAX_AHEAD = 200  # ``estimate.max_ahead``'s default
@@ -46,6 +52,27 @@ class EstimateBudget:
     def __init__(self, max_ahead: int) -> None:
         self.max_ahead = max_ahead
         self.left = max_ahead
+
+
+@dataclass(frozen=True)
+class TeamsNow:
+    """With teams configured: where the estimated run's team stands (``order``, for the read of
+    the runs ahead), the teams' standing, and the two settings that move it (seconds)."""
+
+    order: TeamOrder
+    standing: Standing
+    running_charge: float
+    half_life: float
+
+    def fair(self, names: set[str]) -> FairShare:
+        """The teams ``names`` (stored names) as the simulation ranks them, by counted name:
+        ``health`` first, as the scan orders it."""
+        st = self.standing
+        teams: dict[str, TeamShare] = {}
+        for name in {st.teams.counted_as(n) for n in names}:
+            share = float("inf") if name == HEALTH_TEAM else st.share(name)
+            teams[name] = TeamShare(share, st.usage.get(name, 0.0), st.held.get(name, 0))
+        return FairShare(teams, self.running_charge, self.half_life)
 
 
 def _roles(requires: Any) -> list[Role]:
@@ -96,18 +123,19 @@ def expected_of(
     now: datetime,
     ahead: int,
     budget: EstimateBudget,
-    order: TeamOrder | None = None,
+    teams: TeamsNow | None = None,
 ) -> dict[str, Any]:
     """``expected_start`` and ``expected_basis`` of the QUEUED ``run``, whose candidates (with
     their holders and drains) are ``found`` and which has ``ahead`` QUEUED runs ahead of it in
-    queue order. At most five statements: the queued shapes, the runs ahead of the shapes that
-    share a candidate with it, their candidates (unless their roles are this run's), then the
-    steps of the holders and runs ahead, and their recorded durations (only the last two when
-    nothing is ahead)."""
+    queue order (``teams``: in the teams' order, and the estimate follows fair share). At most
+    five statements: the queued shapes, the runs ahead of the shapes that share a candidate with
+    it, their candidates (unless their roles are this run's), then the steps of the holders and
+    runs ahead, and their recorded durations (only the last two when nothing is ahead)."""
     roles = _roles(run.requires)
     adverts = list(found.adverts)
     holders = dict(found.holders)
     draining = set(found.draining)
+    order = teams.order if teams is not None else None
     queued: list[QueuedRun] = []
     if ahead > 0:
         if budget.left <= 0:
@@ -150,7 +178,8 @@ def expected_of(
     held = sorted(
         {holders[a.node_id] for a in adverts if a.node_id in holders and a.node_id not in draining}
     )
-    plans = _plans(steps_of_estimated(s, held + [q.run_id for q in queued]))
+    rows = steps_of_estimated(s, held + [q.run_id for q in queued])
+    plans = _plans(rows)
     keys = [st.key for steps in plans.values() for st in steps if st.key is not None]
     medians = median_durations(s, keys)
     free: dict[str, Span] = {}
@@ -163,11 +192,66 @@ def expected_of(
         Ahead(
             _needs(_roles(q.requires), adverts),
             remaining(plans.get(q.run_id, []), medians),
+            q.team,
+            q.priority,
         )
         for q in queued
     ]
-    found_start = expected_start(_needs(roles, adverts), free, runs_ahead)
+    if teams is None:
+        found_start = expected_start(_needs(roles, adverts), free, runs_ahead)
+    else:
+        found_start = _shared(
+            teams, run, roles, adverts, free, holders, runs_ahead, rows, plans, medians, budget
+        )
     return _wire(found_start.seconds, found_start.basis, now)
+
+
+def _shared(
+    teams: TeamsNow,
+    run: QueuedRun,
+    roles: list[Role],
+    adverts: list[Advert],
+    free: dict[str, Span],
+    holders: dict[str, str],
+    runs_ahead: list[Ahead],
+    rows: list[StepRow],
+    plans: dict[str, list[PlannedStep]],
+    medians: dict[str, float],
+    budget: EstimateBudget,
+) -> Expected:
+    """The estimate with teams (:func:`app.estimate.expected_start_shared`), team names counted
+    as the share counts them: each other team on these nodes asks again for a run like its
+    newest one ahead, else like the longest one it holds here (``health`` never asks again)."""
+    st = teams.standing
+    team_of = {row.run_id: row.team for row in rows}
+    held_by = {n: st.teams.counted_as(team_of.get(r, "default")) for n, r in holders.items()}
+    counted = [Ahead(a.roles, a.takes, st.teams.counted_as(a.team), a.priority) for a in runs_ahead]
+    typical: dict[str, Ahead] = {}
+    for run_id in sorted(set(holders.values())):
+        steps = plans.get(run_id)
+        name = st.teams.counted_as(team_of.get(run_id, "default"))
+        if not steps or name == HEALTH_TEAM:
+            continue
+        whole = remaining([replace(x, state="PENDING", ran=0.0) for x in steps], medians)
+        requires = next(row.requires for row in rows if row.run_id == run_id)
+        like = Ahead(_needs(_roles(requires), adverts), whole, name, run.priority)
+        if name not in typical or like.takes.order > typical[name].takes.order:
+            typical[name] = like
+    for a in counted:
+        if a.team != HEALTH_TEAM:
+            typical[a.team] = Ahead(a.roles, a.takes, a.team, run.priority)
+    names = {run.team} | {a.team for a in counted} | set(held_by.values())
+    return expected_start_shared(
+        _needs(roles, adverts),
+        st.teams.counted_as(run.team),
+        run.priority,
+        free,
+        held_by,
+        counted,
+        typical,
+        teams.fair(names),
+        max_placed=4 * budget.max_ahead,
+    )
 
 
 def _wire(seconds: float | None, basis: str, now: datetime) -> dict[str, Any]:

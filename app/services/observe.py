@@ -18,7 +18,7 @@ from app.match import Advert, Assignment, satisfies
 from app.models import Run, Step
 from app.reserve import Held, reserved_against
 from app.services.cancel import may_cancel
-from app.services.expected import DEFAULT_MAX_AHEAD, EstimateBudget, expected_of
+from app.services.expected import DEFAULT_MAX_AHEAD, EstimateBudget, TeamsNow, expected_of
 from app.services.operators import nodes_lines
 from app.services.placement import node_for_role
 from app.services.records import event_document, ledger_entries
@@ -164,16 +164,27 @@ def _queue_explanation(
     if view["reserving"]:
         view["reserved"] = place.own
     view["queue"] = {"position": place.ahead + 1, "ahead": place.ahead}
-    order = None
     if shares is not None:
         counts = [int(wire.get("count", 1)) for wire in requires]
         standing = standing if standing is not None else shares.read(s)
         view["share"] = shares.view(standing, run.team, counts)
-        order = Shares.order(standing, run.team)
     queued = QueuedRun(run.run_id, run.created_at, "", requires, run.priority, run.team)
     budget = budget or EstimateBudget(DEFAULT_MAX_AHEAD)
+    teams = _teams_now(shares, standing, run.team)
     view.update(
-        expected_of(s, queued, found, now=place.now, ahead=place.ahead, budget=budget, order=order)
+        expected_of(s, queued, found, now=place.now, ahead=place.ahead, budget=budget, teams=teams)
+    )
+
+
+def _teams_now(shares: Shares | None, standing: Standing | None, team: str) -> TeamsNow | None:
+    """What the expected start of a queued run of ``team`` reads of the teams (None without)."""
+    if shares is None or standing is None:
+        return None
+    return TeamsNow(
+        Shares.order(standing, team),
+        standing,
+        float(shares.running_charge_seconds),
+        float(shares.half_life_seconds),
     )
 
 
@@ -400,14 +411,14 @@ def _expected_in_rows(
             out.update(expected_start=None, expected_basis=BUDGET)
             continue
         budget.left -= 1
-        order = Shares.order(standing, run.team) if standing is not None else None
+        teams = _teams_now(shares, standing, run.team)
         place = queue_place(
             s,
             run.run_id,
             run.priority,
             run.created_at,
             reserve_after=ctx.config["queue.reserve_after_seconds"],
-            order=order,
+            order=teams.order if teams is not None else None,
         )
         if place.state != QUEUED:
             continue  # left the queue since the list's read
@@ -416,7 +427,7 @@ def _expected_in_rows(
         )
         me = QueuedRun(run.run_id, run.created_at, "", run.requires, run.priority, run.team)
         out.update(
-            expected_of(s, me, found, now=place.now, ahead=place.ahead, budget=budget, order=order)
+            expected_of(s, me, found, now=place.now, ahead=place.ahead, budget=budget, teams=teams)
         )
 
 

@@ -88,6 +88,7 @@ class StepRow:
     state: str
     spec: Any
     ran: float  # seconds since its claim (0 when not claimed)
+    team: str = "default"  # its run's, as stored
 
 
 def steps_of_estimated(s: Session | Connection, run_ids: Sequence[str]) -> list[StepRow]:
@@ -109,13 +110,14 @@ def steps_of_estimated(s: Session | Connection, run_ids: Sequence[str]) -> list[
             Step.state,
             Step.spec,
             ran,
+            Run.team,
         )
         .join(Run, Run.run_id == Step.run_id)
         .where(Step.run_id.in_(list(run_ids)))
         .order_by(Step.run_id, Step.seq)
     )
     return [
-        StepRow(r[0], r[1], r[2], r[3], r[4], r[5], list(r[6]), r[7], r[8], float(r[9]))
+        StepRow(r[0], r[1], r[2], r[3], r[4], r[5], list(r[6]), r[7], r[8], float(r[9]), r[10])
         for r in s.execute(q).all()
     ]
 

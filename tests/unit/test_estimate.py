@@ -1,5 +1,6 @@
 """The expected start of a QUEUED run, the pure simulation (docs/queue.md, "What a QUEUED run's
-view explains"): holders' remaining time, runs ahead taking nodes first, and each basis."""
+view explains"): holders' remaining time, runs ahead taking nodes first, and each basis; with
+teams (docs/teams.md), the order moving as teams take nodes and other teams asking again."""
 
 from __future__ import annotations
 
@@ -7,14 +8,18 @@ from app.estimate import (
     HISTORY,
     NO_HISTORY,
     NOW,
+    TOO_FAR_BACK,
     UNAVAILABLE,
     WAITS_FOR_PERSON,
     Ahead,
     Expected,
+    FairShare,
     Need,
     PlannedStep,
     Span,
+    TeamShare,
     expected_start,
+    expected_start_shared,
     remaining,
 )
 
@@ -106,3 +111,116 @@ def test_a_role_whose_candidates_are_all_drained_is_unavailable():
     # Drained nodes are left out of ``free``: they will never be given out.
     need = [Need(1, frozenset({"n1"})), Need(1, frozenset({"n2"}))]
     assert expected_start(need, {"n1": NOW}, []) == Expected(None, UNAVAILABLE)
+
+
+# ------------------------------------------------------------------ with teams
+
+BOARDS = frozenset({"b1", "b2"})
+
+
+def fair(**teams):
+    """Teams by name -> (share, usage, held); h = 10 s, usage's half-life long enough not to
+    matter within these few minutes."""
+    return FairShare(
+        {n: TeamShare(share, usage, held) for n, (share, usage, held) in teams.items()},
+        running_charge=10.0,
+        half_life=1e9,
+    )
+
+
+def one_board(team, takes, priority=0):
+    return Ahead((Need(1, BOARDS),), Span(takes), team, priority)
+
+
+def shared(team, free, held_by, ahead, typical, teams, priority=0):
+    return expected_start_shared(
+        [Need(1, BOARDS)], team, priority, free, held_by, ahead, typical, teams, max_placed=100
+    )
+
+
+def test_with_one_team_the_shared_estimate_is_the_plain_one():
+    free = {"b1": Span(30), "b2": Span(50)}
+    ahead = [one_board("kernel", 100), one_board("kernel", 100)]
+    teams = fair(kernel=(1.0, 0.0, 2))
+    held_by = {"b1": "kernel", "b2": "kernel"}
+    plain = expected_start([Need(1, BOARDS)], free, ahead)
+    assert shared("kernel", free, held_by, ahead, {}, teams) == plain == Expected(130, HISTORY)
+
+
+def test_another_team_using_its_share_asks_again_and_takes_a_board_first_while_ranked_first():
+    # kernel's b1 frees at 30, qa's b2 at 50; b3's holder has no recorded duration. Without qa
+    # asking again, this kernel run takes b1 at 30. qa asks again for a run like the one it holds
+    # (up to its share of the three boards, two): at 30 it ranks first (factor 0.5 / (70 + 1·10)
+    # against kernel's 0.5 / 90) and takes b1; at 50, charged for holding two boards, it ranks
+    # after kernel, whose run takes b2.
+    free = {"b1": Span(30), "b2": Span(50), "b3": Span(None, NO_HISTORY)}
+    held_by = {"b1": "kernel", "b2": "qa", "b3": "release"}
+    teams = fair(kernel=(0.5, 60.0, 1), qa=(0.5, 40.0, 1))
+    mine = [Need(1, frozenset(free))]
+    got = expected_start_shared(mine, "kernel", 0, free, held_by, [], {}, teams, max_placed=100)
+    assert got == Expected(30, HISTORY)
+    typical = {"qa": Ahead((Need(1, frozenset(free)),), Span(100), "qa")}
+    got = expected_start_shared(
+        mine, "kernel", 0, free, held_by, [], typical, teams, max_placed=100
+    )
+    assert got == Expected(50, HISTORY)
+
+
+def test_a_team_asks_again_only_up_to_its_share_of_the_nodes():
+    # The same, with two boards: qa's share of them is one, which it holds until 50; b1 is
+    # kernel's run's at 30.
+    free = {"b1": Span(30), "b2": Span(50)}
+    held_by = {"b1": "kernel", "b2": "qa"}
+    teams = fair(kernel=(0.5, 60.0, 1), qa=(0.5, 40.0, 1))
+    typical = {"qa": one_board("qa", 100)}
+    assert shared("kernel", free, held_by, [], typical, teams) == Expected(30, HISTORY)
+
+
+def test_a_team_that_takes_boards_drops_in_the_order_as_the_scan_places():
+    # release ranks first now (nothing spent) with two runs ahead of this one. Its first takes
+    # b1 at 0 and, charged R·h, release ranks after kernel: kernel's run takes b2 when it frees
+    # at 40, before release's second run.
+    free = {"b1": NOW, "b2": Span(40)}
+    held_by = {"b2": "kernel"}
+    ahead = [one_board("release", 100), one_board("release", 100)]
+    teams = fair(kernel=(0.5, 0.0, 1), release=(0.4, 0.0, 0))
+    plain = expected_start([Need(1, BOARDS)], free, ahead)
+    assert plain == Expected(100, HISTORY)  # queue order only: both release runs first
+    assert shared("kernel", free, held_by, ahead, {}, teams) == Expected(40, HISTORY)
+
+
+def test_higher_priority_runs_come_before_any_teams_share():
+    free = {"b1": Span(10), "b2": Span(20)}
+    held_by = {"b1": "qa", "b2": "qa"}
+    ahead = [one_board("qa", 100, priority=5), one_board("qa", 100, priority=5)]
+    teams = fair(kernel=(0.5, 0.0, 0), qa=(0.5, 9999.0, 2))
+    assert shared("kernel", free, held_by, ahead, {}, teams) == Expected(110, HISTORY)
+
+
+def test_a_team_asking_again_without_a_recorded_duration_is_left_out():
+    free = {"b1": NOW, "b2": Span(50)}
+    held_by = {"b2": "qa"}
+    ahead = [one_board("kernel", 100)]
+    teams = fair(kernel=(0.5, 1000.0, 0), qa=(0.5, 10.0, 1))
+    typical = {"qa": Ahead((Need(1, BOARDS),), Span(None, NO_HISTORY), "qa")}
+    assert shared("kernel", free, held_by, ahead, typical, teams) == Expected(50, HISTORY)
+
+
+def test_boards_that_never_free_by_history_leave_the_shared_estimate_unknown_with_their_reason():
+    free = {"b1": Span(None, WAITS_FOR_PERSON), "b2": Span(None, NO_HISTORY)}
+    held_by = {"b1": "qa", "b2": "qa"}
+    teams = fair(kernel=(0.5, 0.0, 0), qa=(0.5, 0.0, 2))
+    assert shared("kernel", free, held_by, [], {}, teams) == Expected(None, WAITS_FOR_PERSON)
+    assert shared("kernel", {}, {}, [], {}, teams) == Expected(None, UNAVAILABLE)
+
+
+def test_more_placements_than_the_bound_before_this_run_is_too_far_back():
+    # qa is far below its share and keeps asking for one-second runs: kernel's run would wait
+    # for more placements than the bound allows.
+    free = {"b1": NOW}
+    teams = fair(kernel=(0.1, 1e9, 0), qa=(0.9, 0.0, 0))
+    typical = {"qa": Ahead((Need(1, frozenset({"b1"})),), Span(1), "qa")}
+    got = expected_start_shared(
+        [Need(1, frozenset({"b1"}))], "kernel", 0, free, {}, [], typical, teams, max_placed=20
+    )
+    assert got == Expected(None, TOO_FAR_BACK)
