@@ -349,9 +349,12 @@ def expected_start_shared(
         for name, run in typical.items()
         if name != team and run.takes.seconds is not None and sim.share(name) is not None
     }
-    # A team asks again only up to its share of these nodes: it goes on using its share, it
-    # does not flood them.
-    room = {name: max(1, round((sim.share(name) or 0.0) * len(free))) for name in again}
+    # A team asks again for as many of these nodes as it holds now, or its share of them if
+    # more: it goes on as it does, or takes its share; it does not flood them.
+    room = {
+        name: max(1, sim.holding(name), round((sim.share(name) or 0.0) * len(free)))
+        for name in again
+    }
     placed = 0
     while True:
         while True:

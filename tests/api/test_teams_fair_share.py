@@ -4,12 +4,15 @@ submit, promotion, acquire and dry-run, and what a queued run's view shows of it
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 import pytest
 
+from app.estimate import duration_key
 from app.services.queue import wake_queued
 from app.services.reaper import reap_pass
+from tests.agent import claimed
 from tests.auth.common import sha256_entry, token_client
 from tests.helpers import advertise, cap, contract, probing_run, role
 
@@ -269,3 +272,45 @@ def test_an_acquire_of_a_team_at_max_nodes_answers_unavailable(app, client, sql)
     post(app, "kern", probing_run("a2"), 201)
     assert branch_states(sql, "a2") == {"with-scope": "PENDING", "without-scope": "SKIPPED"}
     assert sql.execute("select run_id from leases where node_id = 's1'").fetchone() == ("a2",)
+
+
+# ---------------------------------------------------------------- the expected start with teams
+
+SUITE = duration_key("suite", "run", {"run": ["suite"]}, {"capability": "board", "attrs": {}})
+
+
+def suite(run_id: str) -> dict[str, Any]:
+    return contract(run_id, steps=[{"id": "suite", "uses": "dut", "run": ["suite"]}])
+
+
+def test_a_queued_runs_expected_start_counts_the_other_team_asking_again_for_its_share(
+    app, client, sql
+):
+    """kernel's h1 holds n1 for 30 s more, qa's q1 holds n2 for 100 s (the suite's recorded
+    median is 100 s); kernel has k1 queued, then k2. In queue order alone k1 takes n1 at 30 and
+    k2 takes n2 at 100. With teams, qa, which has the same share and has spent less by then,
+    asks again for n2 when q1 ends, as a team using its share goes on doing: k2 waits for n1,
+    free again when k1 ends at 130."""
+    sql.execute(
+        "insert into step_durations (key, seconds, ended_at) values (%s, 100, now())", (SUITE,)
+    )
+    advertise(client, "n1", cap("board"))
+    advertise(client, "n2", cap("board"))
+    post(app, "kern", suite("h1"), 201)
+    post(app, "qa", suite("q1"), 201)
+    for node in ("n1", "n2"):
+        claimed(client, node)
+    sql.execute("update steps set started_at = now() - interval '70 seconds' where run_id = 'h1'")
+    post(app, "kern", suite("k1"), 202)
+    view = post(app, "kern", suite("k2"), 202)
+
+    assert view["expected_basis"] == "history"
+    start = datetime.fromisoformat(view["expected_start"].replace("Z", "+00:00"))
+    at = datetime.fromisoformat(view["candidates_at"].replace("Z", "+00:00"))
+    assert (start - at).total_seconds() == pytest.approx(130, abs=1)
+    # k1, first of kernel's, takes n1 when h1 ends, before qa asks again.
+    first = as_token(app, "reader").get("/v1/runs/k1").get_json()
+    assert first["expected_basis"] == "history"
+    start = datetime.fromisoformat(first["expected_start"].replace("Z", "+00:00"))
+    at = datetime.fromisoformat(first["candidates_at"].replace("Z", "+00:00"))
+    assert (start - at).total_seconds() == pytest.approx(30, abs=1)
