@@ -334,8 +334,9 @@ def expected_start_shared(
     free nodes (a run that does not fit never blocks one that does). ``ahead``: the runs ahead
     in today's order that share a candidate. ``typical``: for another team with a share that
     uses these nodes, a run like the ones it runs here; once its runs ahead are placed it keeps
-    asking for one like it, as a team that is using its share goes on doing (the later arrivals
-    a fair-shared queue places ahead of older runs). ``held_by``: the team holding each busy
+    asking for one like it while it holds less than its share of these nodes, as a team that is
+    using its share goes on doing (the later arrivals a fair-shared queue places ahead of older
+    runs). ``held_by``: the team holding each busy
     node. More than ``max_placed`` placements before this run's is ``too_far_back``."""
     sim = _Sim(free, held_by, fair)
     me = Ahead(tuple(roles), NOW, team, priority)
@@ -347,14 +348,11 @@ def expected_start_shared(
     again = {
         name: run
         for name, run in typical.items()
-        if name != team and run.takes.seconds is not None and sim.share(name) is not None
+        if name != team and (run.takes.seconds or 0.0) > 0 and sim.share(name) is not None
     }
-    # A team asks again for as many of these nodes as it holds now, or its share of them if
-    # more: it goes on as it does, or takes its share; it does not flood them.
-    room = {
-        name: max(1, sim.holding(name), round((sim.share(name) or 0.0) * len(free)))
-        for name in again
-    }
+    # A team asks again only up to its share of these nodes: it goes on using its share, it
+    # does not flood them.
+    room = {name: max(1, round((sim.share(name) or 0.0) * len(free))) for name in again}
     placed = 0
     while True:
         while True:
