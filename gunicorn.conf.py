@@ -98,7 +98,7 @@ def on_starting(server):
 
     try:
         cfg = load_config()
-        cfg.sqlalchemy_url  # noqa: B018  (raises naming database.url when unset)
+        cfg.database_url  # noqa: B018  (raises naming database.url when unset)
         check_record_store(cfg)  # a records.root that ignores case (SPEC §20.2)
     except ConfigError as exc:
         print(f"mediator: invalid configuration: {exc}", file=sys.stderr)

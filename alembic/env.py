@@ -9,9 +9,10 @@ from __future__ import annotations
 from logging.config import fileConfig
 
 from alembic import context
-from sqlalchemy import create_engine, pool
+from sqlalchemy import pool
 
-from app.config import load_config, to_sqlalchemy_url
+from app.config import load_config
+from app.db import engine_for
 from app.models import Base
 
 config = context.config
@@ -22,14 +23,18 @@ target_metadata = Base.metadata
 
 
 def _url() -> str:
+    """The database's URL or keyword string as configured (several hosts allowed)."""
     url = config.attributes.get("url")
     if url:
-        return to_sqlalchemy_url(url)
-    return load_config().sqlalchemy_url
+        return str(url)
+    return load_config().database_url
 
 
 def run_migrations_offline() -> None:
-    context.configure(url=_url(), target_metadata=target_metadata, literal_binds=True)
+    # SQL printed, not run: only the dialect matters.
+    context.configure(
+        dialect_name="postgresql", target_metadata=target_metadata, literal_binds=True
+    )
     with context.begin_transaction():
         context.run_migrations()
 
@@ -41,7 +46,7 @@ def run_migrations_online() -> None:
         with context.begin_transaction():
             context.run_migrations()
         return
-    engine = create_engine(_url(), poolclass=pool.NullPool)
+    engine = engine_for(_url(), name="mediator-migrate", poolclass=pool.NullPool)
     with engine.connect() as conn:
         context.configure(connection=conn, target_metadata=target_metadata)
         with context.begin_transaction():

@@ -35,6 +35,10 @@ def _error(status: int, reason: str, headers: Mapping[str, str] | None = None) -
     return resp
 
 
+# How soon to try again after a 503 of the database: a switch to a standby takes seconds.
+AGAIN = {"Retry-After": "1"}
+
+
 def register_error_handlers(app: Flask) -> None:
     """Every error is ``{"error": {"code", "reason"}}``: ours, werkzeug's (404/405 with Allow, 413),
     the pool's time-out (503) and anything unexpected (500, traceback logged, never returned)."""
@@ -56,16 +60,23 @@ def register_error_handlers(app: Flask) -> None:
 
     @app.errorhandler(PoolTimeout)
     def _pool(exc: Exception) -> Response:
-        return _error(503, "no database connection available in time")
+        return _error(503, "no database connection available in time", AGAIN)
 
     @app.errorhandler(Exception)
     def _unexpected(exc: Exception) -> Response:
         if isinstance(exc, OperationalError) or (
             isinstance(exc, DBAPIError) and exc.connection_invalidated
         ):
-            # Unreachable, restarting, or a statement timed out: try again later (SPEC §15).
+            # Unreachable, restarting, switching to a standby, or a statement timed out: try
+            # again (docs/deploy.md, "A database with a standby"). Every route is safe to
+            # repeat; a lost COMMIT leaves the outcome unknown, so this process owes a wake
+            # mark and a scan, paid at its next successful use of the database.
             log.warning("database unavailable", error=type(exc).__name__)
-            return _error(503, "database unavailable")
+            context = app.extensions.get("mediator")
+            if context is not None:
+                context.owed.set()
+                g.database_failed = True  # paid by a later request, not by this one's end
+            return _error(503, "database unavailable, try again", AGAIN)
         log.exception("unexpected error", route=request.url_rule.rule if request.url_rule else None)
         return _error(500, "internal error")
 
@@ -239,7 +250,7 @@ def register_request_hooks(app: Flask, guard: SchemaGuard) -> None:
         # use of the database (docs/queue.md, "A mark that could not be taken"); one flag check
         # when nothing is owed.
         ctx = app.extensions["mediator"]
-        if ctx.owed.is_set():
+        if ctx.owed.is_set() and not g.get("database_failed"):
             pay_owed(ctx)
 
 

@@ -20,7 +20,7 @@ def _load(ctx: click.Context, *, need_database: bool = True) -> Config:
     try:
         cfg = load_config(ctx.obj.get("config_path"))
         if need_database:
-            cfg.sqlalchemy_url  # noqa: B018  (raises ConfigError naming database.url when unset)
+            cfg.database_url  # noqa: B018  (raises ConfigError naming database.url when unset)
         return cfg
     except ConfigError as exc:
         # SPEC §15: an invalid config stops the process with one line naming the key.
@@ -71,7 +71,7 @@ def db_upgrade(ctx: click.Context, revision: str) -> None:
     from app.migrate import upgrade
 
     cfg = _load(ctx)
-    upgrade(cfg.sqlalchemy_url, revision)
+    upgrade(cfg.database_url, revision)
     click.echo(f"database upgraded to {revision}")
 
 
@@ -82,7 +82,8 @@ DB_CHECK_UNREACHABLE = 3
 @db.command("check")
 @click.pass_context
 def db_check(ctx: click.Context) -> None:
-    """Whether the database is at this code's schema revision, as one line and an exit code.
+    """Whether the database is at this code's schema revision, and which server every
+    connection of the Mediator reaches (its host, port and role), as two lines and an exit code.
 
     \b
     Exit codes:
@@ -91,13 +92,19 @@ def db_check(ctx: click.Context) -> None:
       2  the configuration is invalid (the line names the key)
       3  the database is unreachable (down, refused, wrong host or credentials)
     """
+    from psycopg import Error as DriverError
     from sqlalchemy.exc import DBAPIError
 
-    from app.migrate import database_problem, head_revision
+    from app.migrate import database_problem, head_revision, server_reached
 
     cfg = _load(ctx)
     try:
-        problem = database_problem(cfg.sqlalchemy_url)
+        problem = database_problem(cfg.database_url)
+        reached = server_reached(cfg.database_url)
+    except DriverError as exc:
+        why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        click.echo(f"mediator: database unreachable: {why}", err=True)
+        sys.exit(DB_CHECK_UNREACHABLE)
     except DBAPIError as exc:
         # The driver's first line says why (refused, timed out, authentication); never the URL.
         why = str(exc.orig).strip().splitlines()[0] if str(exc.orig).strip() else type(exc).__name__
@@ -105,8 +112,10 @@ def db_check(ctx: click.Context) -> None:
         sys.exit(DB_CHECK_UNREACHABLE)
     if problem:
         click.echo(problem, err=True)
+        click.echo(reached, err=True)
         sys.exit(DB_CHECK_BEHIND)
     click.echo(f"database is at {head_revision()}")
+    click.echo(reached)
 
 
 @main.command()

@@ -57,7 +57,7 @@ def prune_command(ctx: click.Context, before_text: str, dry_run: bool, verbose: 
 
     try:
         cfg = load_config((ctx.obj or {}).get("config_path"))
-        url = cfg.sqlalchemy_url
+        url = cfg.database_url
     except ConfigError as exc:
         click.echo(f"mediator: invalid configuration: {exc}", err=True)
         sys.exit(2)

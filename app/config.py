@@ -15,7 +15,9 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import psycopg
 import structlog
+from psycopg.conninfo import conninfo_to_dict
 
 from app.config_loader import (
     FileMessages,
@@ -57,12 +59,20 @@ def _teams(name: str, v: Any) -> tuple[Team, ...]:
 
 
 def _database_url(name: str, v: Any) -> str | None:
+    """A ``postgresql://`` URL (several hosts allowed) or a libpq keyword string
+    (``host=h1,h2 port=5432,5432 dbname=db``); docs/deploy.md, "A database with a standby"."""
     url = as_str(name, v)
     if url is None:
         return None
-    scheme = url.split("://", 1)[0] if "://" in url else ""
-    if scheme not in {"postgresql", "postgres", "postgresql+psycopg"}:
-        raise ValueError("must be a postgresql:// URL")
+    if "://" in url:
+        scheme = url.split("://", 1)[0]
+        if scheme not in {"postgresql", "postgres", "postgresql+psycopg"}:
+            raise ValueError("must be a postgresql:// URL or a libpq keyword string")
+    try:
+        conninfo_to_dict(to_libpq_url(url))
+    except psycopg.Error:
+        # Not libpq's reason: it quotes the part it could not read, which may be a password's.
+        raise ValueError("must be a postgresql:// URL or a libpq keyword string") from None
     return url
 
 
@@ -184,17 +194,12 @@ class Config(Mapping[str, Any]):
         return len(self._values)
 
     @property
-    def sqlalchemy_url(self) -> str:
-        """The database URL in SQLAlchemy's form: plain ``postgresql://`` means psycopg 3."""
+    def database_url(self) -> str:
+        """``database.url`` as configured (any form libpq takes); a ConfigError when unset."""
         url = self["database.url"]
         if url is None:
             raise ConfigError("database.url: not set (MEDIATOR_DATABASE_URL or DATABASE_URL)")
-        return to_sqlalchemy_url(url)
-
-
-def to_sqlalchemy_url(url: str) -> str:
-    scheme, rest = url.split("://", 1)
-    return "postgresql+psycopg://" + rest if scheme in {"postgresql", "postgres"} else url
+        return str(url)
 
 
 def to_libpq_url(url: str) -> str:

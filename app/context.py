@@ -25,10 +25,14 @@ class Context:
         self.db = Database(config)
         idle = config["gate.idle_seconds"]
         self.gate = ScanGate(
-            lambda: self.db.dedicated_connection(options=gate_options(idle)), idle_seconds=idle
+            lambda: self.db.dedicated_connection(options=gate_options(idle)),
+            idle_seconds=idle,
+            deaths=lambda: self.db.deaths,
         )
         self.records: RecordStore = record_store(config)
-        self.claims = ClaimListener(config, safety_net=self._claimable_nodes)
+        self.claims = ClaimListener(
+            config, safety_net=self._claimable_nodes, deaths=lambda: self.db.deaths
+        )
         self.notifier = ClaimNotifier(
             lambda: self.db.dedicated_connection(name="mediator-notifier")
         )

@@ -10,17 +10,92 @@ from __future__ import annotations
 import os
 import select
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
+import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from sqlalchemy import Connection, Engine, create_engine, event, pool
+from sqlalchemy.engine import ExceptionContext
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.config import Config
+from app.config import Config, to_libpq_url
 from app.jsonbytes import compact
 from app.store.driver import LATE_BEGIN
+
+# What every connection the Mediator opens adds to the configured string, unless the string sets
+# it (docs/deploy.md, "A database with a standby"): only the primary is taken, a host that does
+# not answer is given up after 2 s (the next one is tried), and a silent peer is found dead by
+# client-side keepalives within about 10 s.
+CONNECT_DEFAULTS = {
+    "target_session_attrs": "primary",
+    "connect_timeout": "2",
+    "keepalives": "1",
+    "keepalives_idle": "5",
+    "keepalives_interval": "2",
+    "keepalives_count": "3",
+    "tcp_user_timeout": "10000",
+}
+
+# A server that is no longer the primary, or that is going away: the connection is dead, and so
+# is every other of the pool (read_only_sql_transaction, admin_shutdown, crash_shutdown,
+# cannot_connect_now). 57P05, idle_session_timeout, is the scan gate's expected end.
+DEAD_SQLSTATES = frozenset({"25006", "57P01", "57P02", "57P03"})
+
+
+def conninfo(url: str) -> str:
+    """libpq's connection string for ``url`` (``database.url``): a URL, one host or several
+    (``postgresql://h1:5432,h2:5432/db``), or a keyword string (``host=h1,h2 port=5432,5432
+    dbname=db``), taken as given (``postgresql+psycopg://`` read as ``postgresql://``), with
+    :data:`CONNECT_DEFAULTS` added where it does not set them."""
+    base = to_libpq_url(url)
+    given = conninfo_to_dict(base)
+    return make_conninfo(base, **{k: v for k, v in CONNECT_DEFAULTS.items() if k not in given})
+
+
+def mark_dead_connections(context: ExceptionContext) -> None:
+    """SQLAlchemy's ``handle_error`` hook: an error of :data:`DEAD_SQLSTATES` counts as a
+    disconnect, so the connection and the whole pool are invalidated (the next checkout
+    connects again, and ``target_session_attrs`` finds the primary)."""
+    if getattr(context.original_exception, "sqlstate", None) in DEAD_SQLSTATES:
+        context.is_disconnect = True
+
+
+def engine_for(
+    url: str,
+    *,
+    name: str,
+    options: str | None = None,
+    on_dead: Callable[[], None] | None = None,
+    **kwargs: Any,
+) -> Engine:
+    """An engine whose connections psycopg opens from :func:`conninfo` of ``url`` (SQLAlchemy's
+    own URL parser takes one host only), named ``name`` (``application_name``), with libpq's
+    server-side ``options`` when given; ``on_dead`` is called when a connection of it is found
+    dead; ``kwargs`` go to ``create_engine`` (pool settings).
+
+    No statement is prepared by psycopg itself: the statements that run often are prepared by
+    ``app.store.driver`` under names of its own, which live as long as the connection; psycopg
+    would send ``DEALLOCATE ALL`` after every ROLLBACK once it had prepared a statement of its
+    own (the end of every read), dropping those with its own."""
+    info = conninfo(url)
+    extra: dict[str, Any] = {"application_name": name, "prepare_threshold": None}
+    if options:
+        extra["options"] = options
+
+    def connect() -> psycopg.Connection[Any]:
+        return psycopg.connect(info, **extra)
+
+    def dead(context: ExceptionContext) -> None:
+        mark_dead_connections(context)
+        if context.is_disconnect and on_dead is not None:
+            on_dead()
+
+    engine = create_engine("postgresql+psycopg://", creator=connect, **kwargs)
+    event.listen(engine, "handle_error", dead)
+    return engine
 
 
 def _drop_if_server_spoke(dbapi_conn: Any, record: Any, proxy: Any) -> None:
@@ -37,15 +112,6 @@ def _drop_if_server_spoke(dbapi_conn: Any, record: Any, proxy: Any) -> None:
         raise DisconnectionError("the database connection is closed") from exc
     if readable:
         raise DisconnectionError("the database server ended this connection")
-
-
-def _connect_args(name: str) -> dict[str, Any]:
-    """psycopg's settings of our connections: ``name`` as the ``application_name``, and no
-    statement prepared by psycopg itself. The statements that run often are prepared by
-    ``app.store.driver`` under names of its own, which live as long as the connection; psycopg
-    would send ``DEALLOCATE ALL`` after every ROLLBACK once it had prepared a statement of its
-    own (the end of every read), dropping those with its own."""
-    return {"application_name": name, "prepare_threshold": None}
 
 
 def _leave_autocommit(conn: Connection, driver: Any) -> None:
@@ -81,6 +147,8 @@ class Database:
         self._pid: int | None = None
         self._engine: Engine | None = None
         self._sessions: sessionmaker[Session] | None = None
+        # How many times a connection of this process was found dead (met_dead).
+        self.deaths = 0
 
     def _ensure(self) -> None:
         if self._pid == os.getpid():
@@ -92,13 +160,14 @@ class Database:
                 # Inherited from the parent: forget its connections, never close them (they are
                 # the parent's sockets).
                 self._engine.dispose(close=False)
-            self._engine = create_engine(
-                self.config.sqlalchemy_url,
+            self._engine = engine_for(
+                self.config.database_url,
+                name="mediator",
+                on_dead=self.met_dead,
                 pool_size=self.config["database.pool_size"],
                 max_overflow=0,
                 # SPEC §15: a request that gets no connection in time is a 503, never a hang.
                 pool_timeout=self.config["database.pool_timeout"],
-                connect_args=_connect_args("mediator"),
                 json_serializer=compact,  # jsonb parameters (SQLAlchemy hands it to psycopg)
             )
             event.listen(self._engine, "checkout", _drop_if_server_spoke)
@@ -171,13 +240,21 @@ class Database:
         and LISTEN, or the claim notifications; the caller owns it and closes it. ``options``:
         libpq's server-side settings of the session (:func:`gate_options`); ``name``: its
         ``application_name``."""
-        connect_args = _connect_args(name)
-        if options:
-            connect_args["options"] = options
-        engine = create_engine(
-            self.config.sqlalchemy_url, poolclass=pool.NullPool, connect_args=connect_args
+        engine = engine_for(
+            self.config.database_url,
+            name=name,
+            options=options,
+            on_dead=self.met_dead,
+            poolclass=pool.NullPool,
         )
         return engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+
+    def met_dead(self) -> None:
+        """A connection of this process was found dead (docs/deploy.md, "A database with a
+        standby"): the pool is invalidated by SQLAlchemy; the sessions outside it (the gate's,
+        the listener's) see :attr:`deaths` move and close theirs."""
+        with self._lock:
+            self.deaths += 1
 
     def dispose(self) -> None:
         with self._lock:

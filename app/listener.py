@@ -33,7 +33,8 @@ from contextlib import contextmanager
 import psycopg
 from sqlalchemy import Connection
 
-from app.config import Config, to_libpq_url
+from app.config import Config
+from app.db import conninfo
 from app.logs import log
 from app.store.server import notify_each
 
@@ -103,10 +104,22 @@ class Ticket(threading.Event):
 SafetyNet = Callable[[list[str]], set[str]]
 
 
+class ServerSwitched(Exception):
+    """The listener's session no longer reaches the primary: it reconnects."""
+
+
 class ClaimListener:
-    def __init__(self, config: Config, safety_net: SafetyNet | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        safety_net: SafetyNet | None = None,
+        deaths: Callable[[], int] | None = None,
+    ) -> None:
         self.config = config
         self.safety_net = safety_net
+        # How many dead connections this process has met (Database.deaths): when it moves, the
+        # listener's own session is closed and opened again, on the primary.
+        self._deaths = deaths or (lambda: 0)
         self._recheck = float(config["claim.recheck_seconds"])
         self._passes = threading.Condition()
         self.passes = 0  # safety-net passes run by this process's listener
@@ -207,8 +220,9 @@ class ClaimListener:
         backoff = 0.2
         while not self._stop.is_set():
             try:
+                deaths = self._deaths()
                 with psycopg.connect(
-                    to_libpq_url(self.config["database.url"]),
+                    conninfo(self.config["database.url"]),
                     autocommit=True,
                     application_name="mediator-listener",
                 ) as conn:
@@ -222,7 +236,13 @@ class ClaimListener:
                         # promptly; an idle turn costs no query.
                         for note in conn.notifies(timeout=STOP_CHECK_SECONDS):
                             self._handle(note.payload)
+                        if self._deaths() != deaths:
+                            raise ServerSwitched("a connection of this process was found dead")
                         if time.monotonic() >= next_pass:
+                            # A server demoted to a standby keeps this session, and LISTEN
+                            # there hears nothing the primary notifies.
+                            if conn.execute("SELECT pg_is_in_recovery()").fetchone() != (False,):
+                                raise ServerSwitched("the listener's server is a standby")
                             self._safety_net_pass()
                             next_pass = time.monotonic() + self._recheck
             except Exception as exc:
@@ -231,7 +251,8 @@ class ClaimListener:
                     break
                 log.warning("claim listener reconnecting", error=type(exc).__name__)
                 self._stop.wait(backoff)
-                backoff = min(backoff * 2, 5.0)
+                # At most a second between tries: a switch's new primary is heard soon.
+                backoff = min(backoff * 2, 1.0)
         self.connected.clear()
 
     def _handle(self, payload: str) -> None:

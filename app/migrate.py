@@ -6,11 +6,14 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
+import psycopg
 from alembic import command
 from alembic.config import Config as AlembicConfig
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine, create_engine, pool
+from sqlalchemy import Engine, pool
+
+from app.db import conninfo, engine_for
 
 # An installed package carries the scripts of the source tree's alembic/ as app/migrations/
 # (setup.cfg); a source tree (an editable install included) has them beside alembic.ini.
@@ -49,13 +52,27 @@ def database_revision(engine: Engine) -> str | None:
 
 
 def database_problem(url: str) -> str | None:
-    """:func:`schema_problem` of the database at ``url``, on a connection of its own."""
-    # A host that drops packets answers nothing: give up after a while, like a refusal.
-    engine = create_engine(url, poolclass=pool.NullPool, connect_args={"connect_timeout": 10})
+    """:func:`schema_problem` of the database at ``url`` (``database.url``: any form libpq
+    takes), on a connection of its own."""
+    # A host that drops packets answers nothing: given up after connect_timeout, like a refusal.
+    engine = engine_for(url, name="mediator-check", poolclass=pool.NullPool)
     try:
         return schema_problem(engine)
     finally:
         engine.dispose()
+
+
+def server_reached(url: str) -> str:
+    """Which server a connection of the Mediator reaches from ``url`` (every connection it opens
+    uses the same string: the pools, the gate, the listeners, the reaper, the migrations), and
+    its role, as one line for ``mediator db check``."""
+    with psycopg.connect(conninfo(url), application_name="mediator-check") as conn:
+        row = conn.execute(
+            "SELECT pg_is_in_recovery(), current_setting('server_version')"
+        ).fetchone()
+        standby, version = row if row is not None else (None, "?")
+        role = "a standby" if standby else "the primary"
+        return f"server {conn.info.host}:{conn.info.port}, {role} (PostgreSQL {version})"
 
 
 # SPEC §7: the scan gate's session needs ``idle_session_timeout`` (PostgreSQL 14).

@@ -42,10 +42,14 @@ _inherited: list[object] = []  # connections inherited across fork: kept, never 
 
 # A bigint advisory lock is shown in pg_locks as classid (high 32 bits), objid (low 32 bits),
 # objsubid 1.
+# A session left on a server demoted to a standby would still see its lock there (advisory locks
+# are not WAL-logged and work on a standby) while the scan writes on the new primary: a standby
+# counts as the lock gone.
 _HOLDS_SCANNING_LOCK = text(
     "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory'"
     " AND pid = pg_backend_pid() AND granted AND objsubid = 1"
     " AND classid = CAST(:hi AS oid) AND objid = CAST(:lo AS oid))"
+    " AND NOT pg_is_in_recovery()"
 ).bindparams(bindparam("hi", SCANNING_LOCK >> 32), bindparam("lo", SCANNING_LOCK & 0xFFFFFFFF))
 
 LOCK_NOT_AVAILABLE = "55P03"  # lock_timeout expired
@@ -69,8 +73,18 @@ def _dead(conn: Connection) -> bool:
 
 
 class ScanGate:
-    def __init__(self, connect: Callable[[], Connection], idle_seconds: float = 30.0) -> None:
+    def __init__(
+        self,
+        connect: Callable[[], Connection],
+        idle_seconds: float = 30.0,
+        deaths: Callable[[], int] | None = None,
+    ) -> None:
         self._connect = connect
+        # How many dead connections this process has met (Database.deaths), and how many it had
+        # when the shared session opened: when it moves, that session is replaced (a switch to
+        # another primary leaves it on the old server).
+        self._deaths = deaths or (lambda: 0)
+        self._opened_at = 0
         self._mutex = threading.Lock()  # guards _waiter and short uses of the connection
         self._scanning = threading.Lock()
         self._waiter = False
@@ -89,7 +103,14 @@ class ScanGate:
                 # The parent's session: closing it here would end the parent's locks.
                 _inherited.append(self._conn)
             self._conn, self._pid = None, os.getpid()
+        if self._conn is not None and self._deaths() != self._opened_at:
+            old, self._conn = self._conn, None
+            try:
+                old.close()  # its locks go with it; a scan that held one stops at its check
+            except Exception:
+                pass
         if self._conn is None or _dead(self._conn):
+            self._opened_at = self._deaths()
             self._conn = self._connect()
         return self._conn
 

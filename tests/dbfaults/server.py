@@ -44,10 +44,12 @@ class RestartablePostgres:
     def is_up(self) -> bool:
         return self.pg.running
 
-    def new_database(self) -> str:
-        """A database of its own on this server, migrated with ``alembic upgrade head``."""
+    def new_database(self, *, migrated: bool = True) -> str:
+        """A database of its own on this server, migrated with ``alembic upgrade head`` unless
+        ``migrated`` is false."""
         url = create_database(self.admin_url, f"mediator_fault_{uuid.uuid4().hex[:10]}")
-        upgrade(url)
+        if migrated:
+            upgrade(url)
         return url
 
     def down(self, how: signal.Signals = signal.SIGINT) -> None:

@@ -161,7 +161,9 @@ def test_db_check_tells_a_schema_behind_from_a_current_one(
 
     current = _mediator("db", "check", MEDIATOR_DATABASE_URL=fresh_db_url)
     assert current.returncode == 0, current.stderr
-    assert current.stdout.strip() == f"database is at {head_revision()}"
+    first, server = current.stdout.splitlines()
+    assert first == f"database is at {head_revision()}"
+    assert server.startswith("server ") and server.endswith(")") and ", the primary (" in server
     with psycopg.connect(to_libpq_url(fresh_db_url), autocommit=True) as conn:
         conn.execute("UPDATE alembic_version SET version_num = 'an-older-one'")
     behind = _mediator("db", "check", MEDIATOR_DATABASE_URL=fresh_db_url)

@@ -226,7 +226,8 @@ def test_the_installed_mediator_migrates_and_checks_a_database(
 
     checked = _mediator(installed, empty_db, "db", "check")
     assert checked.returncode == 0, checked.stderr
-    assert checked.stdout.strip() == f"database is at {head}"
+    assert checked.stdout.splitlines()[0] == f"database is at {head}"
+    assert ", the primary (PostgreSQL " in checked.stdout.splitlines()[1]
 
     with psycopg.connect(to_libpq_url(empty_db), autocommit=True) as conn:
         rows = conn.execute("SELECT version_num FROM alembic_version").fetchall()

@@ -11,9 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from psycopg.conninfo import conninfo_to_dict
 
 from app import create_app
 from app.config import load_config, to_libpq_url
+from app.db import CONNECT_DEFAULTS, conninfo
 from app.errors import ConfigError
 from tests.apps import TOKEN
 
@@ -243,16 +245,36 @@ def test_mediator_database_url_wins_over_database_url():
     assert cfg["database.url"] == "postgresql://specific@db.example/m"
 
 
-def test_a_plain_postgresql_url_means_the_psycopg_3_driver():
-    cfg = load_config(
-        env={"MEDIATOR_DATABASE_URL": "postgresql://u:pw@db.example:5433/m?sslmode=require"}
+def test_every_connection_adds_the_client_side_settings_unless_the_string_sets_them():
+    info = conninfo_to_dict(
+        conninfo("postgresql+psycopg://u:pw@db.example:5433/m?connect_timeout=9")
     )
-    assert cfg.sqlalchemy_url == "postgresql+psycopg://u:pw@db.example:5433/m?sslmode=require"
+    assert info["host"] == "db.example" and info["port"] == "5433" and info["dbname"] == "m"
+    assert info["connect_timeout"] == "9"  # the string's own
+    assert info["target_session_attrs"] == "primary"
+    assert {k: info[k] for k in CONNECT_DEFAULTS if k != "connect_timeout"} == {
+        k: v for k, v in CONNECT_DEFAULTS.items() if k != "connect_timeout"
+    }
 
 
-def test_a_postgresql_psycopg_url_is_taken_as_it_is():
-    cfg = load_config(env={"MEDIATOR_DATABASE_URL": "postgresql+psycopg://u@db.example/m"})
-    assert cfg.sqlalchemy_url == "postgresql+psycopg://u@db.example/m"
+def test_libpqs_multi_host_url_and_keyword_forms_are_taken_as_given():
+    url = "postgresql://ops@h1:5432,h2:5433/m?target_session_attrs=any"
+    cfg = load_config(env={"MEDIATOR_DATABASE_URL": url})
+    info = conninfo_to_dict(conninfo(cfg.database_url))
+    assert (info["host"], info["port"], info["user"]) == ("h1,h2", "5432,5433", "ops")
+    assert info["target_session_attrs"] == "any"
+    words = "host=h1,h2 port=5432,5432 dbname=m user=ops"
+    cfg = load_config(env={"MEDIATOR_DATABASE_URL": words})
+    info = conninfo_to_dict(conninfo(cfg.database_url))
+    assert (info["host"], info["port"], info["dbname"]) == ("h1,h2", "5432,5432", "m")
+    assert info["target_session_attrs"] == "primary"
+
+
+def test_a_database_string_libpq_cannot_read_names_the_key_and_not_the_string():
+    with pytest.raises(ConfigError) as err:
+        load_config(env={"MEDIATOR_DATABASE_URL": "host=h1 password=s3cr3t extra"})
+    assert "database.url" in str(err.value)
+    assert "s3cr3t" not in str(err.value) and "extra" not in str(err.value)
 
 
 # ------------------------------------------------------------------ the environment alone serves
