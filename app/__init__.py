@@ -68,7 +68,7 @@ def register_error_handlers(app: Flask) -> None:
             isinstance(exc, DBAPIError) and exc.connection_invalidated
         ):
             # Unreachable, restarting, switching to a standby, or a statement timed out: try
-            # again (docs/deploy.md, "A database with a standby"). Every route is safe to
+            # again (docs/deploy.md#11-a-database-with-a-standby). Every route is safe to
             # repeat; a lost COMMIT leaves the outcome unknown, so this process owes a wake
             # mark and a scan, paid at its next successful use of the database.
             log.warning("database unavailable", error=type(exc).__name__)

@@ -60,7 +60,7 @@ def _teams(name: str, v: Any) -> tuple[Team, ...]:
 
 def _database_url(name: str, v: Any) -> str | None:
     """A ``postgresql://`` URL (several hosts allowed) or a libpq keyword string
-    (``host=h1,h2 port=5432,5432 dbname=db``); docs/deploy.md, "A database with a standby"."""
+    (``host=h1,h2 port=5432,5432 dbname=db``); docs/deploy.md#11-a-database-with-a-standby."""
     url = as_str(name, v)
     if url is None:
         return None

@@ -26,7 +26,7 @@ from app.jsonbytes import compact
 from app.store.driver import LATE_BEGIN
 
 # What every connection the Mediator opens adds to the configured string, unless the string sets
-# it (docs/deploy.md, "A database with a standby"): only the primary is taken, a host that does
+# it (docs/deploy.md#11-a-database-with-a-standby): only the primary is taken, a host that does
 # not answer is given up after 2 s (the next one is tried), and a silent peer is found dead by
 # client-side keepalives within about 10 s.
 CONNECT_DEFAULTS = {
@@ -250,8 +250,8 @@ class Database:
         return engine.connect().execution_options(isolation_level="AUTOCOMMIT")
 
     def met_dead(self) -> None:
-        """A connection of this process was found dead (docs/deploy.md, "A database with a
-        standby"): the pool is invalidated by SQLAlchemy; the sessions outside it (the gate's,
+        """A connection of this process was found dead
+        (docs/deploy.md#11-a-database-with-a-standby): the pool is invalidated by SQLAlchemy; the sessions outside it (the gate's,
         the listener's) see :attr:`deaths` move and close theirs."""
         with self._lock:
             self.deaths += 1

@@ -1,4 +1,4 @@
-"""Connecting as a lab with a standby does (docs/deploy.md, "A database with a standby"):
+"""Connecting as a lab with a standby does (docs/deploy.md#11-a-database-with-a-standby):
 ``database.url`` in libpq's multi-host form reaches the host that accepts, for the app's pool
 and for ``mediator db upgrade``'s migrations alike; a server that stops taking writes (SQLSTATE
 25006, as a primary demoted to a standby answers) is a dead connection: the request is 503
