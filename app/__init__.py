@@ -19,12 +19,13 @@ from werkzeug.middleware.proxy_fix import ProxyFix
 
 from app.config import Config, load_config
 from app.context import Context
-from app.errors import MediatorError, Unavailable, error_body
+from app.errors import MediatorError, RuntimeEnvironmentError, Unavailable, error_body
 from app.jsonbytes import AnswerJSON
 from app.logs import configure_logging, log
 from app.metrics import count_request
 from app.migrate import schema_problem
 from app.services.queue import pay_owed, wake_after_commit
+from app.store.driver import driver_problem
 
 
 def _error(status: int, reason: str, headers: Mapping[str, str] | None = None) -> Response:
@@ -160,6 +161,9 @@ def create_app(config: Config | Mapping[str, Any] | None = None) -> Flask:
     rest, the environment is not read), or None (file and environment)."""
     cfg = _config_of(config)
     configure_logging(cfg["log.format"], cfg["log.level"])
+    problem = driver_problem()
+    if problem:
+        raise RuntimeEnvironmentError(problem)
     app = Flask("mediator", static_folder=None)
     app.json = AnswerJSON(app)
     app.json.sort_keys = False

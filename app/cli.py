@@ -13,7 +13,7 @@ from app.cli_prune import prune_command
 from app.cli_token import token as token_command
 from app.client.commands import client_options, register_client_commands
 from app.config import Config, load_config
-from app.errors import ConfigError
+from app.errors import ConfigError, RuntimeEnvironmentError
 
 
 def _load(ctx: click.Context, *, need_database: bool = True) -> Config:
@@ -38,6 +38,9 @@ def _create_app(cfg: Config) -> Any:
     except ConfigError as exc:
         click.echo(f"mediator: invalid configuration: {exc}", err=True)
         sys.exit(2)
+    except RuntimeEnvironmentError as exc:
+        click.echo(f"mediator: {exc}", err=True)
+        sys.exit(1)
 
 
 @click.group()

@@ -102,6 +102,11 @@ class Unavailable(MediatorError):
     default_reason = "service unavailable"
 
 
+class RuntimeEnvironmentError(RuntimeError):
+    """The installed libraries are not what the Mediator was built on (a start-up check): one
+    line saying what is missing and what to install."""
+
+
 class ConfigError(Exception):
     """An invalid configuration value; the message is one line naming the key (SPEC §15)."""
 

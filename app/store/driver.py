@@ -323,3 +323,47 @@ _MAX_PREPARED = 200
 # (26000), or a table changed under it by a migration (0A000, "cached plan must not change
 # result type"). The batch fails; the connection's statements are prepared again.
 _PREPARED_LOST = (b"26000", b"0A000")
+
+
+# ------------------------------------------------------------------ what this module assumes
+
+# The runtime versions this module was last tested with (constraints/runtime.txt pins them).
+TESTED = {"psycopg": "3.3", "sqlalchemy": "2.1"}
+
+
+def driver_problem() -> str | None:
+    """None when the installed psycopg and SQLAlchemy still have the parts of their private API
+    this module uses (psycopg's ``PostgresQuery`` and a connection's ``_get_tx_start_command``,
+    SQLAlchemy's ``Connection._handle_dbapi_exception``), else one line saying what is missing
+    and what to install. Checked when the app is built: a newer release that moved one fails
+    at start-up, not inside a submit."""
+    import inspect
+
+    import sqlalchemy
+
+    missing: list[str] = []
+    try:
+        query = PostgresQuery(adapt.Transformer())
+        query.convert("SELECT %(a)s", {"a": 1})
+        for attr in ("query", "params", "types", "formats"):
+            if not hasattr(query, attr):
+                missing.append(f"psycopg._queries.PostgresQuery.{attr}")
+    except Exception as exc:
+        missing.append(f"psycopg._queries.PostgresQuery ({type(exc).__name__})")
+    if not callable(getattr(psycopg.Connection, "_get_tx_start_command", None)):
+        missing.append("psycopg.Connection._get_tx_start_command")
+    handle = getattr(Connection, "_handle_dbapi_exception", None)
+    if handle is None:
+        missing.append("sqlalchemy.Connection._handle_dbapi_exception")
+    else:
+        params = list(inspect.signature(handle).parameters)[1:6]
+        if params != ["e", "statement", "parameters", "cursor", "context"]:
+            missing.append("sqlalchemy.Connection._handle_dbapi_exception(e, statement, …)")
+    if not missing:
+        return None
+    installed = f"psycopg {psycopg.__version__}, SQLAlchemy {sqlalchemy.__version__}"
+    tested = ", ".join(f"{k} {v}" for k, v in TESTED.items())
+    return (
+        f"the statement pipeline (app/store/driver.py) needs {', '.join(missing)}, which "
+        f"{installed} lack; install the versions of constraints/runtime.txt (tested: {tested})"
+    )
