@@ -47,8 +47,8 @@ class Context:
         # statement a submit sends first depends on it, never an outcome (services/submit.py).
         self.queued_shapes: dict[str, bool] = {}
         # Set when a wake mark could not be taken after a freeing commit: this process owes a
-        # mark and a scan, paid at its next successful use of the database (docs/queue.md, "A
-        # mark that could not be taken"; app/services/marks.py).
+        # mark and a scan, paid at its next successful use of the database
+        # (docs/queue.md#which-commit-frees-and-its-mark; app/services/marks.py).
         self.owed = threading.Event()
         # The runs whose promotion raised in this process's last scan with errors: a repeat is
         # not owed again (app/services/queue.py, _new_failures).

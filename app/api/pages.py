@@ -377,8 +377,8 @@ def run(run_id: str) -> Response:
         logs=logs,
         picture=timeline(view["steps"], datetime.now(UTC)),
         queued=view["state"] == QUEUED,
-        # Cancel for those who may (docs/pages.md#a-run-runs): the route's roles, then the cancel's
-        # own rule.
+        # Cancel for those who may (docs/pages.md#a-run-runsrun_id): the route's roles, then the
+        # cancel's own rule.
         may_cancel=view["state"] in RUN_ALIVE
         and may_call(who, "POST", CANCEL_RULE)
         and page["may_cancel"],

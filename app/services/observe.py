@@ -325,10 +325,10 @@ def run_view(ctx: Context, run_id: str) -> dict[str, Any]:
 
 
 def run_page(ctx: Context, run_id: str, caller: Caller) -> dict[str, Any]:
-    """What a run's page shows (docs/pages.md#a-run-runs), from one snapshot: the run view, its
-    events, the artifacts of the run itself (its ledger without earlier runs of the same work), and
-    whether ``caller`` may cancel it by the cancel's own rule (the page's Cancel is for those who
-    may)."""
+    """What a run's page shows (docs/pages.md#a-run-runsrun_id), from one snapshot: the run view,
+    its events, the artifacts of the run itself (its ledger without earlier runs of the same work),
+    and whether ``caller`` may cancel it by the cancel's own rule (the page's Cancel is for those
+    who may)."""
     with ctx.db.read(snapshot=True) as s:
         run = get_run(s, run_id)
         if run is None:

@@ -266,7 +266,7 @@ def test_a_node_token_reads_runs_and_nodes_but_not_the_asks(app) -> None:
 def test_cancel_is_shown_to_an_operator_and_to_the_submitting_token_only(app) -> None:
     """The cancel's own rule (docs/security.md#authorisation): an operator cancels any run, a
     submitter only the runs submitted with its own token; Cancel is shown to exactly those
-    (docs/pages.md#a-run-runs), never as a button that answers 403."""
+    (docs/pages.md#a-run-runsrun_id), never as a button that answers 403."""
     busy_board(app)  # "holder", submitted with the legacy token
     sub = client_of(app)
     sub.environ_base["HTTP_AUTHORIZATION"] = f"Bearer {SECRETS['submitter']}"
