@@ -1,4 +1,4 @@
-"""gunicorn settings for the Mediator behind nginx (SPEC §15).
+"""gunicorn settings for the Mediator behind nginx (docs/deploy.md#6-gunicorn).
 
 Threaded workers (gthread): a claim waiting in long poll holds a thread but no database
 connection, so threads are many and the pool per process is small. Engines, pools and listener
@@ -35,8 +35,8 @@ worker_class = "app.gunicorn_worker.ThreadWorker"
 # are spread only as they arrive (one worker may hold all of a fleet's when the others are
 # starting or full): a worker whose threads are all held queues every other request of its
 # connections behind them. Threads are started as requests need them and a waiting
-# one is cheap, so each worker may hold a whole fleet's claims (SPEC §16). The measurements behind
-# these numbers are in bench/README.md ("gunicorn's threads").
+# one is cheap, so each worker may hold a whole fleet's claims (docs/design.md#targets). The
+# measurements behind these numbers are in bench/README.md ("gunicorn's threads").
 threads = _count("MEDIATOR_THREADS", default=1000)
 # A gthread worker keeps an idle connection alive only while it holds fewer than
 # worker_connections - threads of them: with gunicorn's default (1,000) and 1,000 threads none is
@@ -50,10 +50,10 @@ timeout = _count("MEDIATOR_WORKER_TIMEOUT", default=90)
 graceful_timeout = _count("MEDIATOR_GRACEFUL_TIMEOUT", default=30)
 keepalive = 75
 
-# Metrics of several workers (SPEC §15): prometheus-client keeps each worker's values in files of
-# this directory and a scrape sums them. It must be set before the app (and so prometheus-client)
-# is imported, which happens in this process below; the workers inherit it. Without one given,
-# a directory of this gunicorn's own, removed when it exits.
+# Metrics of several workers (docs/metrics.md#several-processes): prometheus-client keeps each
+# worker's values in files of this directory and a scrape sums them. It must be set before the
+# app (and so prometheus-client) is imported, which happens in this process below; the workers
+# inherit it. Without one given, a directory of this gunicorn's own, removed when it exits.
 _OWN_METRICS_DIR = not os.environ.get("PROMETHEUS_MULTIPROC_DIR")
 if _OWN_METRICS_DIR:
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = os.path.join(
@@ -69,7 +69,7 @@ accesslog = None  # the app logs every request as JSON itself
 logger_class = "app.gunicorn_worker.Logger"
 errorlog = "-"
 # gunicorn's own lines (and any access log, and the standard library's records) rendered like the
-# app's: one JSON object a line (SPEC §15), or readable lines with log.format: console.
+# app's: one JSON object a line (docs/metrics.md#logs), or readable lines with log.format: console.
 logconfig_dict = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -87,8 +87,9 @@ logconfig_dict = {
 
 
 def on_starting(server):
-    # SPEC §15: an invalid configuration stops the process with one line naming the key, before
-    # any worker boots (a worker would die with a traceback, again and again).
+    # An invalid configuration stops the process with one line naming the key
+    # (docs/configuration.md#invalid-values), before any worker boots (a worker would die with a
+    # traceback, again and again).
     import sys
 
     from app.config import load_config, warn_of_tokens_in_environment
@@ -99,7 +100,8 @@ def on_starting(server):
     try:
         cfg = load_config()
         cfg.database_url  # noqa: B018  (raises naming database.url when unset)
-        check_record_store(cfg)  # a records.root that ignores case (SPEC §20.2)
+        # A records.root that ignores case (docs/configuration.md#where-records-are-kept).
+        check_record_store(cfg)
     except ConfigError as exc:
         print(f"mediator: invalid configuration: {exc}", file=sys.stderr)
         sys.exit(2)
@@ -156,7 +158,8 @@ def on_exit(server):
 
 
 def post_worker_init(worker):
-    # SPEC §7 wake point 6: every serving process scans once at start-up, after its schema check.
+    # Every serving process scans once at start-up, after its schema check
+    # (docs/design.md#wake-points, 6).
     from app import startup
 
     startup(worker.wsgi)

@@ -1,4 +1,5 @@
-"""Alembic environment: the database URL comes from the Mediator's configuration (SPEC §15).
+"""Alembic environment: the database URL comes from the Mediator's configuration
+(docs/configuration.md#keys).
 
 ``mediator db upgrade`` and the tests pass the URL in ``config.attributes["url"]``; plain
 ``alembic upgrade head`` reads MEDIATOR_CONFIG / MEDIATOR_DATABASE_URL / DATABASE_URL like the app.

@@ -83,8 +83,8 @@ def register_error_handlers(app: Flask) -> None:
 
 
 class SchemaGuard:
-    """Refuse to serve on a schema older than the code (SPEC §15), checked once per process and
-    again while it is not right."""
+    """Refuse to serve on a schema older than the code (docs/deploy.md#4-schema), checked once per
+    process and again while it is not right."""
 
     def __init__(self, context: Context) -> None:
         self.context = context
@@ -123,9 +123,10 @@ class SchemaGuard:
 class UntrustedProxyWarning:
     """One warning line per process when a request comes through a proxy (it carries
     ``X-Forwarded-For``) while ``http.trusted_proxies`` is 0: every client then counts as the
-    proxy's one address for the limit on failed authentications (SPEC §20.8), and a proxy on
-    this host is loopback, which that limit leaves alone (docs/security.md). Said once, not per
-    request: one line is enough to name the key, and a flood must not become a flood of lines."""
+    proxy's one address for the limit on failed authentications
+    (docs/security.md#tokens-and-authentication), and a proxy on this host is loopback, which that
+    limit leaves alone (docs/security.md). Said once, not per request: one line is enough to name
+    the key, and a flood must not become a flood of lines."""
 
     def __init__(self) -> None:
         self._warned = False
@@ -167,7 +168,7 @@ def create_app(config: Config | Mapping[str, Any] | None = None) -> Flask:
     app = Flask("mediator", static_folder=None)
     app.json = AnswerJSON(app)
     app.json.sort_keys = False
-    app.json.mimetype = "application/json; charset=utf-8"  # SPEC §2
+    app.json.mimetype = "application/json; charset=utf-8"  # docs/api.md#conventions
     app.config.update(
         API_TITLE="Mediator",
         API_VERSION="1",
@@ -177,7 +178,8 @@ def create_app(config: Config | Mapping[str, Any] | None = None) -> Flask:
         MAX_CONTENT_LENGTH=max(cfg["max_body_bytes"], cfg["max_blob_bytes"]),
     )
     if cfg["http.trusted_proxies"]:
-        # The client's address (for the 429 of SPEC §20.8) from the proxies' X-Forwarded-For.
+        # The client's address (for the 429 of docs/security.md#tokens-and-authentication) from the
+        # proxies' X-Forwarded-For.
         n = cfg["http.trusted_proxies"]
         app.wsgi_app = ProxyFix(app.wsgi_app, x_for=n)  # type: ignore[method-assign]
     else:
@@ -206,7 +208,8 @@ def create_app(config: Config | Mapping[str, Any] | None = None) -> Flask:
 
     for module in (submit, cancel, results, nodes, asks, observe, records, health, metrics):
         api.register_blueprint(module.blp)
-    init_pages(app)  # the pages for people (SPEC §21), the overview at / among them
+    # the pages for people (docs/pages.md#pages-for-people), the overview at / among them
+    init_pages(app)
     register_error_handlers(app)  # after Api(): ours replace smorest's error body
 
     register_request_hooks(app, guard)
@@ -215,8 +218,8 @@ def create_app(config: Config | Mapping[str, Any] | None = None) -> Flask:
 
 def register_request_hooks(app: Flask, guard: SchemaGuard) -> None:
     """Around every request: its id (``X-Request-Id``, given or made) bound to every log line, the
-    schema check before any ``/v1`` route but the document, the token check (SPEC §13), and after
-    it the metrics and one log line."""
+    schema check before any ``/v1`` route but the document, the token check (docs/tokens.md#roles),
+    and after it the metrics and one log line."""
     from app.api.auth import authorise_request
 
     @app.before_request
@@ -251,7 +254,7 @@ def register_request_hooks(app: Flask, guard: SchemaGuard) -> None:
     @app.teardown_request
     def _pay_owed(exc: BaseException | None) -> None:
         # A wake mark this process could not take after a freeing commit is paid at its next
-        # use of the database (docs/queue.md, "A mark that could not be taken"); one flag check
+        # use of the database (docs/queue.md#which-commit-frees-and-its-mark); one flag check
         # when nothing is owed.
         ctx = app.extensions["mediator"]
         if ctx.owed.is_set() and not g.get("database_failed"):
@@ -259,9 +262,9 @@ def register_request_hooks(app: Flask, guard: SchemaGuard) -> None:
 
 
 def startup(app: Flask) -> None:
-    """Once per serving process, after fork: verify the schema, then wake the queue (SPEC §7 wake
-    point 6: a worker that crashed between a commit and its wake is replaced by one that scans).
-    Failure is logged and start-up continues."""
+    """Once per serving process, after fork: verify the schema, then wake the queue (wake
+    point 6 of docs/design.md#wake-points: a worker that crashed between a commit and its wake is
+    replaced by one that scans). Failure is logged and start-up continues."""
     guard: SchemaGuard = app.extensions["mediator.schema"]
     # The wake is owed before the first check: the check that finds the schema ready pays it,
     # now or, on a schema ops have not migrated yet, on the first request after they did.

@@ -1,5 +1,5 @@
-"""An ask's answer form, made from the ask's JSON schema (SPEC §21), and the answer read back from
-what the browser sent. Pure: plain data in, plain data out.
+"""An ask's answer form, made from the ask's JSON schema (docs/pages.md#asks-asks), and the answer
+read back from what the browser sent. Pure: plain data in, plain data out.
 
 enum: one submit button per value (the button's ``value`` is the value; a second enum of the same
 object becomes a choice list); boolean: a checkbox, unchecked sends false; number and integer: a

@@ -23,7 +23,8 @@ def _load(ctx: click.Context, *, need_database: bool = True) -> Config:
             cfg.database_url  # noqa: B018  (raises ConfigError naming database.url when unset)
         return cfg
     except ConfigError as exc:
-        # SPEC §15: an invalid config stops the process with one line naming the key.
+        # An invalid config stops the process with one line naming the key
+        # (docs/configuration.md#invalid-values).
         click.echo(f"mediator: invalid configuration: {exc}", err=True)
         sys.exit(2)
 
@@ -161,7 +162,8 @@ def serve(ctx: click.Context, host: str, port: int) -> None:
 )
 @click.pass_context
 def reaper(ctx: click.Context, once: bool, metrics_port: int | None) -> None:
-    """The reaper: a pass every lease.renew_seconds (SPEC §12). Several at once are safe."""
+    """The reaper: a pass every lease.renew_seconds (docs/queue.md#the-reaper). Several at once are
+    safe."""
     import signal
     import threading
 
@@ -176,7 +178,8 @@ def reaper(ctx: click.Context, once: bool, metrics_port: int | None) -> None:
         from prometheus_client import start_http_server
 
         start_http_server(metrics_port, addr="127.0.0.1")
-    startup(app)  # SPEC §7 wake point 6: the reaper process wakes once at start-up too
+    # Wake point 6 (docs/design.md#wake-points): the reaper process wakes once at start-up too.
+    startup(app)
     if once:
         report = reap_pass(context)
         click.echo(f"reaper pass: {report}")

@@ -1,5 +1,6 @@
-"""``mediator prune --before DATE [--dry-run]``: retention on demand (SPEC §11). The work is
-``app.services.retention.prune``, the same the reaper does with ``retention.days``."""
+"""``mediator prune --before DATE [--dry-run]``: retention on demand
+(docs/retention.md#what-is-pruned-and-what-is-kept). The work is ``app.services.retention.prune``,
+the same the reaper does with ``retention.days``."""
 
 from __future__ import annotations
 
@@ -68,7 +69,8 @@ def prune_command(ctx: click.Context, before_text: str, dry_run: bool, verbose: 
         sys.exit(1)
     try:
         context = Context(cfg)
-    except ConfigError as exc:  # a records.root that ignores case (SPEC §20.2)
+    # a records.root that ignores case (docs/configuration.md#where-records-are-kept)
+    except ConfigError as exc:
         click.echo(f"mediator: invalid configuration: {exc}", err=True)
         sys.exit(2)
     try:

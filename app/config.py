@@ -1,4 +1,5 @@
-"""Configuration: defaults, a YAML/TOML file, ``MEDIATOR_*`` environment variables (SPEC §15).
+"""Configuration: defaults, a YAML/TOML file, ``MEDIATOR_*`` environment variables
+(docs/configuration.md#keys).
 
 The environment wins over the file, and the environment alone is a complete configuration. Keys are
 flat dotted names (``lease.ttl_seconds``); a file may nest them (``lease: {ttl_seconds: 60}``). Each
@@ -43,7 +44,8 @@ class Key:
     default: Any
     parse: Callable[[str, Any], Any]
     check: Callable[[Any], str | None] = lambda v: None
-    secret: bool = False  # never echo the value: tokens, URLs with passwords (SPEC §13)
+    # never echo the value: tokens, URLs with passwords (docs/security.md#tokens-and-authentication)
+    secret: bool = False
 
     @property
     def env(self) -> str:
@@ -104,8 +106,9 @@ KEYS: tuple[Key, ...] = (
     Key("records.s3.bucket", None, as_str),
     Key("records.s3.prefix", None, as_str),
     Key("records.s3.endpoint_url", None, as_str),
-    # What the steps of one run may store, at most (SPEC §20.6): bytes of every file a node
-    # uploaded (logs, their progress, blobs), and distinct files of one step.
+    # What the steps of one run may store, at most (docs/security.md#runs-records-and-uploads):
+    # bytes of every file a node uploaded (logs, their progress, blobs), and distinct files of one
+    # step.
     Key("records.max_run_bytes", 1 << 30, as_int, _at_least_one),
     Key("records.max_step_files", 1000, as_int, _at_least_one),
     Key("max_blob_bytes", 10 * 1024 * 1024, as_int, _positive),
@@ -163,8 +166,8 @@ KEYS: tuple[Key, ...] = (
     Key("http.trusted_proxies", 0, as_int, _not_negative),
     Key("metrics.require_token", False, as_bool),
     Key("ui.require_token", False, as_bool),
-    # The pages' sessions (SPEC §21): how long a sign-in lasts, and a cookie without Secure
-    # (plain HTTP on a developer's machine: `mediator demo`).
+    # The pages' sessions (docs/pages.md#signing-in): how long a sign-in lasts, and a cookie without
+    # Secure (plain HTTP on a developer's machine: `mediator demo`).
     Key("ui.session_hours", 12.0, as_float, _positive),
     Key("ui.insecure_cookie", False, as_bool),
     # Where people reach the pages: ask notifications carry a page_url under it.
@@ -378,8 +381,9 @@ SHORT_TOKEN = 32  # characters: a legacy token shorter than this needs token_all
 
 
 def _check_legacy_token(values: Mapping[str, Any]) -> None:
-    """SPEC §20.8: the sample's placeholder is always refused; a short legacy token only with
-    ``token_allow_short`` (and then every start warns, see :func:`app.context.Context`)."""
+    """The sample's placeholder is always refused (docs/security.md#tokens-and-authentication); a
+    short legacy token only with ``token_allow_short`` (and then every start warns, see
+    :func:`app.context.Context`)."""
     token = values["token"]
     if token is None:
         return

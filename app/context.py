@@ -51,8 +51,8 @@ class Context:
         # statement a submit sends first depends on it, never an outcome (services/submit.py).
         self.queued_shapes: dict[str, bool] = {}
         # Set when a wake mark could not be taken after a freeing commit: this process owes a
-        # mark and a scan, paid at its next successful use of the database (docs/queue.md, "A
-        # mark that could not be taken"; app/services/marks.py).
+        # mark and a scan, paid at its next successful use of the database
+        # (docs/queue.md#which-commit-frees-and-its-mark; app/services/marks.py).
         self.owed = threading.Event()
         # The runs whose promotion raised in this process's last scan with errors: a repeat is
         # not owed again (app/services/queue.py, _new_failures).
@@ -66,7 +66,8 @@ class Context:
         return self.config["lease.renew_seconds"] * self.config["lease.not_after_factor"]
 
     def _claimable_nodes(self, node_ids: list[str]) -> set[str]:
-        """The claims' safety net (SPEC §8): which of these nodes have a claimable step."""
+        """The claims' safety net (docs/design.md#claims-and-the-long-poll): which of these nodes
+        have a claimable step."""
         with self.db.read() as s:
             return nodes_with_claimable_steps(s, node_ids)
 
@@ -78,7 +79,9 @@ class Context:
 
 
 def warn_about_tokens(config: Config, tokens: TokenSet) -> None:
-    """The start-up's lines about the configured tokens (SPEC §20.1, §20.5, §20.8)."""
+    """The start-up's lines about the configured tokens
+    (docs/tokens.md#what-a-presented-secret-costs, docs/tokens.md#the-legacy-token,
+    docs/security.md#tokens-and-authentication)."""
     if not tokens:
         log.warning("no token is configured (tokens, token): every /v1 request is 401")
     legacy = [t.name for t in tokens.legacy_argon2_tokens]
@@ -109,21 +112,24 @@ def record_store(config: Config) -> RecordStore:
             endpoint_url=config["records.s3.endpoint_url"],
         )
     records = FilesystemRecords(config["records.root"])
-    records.refuse_case_insensitive_root()  # SPEC §20.2: a ConfigError naming records.root
+    # a ConfigError naming records.root, docs/configuration.md#where-records-are-kept
+    records.refuse_case_insensitive_root()
     return records
 
 
 def check_record_store(config: Config) -> None:
     """What start-up checks of the Record store before any worker serves (gunicorn's master): a
-    filesystem root that ignores case is a :class:`ConfigError` naming ``records.root`` (SPEC
-    §20.2). Every process that builds a :class:`Context` checks it again."""
+    filesystem root that ignores case is a :class:`ConfigError` naming ``records.root``
+    (docs/configuration.md#where-records-are-kept). Every process that builds a :class:`Context`
+    checks it again."""
     if config["records.backend"] != "s3":
         FilesystemRecords(config["records.root"]).refuse_case_insensitive_root()
 
 
 def warn_of_legacy_vouching(config: Config) -> None:
-    """SPEC §20.5: the legacy token vouches for whatever principal its callers declare (the
-    original's runctl answers restricted asks with it); beside other tokens that is worth a line."""
+    """The legacy token (docs/tokens.md#the-legacy-token) vouches for whatever principal its callers
+    declare (the original's runctl answers restricted asks with it); beside other tokens that is
+    worth a line."""
     if config["token"] and config["tokens"]:
         log.warning(
             "the legacy token vouches for every principal its callers declare, beside "
@@ -137,14 +143,16 @@ class Caller:
     """Who acts: the token's name and roles, and the principal (the token's own, or the
     ``X-Enode-Principal`` header taken as given: ``principal_declared``).
 
-    SPEC §20.5: a principal is vouched for — the token's own, or declared through a token that
-    vouches for its callers (``vouches``: a trusted bridge, the legacy token) — or marked: a
-    self-declared principal is recorded with the token's name beside it (``declared_token``)."""
+    A principal (docs/tokens.md#principal) is vouched for — the token's own, or declared through a
+    token that vouches for its callers (``vouches``: a trusted bridge, the legacy token) — or
+    marked: a self-declared principal is recorded with the token's name beside it
+    (``declared_token``)."""
 
     token_name: str
     roles: frozenset[str]
     principal: str | None
-    nodes: frozenset[str] | None = None  # a node token bound to these node ids (SPEC §13)
+    # a node token bound to these node ids (docs/tokens.md#node-binding)
+    nodes: frozenset[str] | None = None
     max_priority: int = 0  # the highest queue priority the token may ask for
     principal_declared: bool = True  # False when the principal is the token's own
     vouches: bool = False  # the token vouches for the principals its callers declare

@@ -1,4 +1,5 @@
-"""Engines, sessions and the scan-gate connection, created per process (SPEC §1).
+"""Engines, sessions and the scan-gate connection, created per process
+(docs/design.md#shape-of-the-service).
 
 Nothing here is opened at import or inherited across gunicorn's fork: the first use in a process
 (checked by pid) creates the engine, and a forked child that finds its parent's engine drops it
@@ -124,8 +125,8 @@ def _leave_autocommit(conn: Connection, driver: Any) -> None:
 
 
 def gate_options(idle_seconds: float) -> str:
-    """The scan gate's session settings (SPEC §7, "A waiter that never scans"): server-side TCP
-    keepalives and a user timeout drop the session of a host that lost power or its network, and
+    """The scan gate's session settings (docs/design.md#the-scan-gate-and-wake-marks): server-side
+    TCP keepalives and a user timeout drop the session of a host that lost power or its network, and
     ``idle_session_timeout`` the session of a process that hangs (a scan keeps its session busy
     by checking its lock every ``idle_seconds``/3). ``idle_session_timeout`` needs PostgreSQL 14."""
     settings = {
@@ -166,7 +167,8 @@ class Database:
                 on_dead=self.met_dead,
                 pool_size=self.config["database.pool_size"],
                 max_overflow=0,
-                # SPEC §15: a request that gets no connection in time is a 503, never a hang.
+                # A request that gets no connection in time is a 503, never a hang
+                # (docs/configuration.md#keys, ``database.pool_timeout``).
                 pool_timeout=self.config["database.pool_timeout"],
                 json_serializer=compact,  # jsonb parameters (SQLAlchemy hands it to psycopg)
             )
@@ -220,7 +222,8 @@ class Database:
     def read(self, *, snapshot: bool = False) -> Iterator[Session]:
         """A read-only unit of work; the transaction is rolled back at the end. ``snapshot``:
         every statement sees one snapshot (REPEATABLE READ), for views that count across tables
-        (SPEC §7 "one snapshot"); the pool restores the level when the connection returns."""
+        (docs/queue.md#what-a-queued-runs-view-explains); the pool restores the level when the
+        connection returns."""
         with self.sessions() as s:
             if snapshot:
                 s.connection(execution_options={"isolation_level": "REPEATABLE READ"})

@@ -1,4 +1,4 @@
-"""Domain errors and the one JSON error body of the Mediator (SPEC §2).
+"""Domain errors and the one JSON error body of the Mediator (docs/api.md#conventions).
 
 Every handler-made error is ``{"error": {"code": <status>, "reason": "<text>"}}``. Views and services
 raise a :class:`MediatorError` subclass; ``register_error_handlers`` turns it, werkzeug's HTTP errors
@@ -51,12 +51,14 @@ class Conflict(MediatorError):
 
 
 class NotClaimed(Conflict):
-    """A result for a step that is not CLAIMED by the reporting node (SPEC §8)."""
+    """A result for a step that is not CLAIMED by the reporting node
+    (docs/api.md#post-v1runsrun_idstepsseqresult--report-a-steps-result)."""
 
 
 class StepNotClaimed(Conflict):
     """A log or blob upload for a step that is not CLAIMED in its current attempt, or that no node
-    runs (SPEC §20.3): only the step that makes an artifact writes it."""
+    runs (docs/security.md#runs-records-and-uploads): only the step that makes an artifact writes
+    it."""
 
     default_reason = "step is not claimed"
 
@@ -81,7 +83,9 @@ class Unprocessable(MediatorError):
 
 
 class NoCandidate(Unprocessable):
-    """The matcher's permanent rejection, or the width cap at submit (SPEC §5, §7)."""
+    """The matcher's permanent rejection, or the width cap at submit
+    (docs/contract.md#requirements-and-how-runs-are-placed,
+    docs/queue.md#on-submit-placed-queued-or-rejected)."""
 
 
 class TooManyFailures(MediatorError):
@@ -108,7 +112,8 @@ class RuntimeEnvironmentError(RuntimeError):
 
 
 class ConfigError(Exception):
-    """An invalid configuration value; the message is one line naming the key (SPEC §15)."""
+    """An invalid configuration value; the message is one line naming the key
+    (docs/configuration.md#invalid-values)."""
 
 
 def error_body(status: int, reason: str) -> dict[str, Any]:

@@ -187,10 +187,10 @@ class Logger(glogging.Logger):
     """gunicorn's logger, with its access log only when ``accesslog`` names one.
 
     The Mediator logs every request itself, one JSON line with its route, status, run and
-    duration (SPEC §15). gunicorn counts its access log as enabled whenever a ``logconfig_dict``
-    is set, as ``gunicorn.conf.py`` sets one to render gunicorn's own lines as JSON: it would then
-    build and write a second line for every request (a few percent of a worker's CPU under
-    load)."""
+    duration (docs/metrics.md#logs). gunicorn counts its access log as enabled whenever a
+    ``logconfig_dict`` is set, as ``gunicorn.conf.py`` sets one to render gunicorn's own lines as
+    JSON: it would then build and write a second line for every request (a few percent of a worker's
+    CPU under load)."""
 
     def access(self, resp: Any, req: Any, environ: Any, request_time: Any) -> None:
         if self.cfg.accesslog:

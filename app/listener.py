@@ -1,18 +1,19 @@
-"""Waiting claims of one process, woken by PostgreSQL LISTEN/NOTIFY (SPEC §8): the channel, its
-payload, the listening side and the process's notifier (:class:`ClaimNotifier`).
+"""Waiting claims of one process, woken by PostgreSQL LISTEN/NOTIFY
+(docs/design.md#claims-and-the-long-poll): the channel, its payload, the listening side and the
+process's notifier (:class:`ClaimNotifier`).
 
 One listener thread per process, started on the first claim, on a connection of its own. A
 waiting claim registers a :class:`Ticket` under its node before it looks in the database (so a
 notification between the look and the wait is not lost) and waits on it without holding any
 connection. Notifications are not durable: after (re)connecting the listener wakes every waiter
-at once. A lost notification is caught by the process's one safety-net query (SPEC §8): every
-``claim.recheck_seconds`` the listener thread asks, in one statement for all the nodes whose
-claims wait in this process, which of them have a claimable step, and wakes only those claims.
-A waiting claim thus does no database work of its own between its first look and its end unless
-something concerns its node.
+at once. A lost notification is caught by the process's one safety-net query
+(docs/design.md#claims-and-the-long-poll): every ``claim.recheck_seconds`` the listener thread asks,
+in one statement for all the nodes whose claims wait in this process, which of them have a claimable
+step, and wakes only those claims. A waiting claim thus does no database work of its own between its
+first look and its end unless something concerns its node.
 
-One caller cannot hold the server (SPEC §20.6): per process, one waiting claim per node id. A
-claim that registers supersedes the claims of its node that have waited
+One caller cannot hold the server (docs/security.md#input-and-load): per process, one waiting claim
+per node id. A claim that registers supersedes the claims of its node that have waited
 ``SUPERSEDE_AFTER_SECONDS`` or longer: they answer 204 at once, unless they have already taken a
 step (they return it). A younger one waits beside the newer claim. A caller can thus hold at most
 the claims it sent in the last second for a node, however many it sends in all.
@@ -40,13 +41,15 @@ from app.store.server import notify_each
 
 CLAIM_CHANNEL = "mediator_claims"
 STOP_CHECK_SECONDS = 0.2
-SUPERSEDE_AFTER_SECONDS = 1.0  # SPEC §20.6: an older claim this old gives way to a newer one
+# An older claim this old gives way to a newer one (docs/security.md#input-and-load).
+SUPERSEDE_AFTER_SECONDS = 1.0
 _MAX_PAYLOAD = 7000  # PostgreSQL's limit is 8000 bytes; "*" wakes every waiting claim
 
 
 def claim_payload(nodes: set[str]) -> str:
     """The NOTIFY payload naming these nodes: far below PostgreSQL's 8000-byte limit, or ``"*"``
-    (every waiting claim looks again) when the list would not fit (SPEC §8)."""
+    (every waiting claim looks again) when the list would not fit
+    (docs/design.md#claims-and-the-long-poll)."""
     payload = json.dumps(sorted(nodes))
     return payload if len(payload.encode()) <= _MAX_PAYLOAD else '"*"'
 
@@ -90,8 +93,9 @@ def claim_nodes(payload: str) -> list[str] | None:
 class Ticket(threading.Event):
     """One waiting claim of this process: set to wake it. ``started``: when the claim came, by
     this process's monotonic clock (the rule is process-local, never database time);
-    ``superseded``: a newer claim of its node came once it was old enough (SPEC §20.6);
-    ``looks``: how many times the claim has looked in the database."""
+    ``superseded``: a newer claim of its node came once it was old enough
+    (docs/security.md#input-and-load); ``looks``: how many times the claim has looked in the
+    database."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -133,7 +137,8 @@ class ClaimListener:
         # together (a fleet restarted, every claim re-polling after the same window) would
         # otherwise all be runnable at once, take every pooled connection and the interpreter's
         # lock in turn, and hold up every other request of the process for seconds. Waiting
-        # here costs neither (SPEC §8: a waiting claim holds no connection).
+        # here costs neither (a waiting claim holds no connection:
+        # docs/design.md#claims-and-the-long-poll).
         self._looks = threading.BoundedSemaphore(max(1, config["database.pool_size"] // 2))
         self._look_timeout = float(config["database.pool_timeout"])
 
@@ -259,9 +264,10 @@ class ClaimListener:
         self.nudge_claims(claim_nodes(payload))
 
     def _safety_net_pass(self) -> None:
-        """SPEC §8: one query for all the claims waiting in this process, never one per claim;
-        only the claims of nodes it finds claimable look again. A failed pass is logged and
-        the next one comes a period later (the claims' own deadlines still end them)."""
+        """One query for all the claims waiting in this process, never one per claim
+        (docs/design.md#claims-and-the-long-poll); only the claims of nodes it finds claimable look
+        again. A failed pass is logged and the next one comes a period later (the claims' own
+        deadlines still end them)."""
         with self._lock:
             nodes = sorted(self._waiters)
         if nodes and self.safety_net is not None:
@@ -284,12 +290,13 @@ class ClaimListener:
 
 
 class ClaimNotifier:
-    """The claim notifications of one process (SPEC §8), sent by one thread on a connection of
-    its own: a request hands its nodes over after its commit and goes on; it neither waits for
-    the NOTIFY nor takes a pooled connection for it. What several requests handed over while the
-    thread was busy goes out together, in one statement (:func:`claim_payloads`). Best effort, as
-    every notification: one that fails is logged, and the claims' safety net finds its steps
-    (SPEC §8). Started on the first notification of the process (never across a fork)."""
+    """The claim notifications of one process (docs/design.md#claims-and-the-long-poll), sent by one
+    thread on a connection of its own: a request hands its nodes over after its commit and goes on;
+    it neither waits for the NOTIFY nor takes a pooled connection for it. What several requests
+    handed over while the thread was busy goes out together, in one statement
+    (:func:`claim_payloads`). Best effort, as every notification: one that fails is logged, and the
+    claims' safety net finds its steps (docs/design.md#claims-and-the-long-poll). Started on the
+    first notification of the process (never across a fork)."""
 
     def __init__(self, connect: Callable[[], Connection]) -> None:
         self._connect = connect

@@ -1,4 +1,5 @@
-"""Structured logs (SPEC §15): one JSON object a line in production, readable lines in development.
+"""Structured logs (docs/metrics.md#logs): one JSON object a line in production, readable lines in
+development.
 
 Two sources write lines, and both end in the same renderer: the Mediator's own structlog events,
 and records of the standard ``logging`` module (gunicorn's error and access logs through

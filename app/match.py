@@ -1,4 +1,5 @@
-"""The matcher and the width cap (SPEC §5). Pure: plain data in, a decision out, no I/O.
+"""The matcher and the width cap (docs/contract.md#requirements-and-how-runs-are-placed). Pure:
+plain data in, a decision out, no I/O.
 
 ``match`` knows nothing of why a node is unavailable (busy or draining); callers pass the set.
 """
@@ -58,7 +59,8 @@ class Reject:
 
 
 def satisfies(advert: Advert, role: Role) -> bool:
-    """One capability entry with the role's name and every requested attribute equal (SPEC §3)."""
+    """One capability entry with the role's name and every requested attribute equal
+    (docs/contract.md#requirements-and-how-runs-are-placed)."""
     for cap in advert.capabilities:
         if cap.name == role.capability and all(
             cap.attrs.get(k) == v for k, v in role.attrs.items()
@@ -75,7 +77,7 @@ def describe(role: Role) -> str:
 
 def candidate_order(adverts: Iterable[Advert]) -> list[Advert]:
     """Fewer attributes first, then node_id: rare, specialised nodes stay free for runs that need
-    them (SPEC §5)."""
+    them (docs/contract.md#requirements-and-how-runs-are-placed)."""
     return sorted(adverts, key=lambda a: (a.attr_count, a.node_id))
 
 
@@ -117,13 +119,14 @@ def width_exceeded(assignment: Assignment, max_per_run: int) -> str | None:
 
 
 # How many choices the search for an assignment within the width cap may make before it gives up
-# with the matcher's first answer (docs/contract.md, "How matching works"). A choice is the set of
-# nodes one role adds to the run's (or none); classes of interchangeable nodes (below) keep a fleet
-# of many alike nodes at one choice per class. A search that fits, or finds that nothing can,
-# mostly ends after a handful of choices; only a tangle of nodes that each fill a different few
-# roles reaches the bound, at 3-6 us a choice on a 2-core machine: at most about 10 ms, paid only
-# by a submit that would have been refused and by a promotion that stays QUEUED (again at each
-# scan while it waits). Fleets of up to 5 free nodes for 3 roles never reach it (tests/unit).
+# with the matcher's first answer (docs/contract.md#requirements-and-how-runs-are-placed). A choice
+# is the set of nodes one role adds to the run's (or none); classes of interchangeable nodes (below)
+# keep a fleet of many alike nodes at one choice per class. A search that fits, or finds that
+# nothing can, mostly ends after a handful of choices; only a tangle of nodes that each fill a
+# different few roles reaches the bound, at 3-6 us a choice on a 2-core machine: at most about 10
+# ms, paid only by a submit that would have been refused and by a promotion that stays QUEUED (again
+# at each scan while it waits). Fleets of up to 5 free nodes for 3 roles never reach it
+# (tests/unit).
 FIT_TRIES = 2_000
 
 

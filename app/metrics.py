@@ -1,6 +1,6 @@
-"""The process's Prometheus metrics (SPEC §15): counters, histograms and one gauge that the
-services bump as things happen. What lives in the database (runs by state, queue depth, leases,
-asks, reservations, wake debt) is not here: it is read once per scrape by
+"""The process's Prometheus metrics (docs/metrics.md#get-metrics): counters, histograms and one
+gauge that the services bump as things happen. What lives in the database (runs by state, queue
+depth, leases, asks, reservations, wake debt) is not here: it is read once per scrape by
 ``app.services.metrics``, so that several processes never count it twice.
 
 Several gunicorn workers: with ``PROMETHEUS_MULTIPROC_DIR`` set before this module is imported

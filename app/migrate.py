@@ -1,5 +1,5 @@
 """Alembic from code: ``mediator db upgrade``/``check``, the tests, and the schema check that keeps
-the app from serving on a schema older than its code (SPEC §15)."""
+the app from serving on a schema older than its code (docs/deploy.md#4-schema)."""
 
 from __future__ import annotations
 
@@ -75,7 +75,8 @@ def server_reached(url: str) -> str:
         return f"server {conn.info.host}:{conn.info.port}, {role} (PostgreSQL {version})"
 
 
-# SPEC §7: the scan gate's session needs ``idle_session_timeout`` (PostgreSQL 14).
+# The scan gate's session needs ``idle_session_timeout`` (PostgreSQL 14;
+# docs/design.md#the-scan-gate-and-wake-marks).
 MINIMUM_SERVER = (14,)
 
 

@@ -1,7 +1,8 @@
 """The Mediator's tables (SQLAlchemy 2.0, typed). Migrations in ``alembic/versions`` create them.
 
-Constraint names are stable (naming convention) because conflicts are told apart by name (SPEC §1):
-``pk_runs`` is a duplicate run_id, ``pk_leases`` is a node taken by another run.
+Constraint names are stable (naming convention) because conflicts are told apart by name
+(docs/design.md#transactions-conflicts-and-retries): ``pk_runs`` is a duplicate run_id,
+``pk_leases`` is a node taken by another run.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ NAMING = {
     "pk": "pk_%(table_name)s",
 }
 
-# The two files a step's log name may have: the appended log and its progress (SPEC §19.4).
+# The two files a step's log name may have: the appended log and its progress
+# (docs/api.md#put-v1runsrun_idstepsseqlog--append-to-a-steps-log).
 LOG_KINDS = ("log", "progress")
 
 RUNS_PKEY = "pk_runs"
@@ -49,9 +51,10 @@ def _in(column: str, values: tuple[str, ...]) -> str:
     return f"{column} IN ({', '.join(repr(v) for v in values)})"
 
 
-# What retention may prune once old enough (SPEC §11): sealed runs, and rejected submits (reject
-# Code 422: born FAILED, never sealed). Repeated word for word by the query that must use the
-# partial index ``ix_runs_prunable`` (a parameter in its place would keep the plan off it).
+# What retention may prune once old enough (docs/retention.md#what-is-pruned-and-what-is-kept):
+# sealed runs, and rejected submits (reject Code 422: born FAILED, never sealed). Repeated word for
+# word by the query that must use the partial index ``ix_runs_prunable`` (a parameter in its place
+# would keep the plan off it).
 PRUNABLE_RUNS = "sealed_at IS NOT NULL OR (reject ->> 'Code') = '422'"
 
 # Python None is SQL NULL, not the JSON value null, so `IS NULL` finds it.
@@ -78,7 +81,8 @@ class Base(DeclarativeBase):
 
 
 class Node(Base):
-    """The latest advert of a node; live while ``expires_at > now()`` (SPEC §4)."""
+    """The latest advert of a node; live while ``expires_at > now()``
+    (docs/queue.md#heartbeats-what-a-node-learns)."""
 
     __tablename__ = "nodes"
 
@@ -125,11 +129,13 @@ class Run(Base):
     work_id: Mapped[str] = mapped_column(Text, server_default=text("''"))
     principal: Mapped[str | None] = mapped_column(Text)
     token_name: Mapped[str | None] = mapped_column(Text)
-    # SPEC §20.5: the principal came from X-Enode-Principal, not from the token (token_name).
+    # The principal came from X-Enode-Principal, not from the token (token_name):
+    # docs/tokens.md#principal.
     principal_self_declared: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
     contract: Mapped[Any] = mapped_column(JSONB)
     requires: Mapped[Any] = mapped_column(JSONB)
-    # SPEC §7: a hash of the normalised requires, so a wake scan looks at the oldest run of each shape.
+    # A hash of the normalised requires, so a wake scan looks at the oldest run of each shape
+    # (docs/design.md#the-queue).
     requires_key: Mapped[str] = mapped_column(Text)
     assigned: Mapped[Any | None] = mapped_column(NULLABLE_JSONB)
     reject: Mapped[Any | None] = mapped_column(NULLABLE_JSONB)
@@ -137,15 +143,17 @@ class Run(Base):
     warnings: Mapped[Any] = mapped_column(JSONB, server_default=text("'[]'::jsonb"))
     ledger_scope: Mapped[str] = mapped_column(Text, server_default=text("'run'"))
     queue_timeout_seconds: Mapped[int | None] = mapped_column(Integer)
-    # SPEC §7a: the queue is ordered by priority (descending), then arrival.
+    # The queue is ordered by priority (descending), then arrival (docs/priorities.md#priority).
     priority: Mapped[int] = mapped_column(SmallInteger, server_default=text("0"))
-    # SPEC §19.1: attempts count from 0; runs created before that revision count from 1.
+    # Attempts count from 0 (docs/contract.md#loop); runs created before that revision count from 1.
     attempt_base: Mapped[int] = mapped_column(Integer, server_default=text("0"))
-    # SPEC §20.2: where the run's Record lives, chosen once at creation; NULL for runs created
-    # before it was kept here, whose Record is where the old rule put it (``location_of``).
+    # Where the run's Record lives (docs/configuration.md#where-records-are-kept), chosen once at
+    # creation; NULL for runs created before it was kept here, whose Record is where the old rule
+    # put it (``location_of``).
     record_location: Mapped[str | None] = mapped_column(Text)
-    # SPEC §20.6: bytes of the files the run's steps stored (blobs, logs, progress), at most
-    # ``records.max_run_bytes``; what the Mediator writes itself is not counted.
+    # Bytes of the files (docs/security.md#runs-records-and-uploads) the run's steps stored (blobs,
+    # logs, progress), at most ``records.max_run_bytes``; what the Mediator writes itself is not
+    # counted.
     stored_bytes: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
     # docs/teams.md: chosen at submit and kept, even once the configuration no longer names it.
     team: Mapped[str] = mapped_column(Text, server_default=text("'default'"))
@@ -160,7 +168,9 @@ class Run(Base):
         CheckConstraint(_in("state", RUN_STATES), name="state"),
         CheckConstraint("priority BETWEEN -100 AND 100", name="priority"),
         # The queue in its order (priority descending, then arrival), and per requirement shape
-        # (SPEC §7, §7a); arrival alone for the reaper's probe of the reservation age.
+        # (docs/design.md#the-queue,
+        # docs/priorities.md#reservations-a-bound-on-how-long-a-wide-run-waits); arrival alone for
+        # the reaper's probe of the reservation age.
         _in_queue_order("ix_runs_queued"),
         _in_queue_order("ix_runs_queued_shape", "requires_key"),
         Index("ix_runs_queued_age", "created_at", postgresql_where=text("state = 'QUEUED'")),
@@ -193,7 +203,8 @@ class Run(Base):
             postgresql_where=text(UNSEALED_RUNS),
         ),
         Index("ix_runs_verifying", "run_id", postgresql_where=text("state = 'VERIFYING'")),
-        # Retention finds the oldest prunable runs first (SPEC §11).
+        # Retention finds the oldest prunable runs first
+        # (docs/retention.md#what-is-pruned-and-what-is-kept).
         Index("ix_runs_prunable", "ended_at", postgresql_where=text(PRUNABLE_RUNS)),
     )
 
@@ -213,20 +224,23 @@ class Step(Base):
     state: Mapped[str] = mapped_column(Text, server_default=text("'PENDING'"))
     attempt: Mapped[int] = mapped_column(Integer, server_default=text("0"))
     spec: Mapped[Any] = mapped_column(JSONB)
-    # SPEC §4: restart detection compares the advertised instance with the one that claimed.
+    # Restart detection compares the advertised instance with the one that claimed
+    # (docs/queue.md#heartbeats-what-a-node-learns).
     claimed_instance: Mapped[str | None] = mapped_column(Text)
     envelope_key: Mapped[str | None] = mapped_column(Text)
-    # Any exit code an operating system reports (SPEC §18): Windows codes exceed 32 bits.
+    # Any exit code an operating system reports (docs/contract.md#limits): Windows codes exceed 32
+    # bits.
     exit_code: Mapped[int | None] = mapped_column(BigInteger)
     produced: Mapped[Any | None] = mapped_column(NULLABLE_JSONB)
     error: Mapped[str | None] = mapped_column(Text)
     result: Mapped[Any | None] = mapped_column(NULLABLE_JSONB)
     chosen: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
     answered_by: Mapped[str | None] = mapped_column(Text)
-    # SPEC §20.5: the token's name when answered_by is a principal self-declared under it.
+    # The token's name when answered_by is a principal self-declared under it
+    # (docs/tokens.md#principal).
     answered_by_declared_token: Mapped[str | None] = mapped_column(Text)
-    # SPEC §20.6: distinct files the step stored (each blob's (attempt, name), each log, each
-    # progress of a name), at most ``records.max_step_files``.
+    # Distinct files (docs/security.md#runs-records-and-uploads) the step stored (each blob's
+    # (attempt, name), each log, each progress of a name), at most ``records.max_step_files``.
     stored_files: Mapped[int] = mapped_column(Integer, server_default=text("0"))
     asked_at: Mapped[datetime | None] = mapped_column()
     ask_deadline: Mapped[datetime | None] = mapped_column()
@@ -270,7 +284,8 @@ class Lease(Base):
 
 class Placement(Base):
     """When a run of ``priority`` was last placed on ``node_id`` (a lease insert: submit,
-    promotion, acquire). "Overtaken" is read from here, not from leases still held (SPEC §7a)."""
+    promotion, acquire). "Overtaken" is read from here, not from leases still held
+    (docs/priorities.md#reservations-a-bound-on-how-long-a-wide-run-waits)."""
 
     __tablename__ = "placements"
 
@@ -282,7 +297,8 @@ class Placement(Base):
 class QueueCount(Base):
     """How many runs of ``priority`` are QUEUED, in slots summed by the reader: kept by a row
     trigger on ``runs`` (migration 0013), never written by the Mediator's code. A queued run's
-    place in the queue is read from it instead of a count of the queue (SPEC §7, §16)."""
+    place in the queue is read from it instead of a count of the queue
+    (docs/queue.md#what-a-queued-runs-view-explains, docs/design.md#targets)."""
 
     __tablename__ = "queue_counts"
 
@@ -386,8 +402,9 @@ class TeamLimit(Base):
 
 
 class Reservation(Base):
-    """A node a long-waiting QUEUED run holds back from runs of its priority or lower (SPEC §7a).
-    Rewritten by every wake scan; deleted with the holder's promotion, cancel or queue timeout."""
+    """A node a long-waiting QUEUED run holds back from runs of its priority or lower
+    (docs/priorities.md#reservations-a-bound-on-how-long-a-wide-run-waits). Rewritten by every wake
+    scan; deleted with the holder's promotion, cancel or queue timeout."""
 
     __tablename__ = "reservations"
 
@@ -415,7 +432,8 @@ class StepDuration(Base):
 
 
 class RunEvent(Base):
-    """The audit trail: every state change of a run (SPEC §15)."""
+    """The audit trail: every state change of a run
+    (docs/api.md#get-v1runsrun_idevents--a-runs-audit-trail)."""
 
     __tablename__ = "run_events"
 
@@ -426,14 +444,15 @@ class RunEvent(Base):
     to_state: Mapped[str] = mapped_column(Text)
     cause: Mapped[str] = mapped_column(Text)
     by: Mapped[str | None] = mapped_column(Text)
-    # SPEC §20.5: the token's name when ``by`` is a principal self-declared under it.
+    # The token's name when ``by`` is a principal self-declared under it (docs/tokens.md#principal).
     by_declared_token: Mapped[str | None] = mapped_column(Text)
 
     __table_args__ = (Index("ix_run_events_run_id", "run_id", "id"),)
 
 
 class Blob(Base):
-    """Ledger metadata of one stored artifact; the bytes live in the Record (SPEC §11)."""
+    """Ledger metadata of one stored artifact; the bytes live in the Record
+    (docs/api.md#get-v1runsrun_idledger--the-artifacts-a-run-can-see)."""
 
     __tablename__ = "blobs"
 
@@ -445,7 +464,7 @@ class Blob(Base):
     name: Mapped[str] = mapped_column(Text, primary_key=True)
     work_id: Mapped[str] = mapped_column(Text, server_default=text("''"))
     by: Mapped[str | None] = mapped_column(Text)
-    # SPEC §20.5: the token's name when ``by`` is a principal self-declared under it.
+    # The token's name when ``by`` is a principal self-declared under it (docs/tokens.md#principal).
     by_declared_token: Mapped[str | None] = mapped_column(Text)
     at: Mapped[datetime] = mapped_column(server_default=func.now())
     bytes: Mapped[int] = mapped_column(BigInteger)
@@ -457,8 +476,10 @@ class Blob(Base):
 
 class LogFile(Base):
     """A log of a step, or its progress (``kind``), as last written: its length (what the run's
-    ``stored_bytes`` counts for it) and, for progress, the attempt it holds (SPEC §19.4, §20.6).
-    A row is the step's file: the first append of a (kind, name) makes it."""
+    ``stored_bytes`` counts for it) and, for progress, the attempt it holds
+    (docs/api.md#put-v1runsrun_idstepsseqlog--append-to-a-steps-log,
+    docs/security.md#runs-records-and-uploads). A row is the step's file: the first append of a
+    (kind, name) makes it."""
 
     __tablename__ = "log_files"
 
@@ -475,8 +496,9 @@ class LogFile(Base):
 
 
 class RunTombstone(Base):
-    """The id of a pruned run (SPEC §11): a trigger on ``runs`` refuses the id again (migration
-    0005), so it stays the idempotency key. ``record_pending`` until its Record is deleted."""
+    """The id of a pruned run (docs/retention.md#what-is-pruned-and-what-is-kept): a trigger on
+    ``runs`` refuses the id again (migration 0005), so it stays the idempotency key.
+    ``record_pending`` until its Record is deleted."""
 
     __tablename__ = "run_tombstones"
 
@@ -493,7 +515,8 @@ class RunTombstone(Base):
 
 
 class WakeDebt(Base):
-    """One row: a wake failed after its freeing commit; the reaper's next pass scans (SPEC §7)."""
+    """One row: a wake failed after its freeing commit; the reaper's next pass scans
+    (docs/queue.md#crashes-and-restarts)."""
 
     __tablename__ = "wake_debt"
 
@@ -509,7 +532,8 @@ class ReaperState(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     last_pass_at: Mapped[datetime | None] = mapped_column()
-    # The ``wake_mark`` this pass read: the next pass scans when it exceeds ``wake_covered`` (SPEC §7).
+    # The ``wake_mark`` this pass read: the next pass scans when it exceeds ``wake_covered``
+    # (docs/design.md#the-scan-gate-and-wake-marks).
     wake_mark: Mapped[int | None] = mapped_column(BigInteger)
     # ``pg_postmaster_start_time()`` of the server the last pass ran on: another value means the
     # database restarted or switched since (docs/queue.md, "Crashes and restarts").
@@ -532,8 +556,9 @@ class ReaperMarker(Base):
 
 
 class AuthFailure(Base):
-    """Failed authentications of one client address in its current minute (SPEC §20.8), counted
-    by every serving process in the same row."""
+    """Failed authentications of one client address in its current minute
+    (docs/security.md#tokens-and-authentication), counted by every serving process in the same
+    row."""
 
     __tablename__ = "auth_failures"
 
@@ -543,9 +568,9 @@ class AuthFailure(Base):
 
 
 class UiSession(Base):
-    """A signed-in browser (SPEC §21): the cookie holds a random id, the row its SHA-256, so a
-    copy of the table signs nobody in. ``entry_digest`` is the digest of the token's entry at
-    sign-in: a removed or changed entry ends the session."""
+    """A signed-in browser (docs/pages.md#signing-in): the cookie holds a random id, the row its
+    SHA-256, so a copy of the table signs nobody in. ``entry_digest`` is the digest of the token's
+    entry at sign-in: a removed or changed entry ends the session."""
 
     __tablename__ = "ui_sessions"
 

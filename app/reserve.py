@@ -1,5 +1,6 @@
-"""Reservations (SPEC §7a), the pure part: which nodes are reserved against a run, and the plan a
-wake scan writes. Plain data in, a decision out, no I/O (like :mod:`app.match`)."""
+"""Reservations (docs/priorities.md#reservations-a-bound-on-how-long-a-wide-run-waits), the pure
+part: which nodes are reserved against a run, and the plan a wake scan writes. Plain data in, a
+decision out, no I/O (like :mod:`app.match`)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ class Reserving:
 
 def reserved_against(held: Mapping[str, Held], run_id: str | None, priority: int) -> set[str]:
     """The reserved nodes a run may not use: every node whose holder is another run of equal or
-    higher priority (a higher-priority run passes a reservation, SPEC §7a)."""
+    higher priority (a higher-priority run passes a reservation,
+    docs/priorities.md#reservations-a-bound-on-how-long-a-wide-run-waits)."""
     return {n for n, h in held.items() if h.run_id != run_id and priority <= h.priority}
 
 
@@ -63,7 +65,8 @@ def plan_reservations(
     draining: Collection[str],
     max_per_run: int,
 ) -> dict[str, str]:
-    """node -> holder: what a scan's reservation step leaves (SPEC §7a, step 1).
+    """node -> holder: what a scan's reservation step leaves
+    (docs/design.md#priorities-and-reservations).
 
     ``existing`` is node -> holder as stored; ``holders`` the holders still QUEUED. *Keep*: a
     holder keeps every node that is still a live, non-draining candidate of one of its roles

@@ -1,4 +1,5 @@
-"""Run and step states and their allowed transitions (SPEC §8). Tests walk these tables."""
+"""Run and step states and their allowed transitions (docs/design.md#states). Tests walk these
+tables."""
 
 from __future__ import annotations
 
@@ -21,8 +22,9 @@ STEP_OPEN = (PENDING, CLAIMED, ASKED)
 STEP_SETTLED = (DONE, SKIPPED)  # a need in one of these states is met
 
 STEP_KINDS = ("run", "agent", "ask", "acquire")
-# The kinds a node runs, and so the only steps whose artifacts a node may upload (SPEC §20.3): the
-# Mediator writes what the others produce (an ask's answer, an acquire's outcome) itself.
+# The kinds a node runs, and so the only steps whose artifacts a node may upload
+# (docs/security.md#runs-records-and-uploads): the Mediator writes what the others produce (an ask's
+# answer, an acquire's outcome) itself.
 NODE_KINDS = ("run", "agent")
 
 # A rejected submit is born FAILED; DRY_RUN exists only on the wire.
@@ -60,7 +62,7 @@ class IllegalTransition(RuntimeError):
 
 def check_run_change(from_states: Iterable[str | None], to_state: str) -> None:
     """Raise :class:`IllegalTransition` unless every state of the write's guard may become
-    ``to_state`` (SPEC §8)."""
+    ``to_state`` (docs/design.md#states)."""
     bad = [old for old in from_states if not run_may_become(old, to_state)]
     if bad:
         raise IllegalTransition(f"a run may not go from {', '.join(map(str, bad))} to {to_state}")
@@ -68,7 +70,7 @@ def check_run_change(from_states: Iterable[str | None], to_state: str) -> None:
 
 def check_step_change(from_states: Iterable[str], to_state: str) -> None:
     """Raise :class:`IllegalTransition` unless every state of the write's guard may become
-    ``to_state`` (SPEC §8)."""
+    ``to_state`` (docs/design.md#states)."""
     bad = [old for old in from_states if not step_may_become(old, to_state)]
     if bad:
         raise IllegalTransition(f"a step may not go from {', '.join(bad)} to {to_state}")

@@ -1,5 +1,5 @@
-"""A run's timeline (SPEC §21): its steps as bars over time, one lane per node, from the run view's
-steps. Pure; the page draws it as SVG from these numbers."""
+"""A run's timeline (docs/pages.md#a-run-runsrun_id): its steps as bars over time, one lane per
+node, from the run view's steps. Pure; the page draws it as SVG from these numbers."""
 
 from __future__ import annotations
 

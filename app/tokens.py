@@ -6,13 +6,14 @@ max_priority?, vouches_for_principals?, expires?, team?, teams?}`` (teams: docs/
 secret itself is never stored, only its SHA-256 (hex) or an argon2 hash (the PHC string
 ``$argon2id$…``). The legacy single ``token`` is one token named ``token`` with every role.
 
-What a presented secret costs (SPEC §20.1): a ``med_<id>_<random>`` secret (what ``mediator token
-new`` prints) is checked only against the entry with that id, so at most one slow hash per
-request; any other secret is looked up by its SHA-256 among the sha256 entries, and tried against
-the argon2 entries without an id only while ``tokens.legacy_argon2`` is true. Slow verifications
-are bounded per process (``auth.slow_concurrency``), a token found is kept by the SHA-256 of its
-secret, and a refused secret is remembered for a minute, so an unknown secret costs one SHA-256.
-Nothing here depends on Flask.
+What a presented secret costs (docs/tokens.md#what-a-presented-secret-costs): a
+``med_<id>_<random>`` secret (what ``mediator token new`` prints) is checked only against the entry
+with that id, so at most one slow hash per request; any other secret is looked up by its SHA-256
+among the sha256 entries, and tried against the argon2 entries without an id only while
+``tokens.legacy_argon2`` is true. Slow verifications are bounded per process
+(``auth.slow_concurrency``), a token found is kept by the SHA-256 of its secret, and a refused
+secret is remembered for a minute, so an unknown secret costs one SHA-256. Nothing here depends on
+Flask.
 """
 
 from __future__ import annotations
@@ -77,7 +78,8 @@ class Token:
     name: str
     roles: frozenset[str]
     principal: str | None = None
-    # SPEC §20.5: a trusted bridge; the principals its callers declare may answer restricted asks.
+    # A trusted bridge: the principals its callers declare may answer restricted asks
+    # (docs/tokens.md#principal).
     vouches_for_principals: bool = False
     nodes: frozenset[str] | None = None
     max_priority: int = 0
@@ -98,7 +100,8 @@ class Token:
 
 def entry_digest(token: Token) -> str:
     """A digest of everything a token's configuration entry says: a session signed in with it
-    (SPEC §21) ends when the entry is removed or changes (roles, hash, principal, expiry...)."""
+    (docs/pages.md#signing-in) ends when the entry is removed or changes (roles, hash, principal,
+    expiry...)."""
     entry = {
         "name": token.name,
         "roles": sorted(token.roles),
@@ -304,7 +307,8 @@ def legacy_token(secret: str) -> Token:
         roles=ALL_ROLES,
         max_priority=OPERATOR_PRIORITY,
         sha256=digest(secret),
-        # SPEC §20.5: the original's runctl answers restricted asks with it, naming the principal.
+        # The original's runctl answers restricted asks with it, naming the principal
+        # (docs/tokens.md#the-legacy-token).
         vouches_for_principals=True,
     )
 
@@ -417,7 +421,8 @@ def _expires(where: str, value: Any) -> datetime | None:
 
 def _vouches(where: str, entry: Mapping[str, Any]) -> bool:
     """``vouches_for_principals``: whether the token vouches for the principals its callers
-    declare in ``X-Enode-Principal`` (a trusted bridge, SPEC §20.5); false when left out."""
+    declare in ``X-Enode-Principal`` (a trusted bridge, docs/tokens.md#principal); false when left
+    out."""
     value = entry.get("vouches_for_principals", False)
     if not isinstance(value, bool):
         raise ConfigError(f"{where}.vouches_for_principals: must be true or false")
@@ -558,8 +563,9 @@ def reissued(token: Token) -> NewToken:
 
 class FailureLimit:
     """The client addresses this process knows to be over their limit of failed authentications
-    (SPEC §20.8), until their window ends. The count itself is kept in the database, shared by
-    every process (``app.store.auth``); this is only what the process learnt from it."""
+    (docs/security.md#tokens-and-authentication), until their window ends. The count itself is kept
+    in the database, shared by every process (``app.store.auth``); this is only what the process
+    learnt from it."""
 
     def __init__(
         self, limit: int, *, loopback: bool = False, clock: Callable[[], float] = time.monotonic

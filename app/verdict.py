@@ -1,4 +1,5 @@
-"""The verdict: ``success_when`` evaluation (SPEC §8 settle). Pure: facts in, a verdict out."""
+"""The verdict: ``success_when`` evaluation (docs/design.md#settle-and-the-verdict). Pure: facts in,
+a verdict out."""
 
 from __future__ import annotations
 
@@ -25,8 +26,9 @@ class StepFacts:
 
 
 def changed_paths(result: Mapping[str, Any] | None) -> frozenset[str]:
-    """The paths a step's result reports in ``changed`` (SPEC §19.9). The result is the node's
-    word, kept as sent, so anything but a list of strings there counts as nothing changed."""
+    """The paths a step's result reports in ``changed`` (docs/contract.md#success_when). The result
+    is the node's word, kept as sent, so anything but a list of strings there counts as nothing
+    changed."""
     changed = (result or {}).get("changed")
     if not isinstance(changed, list):
         return frozenset()
@@ -112,10 +114,11 @@ def _fleet_has(cond: Mapping[str, Any], fleet: Sequence[Advert]) -> tuple[Check,
 def evaluate(
     success_when: Sequence[Mapping[str, Any]], steps: Sequence[StepFacts], fleet: Sequence[Advert]
 ) -> dict[str, Any]:
-    """The run's verdict from its ``success_when`` (SPEC §8 settle): FAILED at once when a step
-    FAILED; otherwise one check or more per condition, SUCCEEDED when every check is ok. A step
-    skipped because no dispatch chose it passes vacuously, but not every conditioned step may be
-    skipped. ``fleet`` (the live adverts) answers ``fleet_has`` conditions."""
+    """The run's verdict from its ``success_when`` (docs/design.md#settle-and-the-verdict): FAILED
+    at once when a step FAILED; otherwise one check or more per condition, SUCCEEDED when every
+    check is ok. A step skipped because no dispatch chose it passes vacuously, but not every
+    conditioned step may be skipped. ``fleet`` (the live adverts) answers ``fleet_has``
+    conditions."""
     failed = [st for st in steps if st.state == FAILED]
     if failed:
         return {

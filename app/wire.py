@@ -7,16 +7,16 @@ from typing import Any
 
 
 def ts(dt: datetime | None) -> str | None:
-    """RFC 3339 in UTC with a ``Z`` (SPEC §2)."""
+    """RFC 3339 in UTC with a ``Z`` (docs/api.md#conventions)."""
     if dt is None:
         return None
     return dt.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 def mark_declared(doc: dict[str, Any], field: str, token: str | None) -> dict[str, Any]:
-    """SPEC §20.5: beside a principal its caller declared (``token``: the name of the token it
-    was declared under; None: not self-declared), ``<field>_self_declared: true`` and ``token``.
-    The principal itself stays a string where the original's clients read one."""
+    """Beside a principal its caller declared (docs/tokens.md#principal) (``token``: the name of the
+    token it was declared under; None: not self-declared), ``<field>_self_declared: true`` and
+    ``token``. The principal itself stays a string where the original's clients read one."""
     if token is not None:
         doc[f"{field}_self_declared"] = True
         doc["token"] = token

@@ -21,8 +21,8 @@ from bench.labday import labday
 from bench.machine import ROOT, describe
 from bench.phases import FULL, PHASES, QUICK, Bench, say
 
-# The lines in the order a full run runs them: SPEC §16's, then the lab day of teams sharing a
-# fleet (bench/labday.py).
+# The lines in the order a full run runs them: the targets' (docs/design.md#targets), then the lab
+# day of teams sharing a fleet (bench/labday.py).
 LINES = {**PHASES, "labday": labday}
 
 
@@ -54,7 +54,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--submit-nodes",
         type=int,
-        help="boards advertised for the placed-submit line (2000: SPEC §16's fleet)",
+        help="boards advertised for the placed-submit line (2000: the fleet of the targets)",
     )
     p.add_argument("--processes", type=int, default=2, help="client processes (2)")
     p.add_argument("--client-threads", type=int, default=8, help="threads a client process (8)")

@@ -1,5 +1,6 @@
 """The bodies the benchmark sends: adverts and contracts as a node agent and a submitter send
-them (SPEC §3, §4), small and of one shape, so every request of a kind costs the same."""
+them (docs/contract.md#writing-contracts, docs/api.md#post-v1nodes--advertise-the-heartbeat), small
+and of one shape, so every request of a kind costs the same."""
 
 from __future__ import annotations
 

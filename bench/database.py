@@ -170,9 +170,9 @@ FLOOR_VARIABLE = re.compile(r"(?<!:):(bench_id|slot)\b")
 
 
 def floor_statements(path: Path = FLOOR_SQL) -> list[str]:
-    """The frozen statements of ``bench/floor.sql`` (SPEC §16), ``:bench_id`` and ``:slot``
-    left as pgbench variables: statements end with ``;`` at the end of a line, ``--`` lines are
-    comments."""
+    """The frozen statements of ``bench/floor.sql`` (docs/design.md#targets), ``:bench_id`` and
+    ``:slot`` left as pgbench variables: statements end with ``;`` at the end of a line, ``--``
+    lines are comments."""
     statements, current = [], []
     for line in path.read_text().splitlines():
         if not line.strip() or line.lstrip().startswith("--"):

@@ -1,5 +1,5 @@
-"""The stack's floor (SPEC §16): a bare Flask app that only parses the body and runs the
-statements frozen in ``bench/floor.sql`` (a placed submit's: the candidates, fetched whole, and
+"""The stack's floor (docs/design.md#targets): a bare Flask app that only parses the body and runs
+the statements frozen in ``bench/floor.sql`` (a placed submit's: the candidates, fetched whole, and
 the one-statement insert) in one transaction through psycopg 3. What it reaches under the same
 gunicorn and client is what Flask, gunicorn and this database allow before any of the
 Mediator's own work; the file is frozen, so the floor does not move when the Mediator's

@@ -1,7 +1,7 @@
--- The stack's floor (SPEC §16): the statements of a placed submit as the Mediator sent them on
--- 2026-12-05 (source babe087), frozen here so that the floor does not move when the Mediator's
--- own statements change. bench/floor.py runs them in one transaction per request (fetching
--- every row, as an application must), and the pgbench line replays the same file.
+-- The stack's floor (docs/design.md#targets): the statements of a placed submit as the Mediator
+-- sent them on 2026-12-05 (source babe087), frozen here so that the floor does not move when the
+-- Mediator's own statements change. bench/floor.py runs them in one transaction per request
+-- (fetching every row, as an application must), and the pgbench line replays the same file.
 --
 -- Two variables: :bench_id, a fresh random key per transaction (the run's id and its node's),
 -- and :slot, the number of the client thread's slot (the benchmark's boards carry

@@ -1,5 +1,5 @@
 """The measurements, one function each, every one on a fresh database and (but for the reaper,
-which is no HTTP route) a fresh gunicorn: the lines of SPEC §16."""
+which is no HTTP route) a fresh gunicorn: the lines of docs/design.md#targets."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ class Sizes:
     pgbench_seconds: float
     floor_seconds: float
     queued_seconds: float
-    queued_before: int  # runs QUEUED before the queued-submit line starts (SPEC §16: 10,000)
+    queued_before: int  # runs QUEUED before the queued-submit line starts (10,000)
     wake_sizes: tuple[int, ...]
     wake_shapes: int
     wake_reps: int  # freed nodes per size (wake_sizes × wake_reps ≤ wake_shapes)
@@ -438,16 +438,16 @@ def _mean_cores(windows: list[dict[str, float]]) -> dict[str, float]:
 def queued_submits(b: Bench) -> dict[str, Any]:
     """Closed loop of submits that all wait for the one board, which a run holds, behind
     ``queued_before`` runs already QUEUED: each is queued (202), with its post-queue scan when a
-    freeing commit was marked since its read (SPEC §7)."""
+    freeing commit was marked since its read (docs/queue.md#on-submit-placed-queued-or-rejected)."""
     s = b.sizes
     url = b.dbs.fresh("queued")
     with b.server(url, "queued") as srv:
         c = Client(srv.port)
         _ok(c.post("/v1/nodes", advert("q-node", soc="queue")), 200, "advert")
         _ok(c.post("/v1/runs", two_steps("q-holder", soc="queue")), 201, "holder")
-        # SPEC §16: the line runs with 10,000 runs already QUEUED (copies of one queued run, as
-        # the Mediator wrote it, one microsecond apart), so that what a queued submit costs
-        # beside a long queue is what is measured.
+        # The line runs with 10,000 runs already QUEUED (docs/design.md#targets) (copies of one
+        # queued run, as the Mediator wrote it, one microsecond apart), so that what a queued submit
+        # costs beside a long queue is what is measured.
         _ok(c.post("/v1/runs", two_steps("qf-0", soc="queue")), 202, "queued")
         clone_run(url, "qf-0", "qf-", 1, s.queued_before - 1)
         vacuum_analyze(url)
@@ -509,14 +509,15 @@ RESERVING_PERCENT = 5
 
 
 def wake_scan_reserving(b: Bench) -> dict[str, Any]:
-    """The wake-scan line with ``RESERVING_PERCENT`` % of the queued runs reserving (SPEC §7a):
-    the same shapes, sizes, cancels and timing as :func:`wake_scan`, but at each size the
-    oldest queued runs of every shape (5 % of the size, spread evenly over the shapes) are made
-    older than ``queue.reserve_after_seconds``, so every scan runs its reservation step. Each
-    shape's oldest run then holds its shape's board, and it is also the run the plain line's
-    scan promotes when that board is freed: both lines promote the same run. Before each timed
-    cancel an untimed scan (in this process) settles the reservations, so the timed scan finds
-    one reservation per shape and keeps them all (no write) before its ordinary pass."""
+    """The wake-scan line with ``RESERVING_PERCENT`` % of the queued runs reserving
+    (docs/priorities.md#reservations-a-bound-on-how-long-a-wide-run-waits): the same shapes, sizes,
+    cancels and timing as :func:`wake_scan`, but at each size the oldest queued runs of every shape
+    (5 % of the size, spread evenly over the shapes) are made older than
+    ``queue.reserve_after_seconds``, so every scan runs its reservation step. Each shape's oldest
+    run then holds its shape's board, and it is also the run the plain line's scan promotes when
+    that board is freed: both lines promote the same run. Before each timed cancel an untimed scan
+    (in this process) settles the reservations, so the timed scan finds one reservation per shape
+    and keeps them all (no write) before its ordinary pass."""
     return _wake_scan(b, reserving=True)
 
 
@@ -780,7 +781,7 @@ def fleet(b: Bench) -> dict[str, Any]:
     runs: dict[str, Any] = {}
     n = s.fleet_nodes
     submit_threads = 32
-    # The idle part (as many nodes as the most claims waiting: SPEC §16 has 900 of 1,000 nodes
+    # The idle part (as many nodes as the most claims waiting: the targets have 900 of 1,000 nodes
     # waiting in claim) waits in long poll; the rest is the work part, dealt out in slots, one to
     # each submit thread (see load._submit).
     idle = max(s.fleet_claims)
@@ -793,7 +794,7 @@ def fleet(b: Bench) -> dict[str, Any]:
     for waiting in s.fleet_claims:
         url = b.dbs.fresh(f"fleet{waiting}")
         work = b.workdir / f"fleet{waiting}"
-        # SPEC §16 counts the reaper's CPU with the server's: one beside it, as in production.
+        # The targets count the reaper's CPU with the server's: one beside it, as in production.
         with b.server(url, f"fleet{waiting}") as srv, Reaper(srv, work) as reaper:
             _advertise_all(srv.port, [advert(f"f-node-{i:05d}", **attrs[i]) for i in range(n)])
             rss0 = srv.rss_kib()

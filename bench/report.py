@@ -1,5 +1,5 @@
-"""results.json and results.md: each figure beside its target (SPEC §16) and beside the figure
-recorded before the performance work began (``bench/before.json``)."""
+"""results.json and results.md: each figure beside its target (docs/design.md#targets) and beside
+the figure recorded before the performance work began (``bench/before.json``)."""
 
 from __future__ import annotations
 
@@ -113,7 +113,8 @@ def rows(doc: dict[str, Any], before: dict[str, Any] | None) -> list[Row]:
 
 
 def _per_floor(top: str, key: str) -> Callable[[dict[str, Any] | None], Any]:
-    """A line's rate ÷ the floor measured in the same run (SPEC §16's yardstick)."""
+    """A line's rate ÷ the floor measured in the same run (the yardstick of
+    docs/design.md#targets)."""
 
     def value(doc: dict[str, Any] | None) -> Any:
         x, y = dig(doc, top, key), dig(doc, "floor", "per_s")

@@ -1,5 +1,6 @@
 """gunicorn serving the Mediator (or the floor app) on 127.0.0.1, started as production starts it:
-``gunicorn -c gunicorn.conf.py wsgi:app``, configured by environment alone (SPEC §15)."""
+``gunicorn -c gunicorn.conf.py wsgi:app``, configured by environment alone
+(docs/configuration.md#where-values-come-from)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
 """A node agent's side of the API as functions of a client (thin wrappers over
-:class:`tests.support.actors.Node`): claiming steps (SPEC §8 "Claim"), reporting their results
-(SPEC §8 "Result"), and a claim long-polling in a thread of its own."""
+:class:`tests.support.actors.Node`): claiming steps
+(docs/api.md#post-v1nodesnode_idclaim--the-next-step-for-a-node), reporting their results
+(docs/api.md#post-v1runsrun_idstepsseqresult--report-a-steps-result), and a claim long-polling in a
+thread of its own."""
 
 from __future__ import annotations
 

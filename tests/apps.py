@@ -160,9 +160,9 @@ class LiveServer:
 @contextmanager
 def gunicorn_on(db_url: str, tmp_path: Path, **env_extra: str | None) -> Iterator[LiveServer]:
     """gunicorn -c gunicorn.conf.py wsgi:app on ``db_url``, configured by environment alone
-    (SPEC §15), 2 gthread workers unless ``MEDIATOR_WORKERS`` says otherwise; yields once
-    /readyz answers 200 (with one worker, its start-up, wake included, has then completed). A
-    variable of ``env_extra`` given as None is left out of gunicorn's environment."""
+    (docs/deploy.md#6-gunicorn), 2 gthread workers unless ``MEDIATOR_WORKERS`` says otherwise;
+    yields once /readyz answers 200 (with one worker, its start-up, wake included, has then
+    completed). A variable of ``env_extra`` given as None is left out of gunicorn's environment."""
     port = _free_port()
     env = dict(os.environ)
     env.update(

@@ -67,7 +67,8 @@ def snapshot(conn: psycopg.Connection[Any]) -> Iterator[psycopg.Cursor[dict[str,
 
 
 def _rejected(run: dict[str, Any]) -> bool:
-    """A rejected submit: born FAILED with a 422 ``reject``, no steps and no Record (SPEC §6)."""
+    """A rejected submit: born FAILED with a 422 ``reject``, no steps and no Record
+    (docs/queue.md#on-submit-placed-queued-or-rejected)."""
     reject = run.get("reject")
     return (
         run["state"] == "FAILED" and isinstance(reject, dict) and str(reject.get("Code")) == "422"
@@ -261,8 +262,9 @@ def _step_violations(runs: Rows, steps: Rows) -> list[str]:
 
 
 def check_after_reaper_pass(conn: psycopg.Connection[Any]) -> list[str]:
-    """What one reaper pass leaves behind once nothing else moves (SPEC §12): no lease of a
-    finished run, no run left VERIFYING, every finished run sealed except rejected submits."""
+    """What one reaper pass leaves behind once nothing else moves
+    (docs/reliability.md#the-invariant-checker): no lease of a finished run, no run left VERIFYING,
+    every finished run sealed except rejected submits."""
     with snapshot(conn) as cur:
         leased: Rows = cur.execute(
             "select l.node_id, r.run_id, r.state from leases l join runs r using (run_id)"
@@ -298,12 +300,12 @@ def check_quiet(
     max_nodes: Mapping[str, int] | None = None,
 ) -> list[str]:
     """No QUEUED run whose requirements fit live, free, non-draining nodes not reserved against
-    it (SPEC §7, §7a: a reserved node is free only to its holder and to runs of higher priority)
-    and whose team is below its ``max_nodes`` by the run's width (``max_nodes``: stored team
-    name -> its quota; docs/teams.md, "Quotas"). Runs are taken in queue order (priority
-    descending, then arrival) and each one found fitting takes its nodes and gives up its
-    reservations, as a scan would, so every line names a run that a scan would have
-    promoted."""
+    it (a reserved node is free only to its holder and to runs of higher priority:
+    docs/priorities.md#reservations-a-bound-on-how-long-a-wide-run-waits) and whose team is below
+    its ``max_nodes`` by the run's width (``max_nodes``: stored team name -> its quota;
+    docs/teams.md, "Quotas"). Runs are taken in queue order (priority descending, then arrival) and
+    each one found fitting takes its nodes and gives up its reservations, as a scan would, so every
+    line names a run that a scan would have promoted."""
     quotas = dict(max_nodes or {})
     with snapshot(conn) as cur:
         nodes: Rows = cur.execute(

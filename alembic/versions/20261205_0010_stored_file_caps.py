@@ -4,7 +4,7 @@
 progress), ``steps.stored_files`` the distinct files of each step, and ``log_files`` holds the length
 of each log and progress as last written (and, for progress, its attempt): the uploads check the
 caps ``records.max_run_bytes`` and ``records.max_step_files`` against them in the transaction that
-records them, whichever process or host serves it (SPEC §20.6).
+records them, whichever process or host serves it (docs/security.md#runs-records-and-uploads).
 
 Runs that have not finished are given the counts of the blobs their steps stored already (uploads
 only: the Mediator's own answers and acquire results are written ``by`` a principal or

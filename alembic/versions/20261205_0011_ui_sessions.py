@@ -1,10 +1,10 @@
 """sessions of the pages for people
 
-``ui_sessions`` holds one row per signed-in browser (SPEC §21): the SHA-256 of the random 256-bit
-id its cookie carries (a copy of the table yields no cookie), the token's name, a digest of the
-token's configuration entry (a removed or changed entry ends the session), the principal and the
-expiry. ``ui_secret`` holds the one random key every serving process signs the pages' CSRF tokens
-with, so a form served by one worker is accepted by another, on any host.
+``ui_sessions`` holds one row per signed-in browser (docs/pages.md#signing-in): the SHA-256 of the
+random 256-bit id its cookie carries (a copy of the table yields no cookie), the token's name, a
+digest of the token's configuration entry (a removed or changed entry ends the session), the
+principal and the expiry. ``ui_secret`` holds the one random key every serving process signs the
+pages' CSRF tokens with, so a form served by one worker is accepted by another, on any host.
 
 Revision ID: 0011
 Revises: 0010

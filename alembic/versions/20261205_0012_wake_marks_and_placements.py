@@ -4,12 +4,13 @@
 ``wake_covered`` holds the highest mark a successful scan has covered, and
 ``reaper_state.wake_mark`` the mark each reaper pass read: the next pass scans when that value is
 above ``wake_covered``, so a skip in favour of a waiter that never scans is paid within two
-reaper periods (SPEC §7, "A waiter that never scans"). Both sequences have CACHE 1, so every
+reaper periods (docs/design.md#the-scan-gate-and-wake-marks). Both sequences have CACHE 1, so every
 process sees one order of marks.
 
 ``placements (node_id, priority) -> last_at`` is upserted by every lease insert (submit,
 promotion, acquire): "a run of lower priority was placed on a candidate while this run waited" is
-read from it, not from leases still held (SPEC §7a).
+read from it, not from leases still held
+(docs/priorities.md#reservations-a-bound-on-how-long-a-wide-run-waits).
 
 Revision ID: 0012
 Revises: 0011

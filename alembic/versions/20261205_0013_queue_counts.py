@@ -1,11 +1,11 @@
 """the number of QUEUED runs per priority, kept by a trigger on ``runs``
 
-A queued run's place in the queue (SPEC §7 "Explaining the wait": ``ahead``, the QUEUED runs ahead
-of it) was a count over every QUEUED run of its priority and above, paid by every queued submit's
-202 and growing with the queue. ``queue_counts (priority, slot) -> queued`` holds those numbers;
-a row trigger on ``runs`` adds one when a run enters QUEUED and takes one away when it leaves it
-(promotion, cancel, queue timeout) or is deleted while QUEUED, in the same transaction, so a
-statement reads counts and runs from one snapshot. Each connection writes the slot of its
+A queued run's place in the queue (docs/queue.md#what-a-queued-runs-view-explains: ``ahead``, the
+QUEUED runs ahead of it) was a count over every QUEUED run of its priority and above, paid by every
+queued submit's 202 and growing with the queue. ``queue_counts (priority, slot) -> queued`` holds
+those numbers; a row trigger on ``runs`` adds one when a run enters QUEUED and takes one away when
+it leaves it (promotion, cancel, queue timeout) or is deleted while QUEUED, in the same transaction,
+so a statement reads counts and runs from one snapshot. Each connection writes the slot of its
 backend's process id (16 slots), so concurrent submits rarely wait on one counter row.
 
 Revision ID: 0013

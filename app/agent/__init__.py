@@ -1,5 +1,5 @@
 """``mediator agent``: the reference node agent, what a node owner installs on a machine of the
-fleet (SPEC §4, §8, §11).
+fleet (docs/api.md#node-agents).
 
 It advertises the node's capabilities every ``renew_seconds`` (the heartbeat, with a fresh
 instance id per start), long-polls for steps, runs ``run`` steps as subprocesses without a shell

@@ -33,7 +33,8 @@ DEFAULT_URL = "http://127.0.0.1:8080"
 # usual tools, nothing of the agent's own environment.
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 
-# Node ids share the run id grammar (SPEC §3); capability names are SPEC §3's.
+# Node ids share the run id grammar (docs/contract.md#top-level); capability names
+# are those of docs/contract.md#requirements-and-how-runs-are-placed.
 NODE_ID = re.compile(r"[A-Za-z0-9._:@-]{1,200}")
 CAPABILITY = re.compile(r"[a-z][a-z0-9._-]*")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -110,7 +111,8 @@ class AgentConfig:
     log_level: str = "info"
 
     def advert(self, instance: str, drain: str) -> dict[str, Any]:
-        """The advert body (SPEC §4): it replaces the previous one completely."""
+        """The advert body (docs/api.md#post-v1nodes--advertise-the-heartbeat): it replaces the
+        previous one completely."""
         body: dict[str, Any] = {
             "node_id": self.node_id,
             "instance": instance,

@@ -1,7 +1,8 @@
-"""The leases this node holds, as the Mediator last said (SPEC §4 step 4): each heartbeat reply
-is the complete list, so a lease missing from it means "stop working for that run" (cancel,
-release, a finished run). A lease also ends when its ``not_after`` passes without renewal (the
-Mediator unreachable for several heartbeats): the reaper may then give the node to someone else.
+"""The leases this node holds, as the Mediator last said
+(docs/queue.md#heartbeats-what-a-node-learns): each heartbeat reply is the complete list, so a lease
+missing from it means "stop working for that run" (cancel, release, a finished run). A lease also
+ends when its ``not_after`` passes without renewal (the Mediator unreachable for several
+heartbeats): the reaper may then give the node to someone else.
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ class Lease:
 
 def remaining_seconds(not_after: Any, server_now: datetime | None) -> float:
     """Seconds until ``not_after`` (RFC 3339), measured on the Mediator's clock when its answer
-    says what time it was (lease times are the database's clock, SPEC §1), else on ours. A lease
-    without a readable ``not_after`` is judged by the heartbeat replies alone."""
+    says what time it was (lease times are the database's clock,
+    docs/design.md#shape-of-the-service), else on ours. A lease without a readable ``not_after`` is
+    judged by the heartbeat replies alone."""
     if not isinstance(not_after, str):
         return math.inf
     try:

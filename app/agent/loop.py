@@ -1,4 +1,4 @@
-"""The node agent: a heartbeat thread and a work loop (SPEC §4, §8).
+"""The node agent: a heartbeat thread and a work loop (docs/api.md#node-agents).
 
 The heartbeat advertises every ``renew_seconds`` (the value the last reply gave), with this
 start's fresh instance id and the drain in force; its reply is the node's complete lease list.
@@ -12,8 +12,9 @@ The work loop long-polls for a step, runs it, and reports its result until the M
   the file says so) and takes no new work: it finishes the runs it holds a lease for (an
   ``at-boundary`` drain claims nothing) and claims again once the file is gone.
 - A claim whose answer was lost is asked again by the same instance, which the Mediator answers
-  with the same step (SPEC §8 redelivery); a new start is a new instance, and the Mediator fails
-  what the previous one left running (SPEC §4 restart detection).
+  with the same step (a redelivery, docs/api.md#post-v1nodesnode_idclaim--the-next-step-for-a-node);
+  a new start is a new instance, and the Mediator fails what the previous one left running (restart
+  detection, docs/queue.md#heartbeats-what-a-node-learns).
 """
 
 from __future__ import annotations
@@ -228,7 +229,8 @@ class Agent:
             ans = self.link.claim(self.cfg.node_id, self.cfg.claim_wait_seconds)
         except Unreachable as exc:
             # The answer may have been lost with a step in it: the same instance asks again and
-            # the Mediator hands that step out again (SPEC §8).
+            # the Mediator hands that step out again
+            # (docs/api.md#post-v1nodesnode_idclaim--the-next-step-for-a-node).
             self.log.warning("claim failed; asking again", error=str(exc))
             self.draining.wait(self._claim_retry.next_delay())
             return None
@@ -299,9 +301,10 @@ class Agent:
     def _report(
         self, run_id: str, seq: int, result: dict[str, Any], log: FilteringBoundLogger
     ) -> None:
-        """Until the Mediator answers (SPEC §8): a result is idempotent, and a lost one would
-        leave the step CLAIMED. A 4xx is final; so is the end of the run's lease, after which
-        the Mediator settles the run without this result."""
+        """Until the Mediator answers
+        (docs/api.md#post-v1runsrun_idstepsseqresult--report-a-steps-result): a result is
+        idempotent, and a lost one would leave the step CLAIMED. A 4xx is final; so is the end of
+        the run's lease, after which the Mediator settles the run without this result."""
         retry = Backoff(*backoff.REPORT, rng=self.rng)
         while True:
             try:

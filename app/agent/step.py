@@ -1,7 +1,7 @@
-"""One claimed step, run on this node (SPEC §8): a fresh working directory with ``$IN`` (the
-step's ``in.from`` blobs) and ``$OUT``, the command started without a shell in an environment
-limited to what the contract names, its output appended to the step's log while it runs, every
-file of ``$OUT`` uploaded after it, and the result it makes.
+"""One claimed step, run on this node (docs/contract.md#steps): a fresh working directory with
+``$IN`` (the step's ``in.from`` blobs) and ``$OUT``, the command started without a shell in an
+environment limited to what the contract names, its output appended to the step's log while it runs,
+every file of ``$OUT`` uploaded after it, and the result it makes.
 
 The agent judges nothing: an exit code other than 0 is a completed step (``success_when`` decides
 at settle). Only a step that did not get to its end (it could not start, its lease ended, a
@@ -416,8 +416,9 @@ class StepRunner:
     # ------------------------------------------------------------ after
 
     def _upload(self, step: dict[str, Any], out_dir: Path) -> list[str]:
-        """Every file of ``$OUT``, declared in ``out`` or not (SPEC §19.5): the names the
-        Mediator took."""
+        """Every file of ``$OUT``, declared in ``out`` or not
+        (docs/api.md#put-v1runsrun_idstepsseqblobname--upload-an-artifact): the names the Mediator
+        took."""
         run_id, seq = step["run_id"], step["seq"]
         produced: list[str] = []
         for entry in sorted(out_dir.iterdir()):
@@ -431,7 +432,8 @@ class StepRunner:
             if ans.ok:
                 produced.append(name)
             elif ans.status in (404, 409, 410):
-                # 409: the step is no longer claimed by this node (SPEC §20.3), 410: its run ended.
+                # 409: the step is no longer claimed by this node
+                # (docs/security.md#runs-records-and-uploads), 410: its run ended.
                 self.log.warning("the step takes no more blobs", status=ans.status)
                 break
             else:

@@ -1,4 +1,4 @@
-"""Answerers: open asks and answers (SPEC §10)."""
+"""Answerers: open asks and answers (docs/api.md#answerers)."""
 
 from __future__ import annotations
 

@@ -134,7 +134,8 @@ def _authenticated() -> Token:
 
 def verified_token(secret: str) -> Token | None:
     """The configured token whose secret ``secret`` is, or None; 503 when no slot for a slow
-    verification came free in time (SPEC §20.1). For every route that checks a token."""
+    verification came free in time (docs/security.md#tokens-and-authentication). For every route
+    that checks a token."""
     try:
         return ctx().tokens.verify(secret)
     except SlowVerificationBusy:

@@ -1,4 +1,4 @@
-"""Cancel (SPEC §9)."""
+"""Cancel (docs/api.md#post-v1runsrun_idcancel--cancel-a-run)."""
 
 from __future__ import annotations
 

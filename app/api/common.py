@@ -86,9 +86,10 @@ class MediatorBlueprint(Blueprint):
 
 def json_body(*, contract: bool = False, nul_allowed: bool = False) -> Any:
     """The request body as JSON, bounded by ``max_body_bytes`` (413 over it) and by depth, with
-    no NUL in any string; a body that is not JSON is a 400 (SPEC §2). ``contract``: the contract
-    validation checks NUL itself, in its fixed order (SPEC §3); ``nul_allowed``: the caller
-    replaces NUL itself (adverts and results, SPEC §19.3)."""
+    no NUL in any string; a body that is not JSON is a 400 (docs/api.md#conventions). ``contract``:
+    the contract validation checks NUL itself, in its fixed order
+    (docs/contract.md#validation-errors); ``nul_allowed``: the caller replaces NUL itself (adverts
+    and results, docs/compatibility.md#compatibility-with-the-original-fleets-agent-and-runctl)."""
     if "mediator_json" in g:
         return g.mediator_json
     body = parse_json(bounded_body(ctx().config["max_body_bytes"]))
@@ -99,9 +100,9 @@ def json_body(*, contract: bool = False, nul_allowed: bool = False) -> Any:
 
 
 def bounded_body(limit: int) -> bytes:
-    """The request body, at most ``limit`` bytes: over it is a 413 and nothing is stored (SPEC
-    §2). A body without Content-Length (chunked, through gunicorn) is read one byte past the
-    limit, because werkzeug would otherwise cut it there without a word."""
+    """The request body, at most ``limit`` bytes: over it is a 413 and nothing is stored
+    (docs/api.md#conventions). A body without Content-Length (chunked, through gunicorn) is read one
+    byte past the limit, because werkzeug would otherwise cut it there without a word."""
     request.max_content_length = limit + 1
     raw = request.get_data(cache=True)
     if len(raw) > limit:
@@ -121,7 +122,7 @@ def query_args(schema: Schema) -> dict[str, Any]:
 
 def header_text(name: str, max_length: int = 200) -> str | None:
     """The header ``name`` (None when absent or empty), at most ``max_length`` characters the
-    database can store; else a 400 naming the header (SPEC §13)."""
+    database can store; else a 400 naming the header (docs/security.md#input-and-load)."""
     value = request.headers.get(name) or None
     if value is not None and (len(value) > max_length or unstorable(value)):
         raise BadRequest(f"{name} must be at most {max_length} characters, without NUL")

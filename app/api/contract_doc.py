@@ -1,4 +1,5 @@
-"""The run contract (SPEC §3, §19.9) as marshmallow schemas, for the OpenAPI document only.
+"""The run contract (docs/contract.md#writing-contracts, docs/contract.md#warnings) as marshmallow
+schemas, for the OpenAPI document only.
 
 A contract is validated by ``app.contract`` in a fixed order, so that the first failure names its
 field and value; these schemas say the same rules in JSON Schema, as far as JSON Schema can: what
@@ -98,7 +99,8 @@ class Closed(Schema):
 
 
 class Open(Schema):
-    """An object whose unknown fields are ignored with a line in ``warnings`` (SPEC §19.9)."""
+    """An object whose unknown fields are ignored with a line in ``warnings``
+    (docs/contract.md#warnings)."""
 
     class Meta:
         unknown = INCLUDE

@@ -1,4 +1,5 @@
-"""Liveness and readiness (no token): ready = database reachable and migrated (SPEC §2 route 19)."""
+"""Liveness and readiness (no token): ready = database reachable and migrated
+(docs/api.md#get-readyz)."""
 
 from __future__ import annotations
 
@@ -55,7 +56,7 @@ def readyz() -> tuple[dict[str, Any], int]:
 class Readiness:
     """What this process's ``/readyz`` said last: a line is logged when it turns 503 (with the
     reason: the database unreachable, or its schema behind), when the reason changes, and when
-    it is ready again — once per transition, not per probe (SPEC §15)."""
+    it is ready again — once per transition, not per probe (docs/api.md#get-readyz)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

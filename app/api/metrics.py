@@ -1,6 +1,6 @@
-"""``GET /metrics`` (SPEC §2 route 20): Prometheus text, no token unless ``metrics.require_token``
-(then any valid token, SPEC §13). Never a 5xx: a database it cannot read is a gauge of the reply
-(``mediator_database_figures_failed``), not an error."""
+"""``GET /metrics`` (docs/api.md#get-metrics): Prometheus text, no token unless
+``metrics.require_token`` (then any valid token, docs/api.md#get-metrics). Never a 5xx: a database
+it cannot read is a gauge of the reply (``mediator_database_figures_failed``), not an error."""
 
 from __future__ import annotations
 

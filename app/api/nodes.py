@@ -1,4 +1,4 @@
-"""Node adverts: the agents' heartbeat (SPEC §4)."""
+"""Node adverts: the agents' heartbeat (docs/queue.md#heartbeats-what-a-node-learns)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Observation: run view, run list, nodes, capabilities, events (SPEC §14)."""
+"""Observation: run view, run list, nodes, capabilities, events (docs/api.md#readers)."""
 
 from __future__ import annotations
 

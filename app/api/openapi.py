@@ -25,8 +25,9 @@ BEARER = "bearer"
 BEARER_OR_NONE: list[dict[str, list[str]]] = [{}, {BEARER: []}]
 REQUEST_ID = {"$ref": "#/components/headers/X-Request-Id"}
 
-# Path parameters: the grammar the handlers hold them to (SPEC §3, §13). An id outside its
-# grammar names nothing: 404 on GET and PUT routes, 409 on result and answer, 400 on claim.
+# Path parameters: the grammar the handlers hold them to (docs/contract.md#top-level,
+# docs/api.md#conventions). An id outside its grammar names nothing: 404 on GET and PUT routes, 409
+# on result and answer, 400 on claim.
 ID_SCHEMA = {"type": "string", "minLength": 1, "maxLength": 200, "pattern": r"^[A-Za-z0-9._:@-]+$"}
 SEQ_SCHEMA = {"type": "integer", "minimum": 1, "maximum": 999_999_999}
 UPLOAD_NAME_SCHEMA = {

@@ -1,6 +1,6 @@
-"""Pages for people (SPEC §21): sign-in with a server-side session, the overview at ``/``, runs,
-a run, asks with their answer forms, nodes with an operator's drain and quarantine forms, teams;
-and the run's log, artifacts and Record as downloads.
+"""Pages for people (docs/pages.md#pages-for-people): sign-in with a server-side session, the
+overview at ``/``, runs, a run, asks with their answer forms, nodes with an operator's drain and
+quarantine forms, teams; and the run's log, artifacts and Record as downloads.
 
 A page calls the same service functions as the API, under the same table of access
 (:data:`app.api.auth.ROUTES`): a page or a form is allowed exactly when the API route it stands
@@ -90,7 +90,7 @@ csrf = CSRFProtect()
 
 COOKIE = "mediator_session"
 CSRF_COOKIE = "mediator_csrf"  # Flask's signed cookie: the CSRF seed of a browser not signed in
-REFRESH_SECONDS = 10  # the overview reloads itself (it is the status page of SPEC §14)
+REFRESH_SECONDS = 10  # the overview reloads itself (the status page, docs/pages.md#overview-)
 # The pages' own policy: our script and sheet only, never framed (clickjacking), forms post here.
 PAGE_CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -161,7 +161,7 @@ def me() -> Caller | None:
 
 def _caller_of(page: PageSession) -> Caller:
     """The session's caller, as the API would make it: the token's own principal, else the one
-    given at sign-in, self-declared (SPEC §20.5)."""
+    given at sign-in, self-declared (docs/tokens.md#principal)."""
     token = page.token
     if token.principal is not None:
         return caller_of(token, token.principal, False)
@@ -251,7 +251,7 @@ def _page(template: str, **values: Any) -> Response:
 
 
 def _known_run(run_id: str) -> str:
-    """A run id no run can have is a 404, like one no run has (SPEC §13)."""
+    """A run id no run can have is a 404, like one no run has (docs/api.md#conventions)."""
     if not is_valid_id(run_id):
         raise NotFound(f"no such run: {run_id}")
     return run_id
@@ -377,7 +377,8 @@ def run(run_id: str) -> Response:
         logs=logs,
         picture=timeline(view["steps"], datetime.now(UTC)),
         queued=view["state"] == QUEUED,
-        # Cancel for those who may (SPEC §21): the route's roles, then the cancel's own rule.
+        # Cancel for those who may (docs/pages.md#a-run-runsrun_id): the route's roles, then the
+        # cancel's own rule.
         may_cancel=view["state"] in RUN_ALIVE
         and may_call(who, "POST", CANCEL_RULE)
         and page["may_cancel"],
@@ -429,7 +430,8 @@ def _asks_page(failed: dict[str, Any] | None = None, status_code: int = 200) -> 
     who = me()
     assert who is not None
     listed = list_asks(ctx(), who, may_answer=may_call(who, "POST", ANSWER_RULE))["asks"]
-    # The asks this principal may answer first, then the others (SPEC §21); oldest first in each.
+    # The asks this principal may answer first, then the others (docs/pages.md#asks-asks); oldest
+    # first in each.
     listed.sort(key=lambda a: not a["can_answer"])
     for item in listed:
         item["form"] = form_of(item.get("schema"))
@@ -468,7 +470,8 @@ def answer_ask(run_id: str, seq: str) -> Any:
         return _asks_page({"key": key, "errors": reading.errors, "typed": reading.typed}, 400)
     raw = json.dumps(reading.value).encode()
     if len(raw) > ctx().config["max_blob_bytes"]:
-        raise PayloadTooLarge()  # the answer route's bound (SPEC §10)
+        # the answer route's bound (docs/api.md#post-v1runsrun_idstepsseqanswer--answer-an-ask)
+        raise PayloadTooLarge()
     try:
         answer(ctx(), run_id, n, lambda: raw, who)
     except Unprocessable as exc:
@@ -483,7 +486,8 @@ def answer_ask(run_id: str, seq: str) -> Any:
 def _tile(node: dict[str, Any]) -> str:
     if not node["live"]:
         return "notlive"
-    if node["health"]["state"] == "quarantined":  # unavailable until lifted (SPEC §22.5)
+    # unavailable until lifted (docs/operators.md#quarantine)
+    if node["health"]["state"] == "quarantined":
         return "quarantined"
     if node["draining"]:
         return "draining"
@@ -504,7 +508,8 @@ def _nodes_page(failed: dict[str, Any] | None = None, status_code: int = 200) ->
         listing=listing,
         counts=counts,
         capabilities=capabilities(ctx())["capabilities"],
-        # Each form for those whose roles allow its API route (SPEC §21: no button that 403s).
+        # Each form for those whose roles allow its API route (no button that 403s:
+        # docs/pages.md#signing-in).
         may=_node_actions(who),
         failed=failed or {},
         done=_done_notice(),

@@ -1,4 +1,4 @@
-"""Records and the ledger (SPEC §11)."""
+"""Records and the ledger (docs/design.md#records)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Node agents at work: claim, result, logs and blobs (SPEC §8, §11)."""
+"""Node agents at work: claim, result, logs and blobs (docs/api.md#node-agents)."""
 
 from __future__ import annotations
 
@@ -55,15 +55,16 @@ _LOG_CAPPED = header("1 once a cap cut the file", {"type": "string", "enum": ["1
 
 
 def _seq(text: str) -> int:
-    """SPEC §13: a {seq} that is not a positive integer is a 400."""
+    """A {seq} that is not a positive integer is a 400 (docs/api.md#conventions)."""
     if not (text.isascii() and text.isdigit()) or len(text) > 9 or int(text) <= 0:
         raise BadRequest(f"seq must be a positive integer, got {text!r}")
     return int(text)
 
 
 def _state_headers(resp: Response, state: LogState) -> None:
-    """What a viewer or an agent needs to go on (SPEC §19.4): the file's whole length (the next
-    ``from``), the attempt its bytes belong to, and ``Capped: 1`` once the cap cut it."""
+    """What a viewer or an agent needs to go on
+    (docs/api.md#put-v1runsrun_idstepsseqlog--append-to-a-steps-log): the file's whole length (the
+    next ``from``), the attempt its bytes belong to, and ``Capped: 1`` once the cap cut it."""
     resp.headers["X-Enode-Log-Bytes"] = str(state.total)
     resp.headers["X-Enode-Log-Attempt"] = str(state.attempt)
     if state.capped:
@@ -91,7 +92,8 @@ def _blob_body() -> bytes:
     )
 )
 def post_claim(query: dict[str, Any], node_id: str) -> Any:
-    if not is_valid_id(node_id):  # node ids share the run_id grammar (SPEC §3, §13)
+    # node ids share the run_id grammar (docs/contract.md#top-level, docs/api.md#conventions)
+    if not is_valid_id(node_id):
         raise BadRequest(f"node_id must be {NAME_RULE}, got {node_id!r}")
     instance = header_text("X-Enode-Instance")
     wait = ctx().config["claim.long_poll_seconds"]

@@ -59,10 +59,11 @@ _REPLACED = re.compile(f"[\x00\ud800-\udfff{FORMAT_CHARACTERS}]")
 
 
 def replaced_text(value: Any) -> Any:
-    """Every NUL in the strings of a JSON value (keys included) as U+FFFD (SPEC §19.3), and every
-    lone surrogate (JSON's ``"\\ud800"``) too: PostgreSQL can store neither. Every Unicode format
-    character as well (SPEC §20.6): a bidi override in a label or an error would make the text
-    shown to people read otherwise than it is."""
+    """Every NUL in the strings of a JSON value (keys included) as U+FFFD
+    (docs/compatibility.md#compatibility-with-the-original-fleets-agent-and-runctl), and every lone
+    surrogate (JSON's ``"\\ud800"``) too: PostgreSQL can store neither. Every Unicode format
+    character as well (docs/security.md#input-and-load): a bidi override in a label or an error
+    would make the text shown to people read otherwise than it is."""
     if isinstance(value, str):
         return _REPLACED.sub("\ufffd", value)
     if isinstance(value, list):
@@ -86,7 +87,7 @@ class CapabilitySchema(Schema):
         unknown = EXCLUDE
 
     capability = fields.String(required=True, validate=CAPABILITY)
-    # ``attrs: null`` is ``{}`` (SPEC §19.2).
+    # ``attrs: null`` is ``{}`` (docs/api.md#post-v1nodes--advertise-the-heartbeat).
     attrs = fields.Dict(
         keys=fields.String(validate=validate.Length(min=1, max=200)),
         values=fields.String(validate=validate.Length(max=1024)),
@@ -99,13 +100,15 @@ class PolicySchema(Schema):
     class Meta:
         unknown = EXCLUDE
 
-    # Any value is taken and an unknown one folded to "" by the service (SPEC §4).
+    # Any value is taken and an unknown one folded to "" by the service
+    # (docs/queue.md#heartbeats-what-a-node-learns).
     drain = fields.Raw(load_default="", allow_none=True)
 
 
 class NodeAdvertSchema(AgentBody):
     """``POST /v1/nodes``; extra fields of older agents are ignored. ``capabilities: null`` is no
-    capabilities: the advert is taken and leases renew, the node gets no new work (SPEC §19.2)."""
+    capabilities: the advert is taken and leases renew, the node gets no new work
+    (docs/api.md#post-v1nodes--advertise-the-heartbeat)."""
 
     class Meta:
         unknown = EXCLUDE
@@ -264,7 +267,9 @@ class CandidatesSchema(Reply):
     quarantined = fields.Integer(
         metadata={"description": "live, not busy, not draining, quarantined (docs/operators.md)"}
     )
-    reserved = fields.Integer(metadata={"description": "reserved against this run (SPEC §7a)"})
+    reserved = fields.Integer(
+        metadata={"description": "reserved against this run (docs/priorities.md#what-you-see)"}
+    )
 
 
 class RoleViewSchema(Reply):
@@ -432,7 +437,8 @@ _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
 def unstorable(text: str) -> bool:
-    """Text PostgreSQL refuses to store or compare: a NUL, or a lone surrogate (SPEC §13)."""
+    """Text PostgreSQL refuses to store or compare: a NUL, or a lone surrogate
+    (docs/security.md#input-and-load)."""
     return _UNSTORABLE.search(text) is not None
 
 
@@ -457,8 +463,8 @@ def _converted(convert: Callable[[Any], Any], value: Any, reason: str) -> Any:
 
 
 class QueryText(fields.String):
-    """A query parameter the database can compare: no NUL, no lone surrogate (SPEC §13); empty
-    is absent."""
+    """A query parameter the database can compare: no NUL, no lone surrogate
+    (docs/security.md#input-and-load); empty is absent."""
 
     def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> Any:
         text = super()._deserialize(value, attr, data, **kwargs)
@@ -534,8 +540,8 @@ LOG_NAME_SCHEMA = {
 
 
 class LogName(fields.String):
-    """``?name=`` of a log: one plain file-name segment, so it cannot leave the Record (SPEC
-    §13); empty is the step's own log, ``step``."""
+    """``?name=`` of a log: one plain file-name segment, so it cannot leave the Record
+    (docs/security.md#runs-records-and-uploads); empty is the step's own log, ``step``."""
 
     def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> Any:
         name = super()._deserialize(value, attr, data, **kwargs) or "step"
@@ -600,7 +606,7 @@ class LogReadQuerySchema(_LogQuerySchema):
 
 class LogWriteQuerySchema(_LogQuerySchema):
     """``PUT /v1/runs/{run_id}/steps/{seq}/log``: which log, and whether the body is a progress
-    chunk of an attempt (SPEC §19.4)."""
+    chunk of an attempt (docs/api.md#put-v1runsrun_idstepsseqlog--append-to-a-steps-log)."""
 
     progress = fields.String(
         metadata={"description": "1: the body is a progress chunk (any other value: the log)"},
@@ -630,9 +636,11 @@ RUN_LIST_MAX_LIMIT = 1000
 
 
 class RunListQuerySchema(QuerySchema):
-    """``GET /v1/runs`` and the runs page; unknown parameters are ignored (SPEC §14)."""
+    """``GET /v1/runs`` and the runs page; unknown parameters are ignored
+    (docs/api.md#get-v1runs--list-runs)."""
 
-    # A state no run can have (runctl offers CANCELLED) lists no runs (SPEC §19.8).
+    # A state no run can have (runctl offers CANCELLED) lists no runs
+    # (docs/api.md#get-v1runs--list-runs).
     state = QueryText(
         metadata={
             "pattern": r"^[^\x00]*$",
@@ -810,14 +818,15 @@ class ResultSchema(AgentBody):
     """``POST …/steps/{seq}/result`` from a node agent. Only the fields the Mediator decides on
     (``node``, ``exit_code``, ``produced``) are refused for their type; ``error`` of any length
     within the body limit is taken (stored cut at 64 KiB), and the newer fields are kept when
-    well-formed, else dropped with a log line (SPEC §19.3)."""
+    well-formed, else dropped with a log line
+    (docs/compatibility.md#compatibility-with-the-original-fleets-agent-and-runctl)."""
 
     class Meta:
         unknown = EXCLUDE
 
     node = fields.String(required=True, validate=NAME)
     # Any exit code an operating system reports (Windows: 0xC0000005 is 3221225477); the column
-    # is a bigint, so beyond 64 bits is a 400 (SPEC §18).
+    # is a bigint, so beyond 64 bits is a 400 (docs/contract.md#limits).
     exit_code = JSONInteger(
         allow_none=True,
         strict=True,

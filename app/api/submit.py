@@ -1,4 +1,4 @@
-"""Submitters: submit and dry-run (SPEC §6)."""
+"""Submitters: submit and dry-run (docs/api.md#submitters)."""
 
 from __future__ import annotations
 

@@ -626,8 +626,8 @@ _TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
 
 
 def _typed(name: str, text: str, prop: object) -> Any:
-    """``--set name=text`` as the value the ask's schema wants for ``name`` (SPEC §10: a flat
-    object of primitive or enum properties); text when the schema does not say."""
+    """``--set name=text`` as the value the ask's schema wants for ``name`` (a flat object
+    of primitive or enum properties, docs/contract.md#ask); text when the schema does not say."""
     prop = prop if isinstance(prop, dict) else {}
     enum = prop.get("enum")
     if isinstance(enum, list):
@@ -729,7 +729,8 @@ def answer(
     if _json_wanted(ctx):
         _print_json(reply)
     else:
-        # An empty run_state is a run that goes on (SPEC §19: the original's reply).
+        # An empty run_state is a run that goes on (the original's reply,
+        # docs/compatibility.md#compatibility-with-the-original-fleets-agent-and-runctl).
         click.echo(f"{run}: step {seq} answered, run {reply.get('run_state') or 'RUNNING'}")
 
 

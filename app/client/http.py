@@ -1,5 +1,5 @@
-"""A small HTTP client of the Mediator's API (SPEC §2) over ``http.client``, one kept-alive
-connection a command.
+"""A small HTTP client of the Mediator's API (docs/api.md#conventions) over ``http.client``, one
+kept-alive connection a command.
 
 Every answer outside 2xx becomes a :class:`ClientError` carrying the exit code the commands end
 with and one line that names what to fix: the server's own ``error.reason`` for a 4xx (exit 2),

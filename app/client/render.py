@@ -1,6 +1,6 @@
 """The Mediator's answers as people read them: aligned tables and one-line summaries.
 
-Pure: JSON documents of the API in (SPEC §14 views, lists, asks), text out.
+Pure: JSON documents of the API in (views, lists, asks: docs/api.md#readers), text out.
 """
 
 from __future__ import annotations
@@ -80,8 +80,8 @@ def assigned(view: Mapping[str, Any]) -> str:
 
 
 def role_wait(line: Mapping[str, Any]) -> str:
-    """What one role of a QUEUED run waits for (SPEC §7 "Explaining the wait"): ``dut [board
-    soc=imx8mp]: 1 of 1 busy, held by run-a``."""
+    """What one role of a QUEUED run waits for (docs/queue.md#what-a-queued-runs-view-explains):
+    ``dut [board soc=imx8mp]: 1 of 1 busy, held by run-a``."""
     c = line.get("candidates") or {}
     live, busy, draining = int(c.get("live", 0)), int(c.get("busy", 0)), int(c.get("draining", 0))
     count = line.get("count", 1) if isinstance(line.get("count"), int) else 1

@@ -1,9 +1,10 @@
 """Following a run or a step's log as it changes, by polling the API at a short interval.
 
 ``mediator submit --wait`` and ``mediator status --wait`` print each change of the run view: the
-state, while QUEUED a live line saying what the run waits for (SPEC §7 "Explaining the wait"),
-each step as it starts and ends, and the verdict at the end. ``mediator logs --follow`` prints a
-step's log as it grows (SPEC §11: ``GET …/log?from=N``).
+state, while QUEUED a live line saying what the run waits for
+(docs/queue.md#what-a-queued-runs-view-explains), each step as it starts and ends, and the verdict
+at the end. ``mediator logs --follow`` prints a step's log as it grows (``GET …/log?from=N``,
+docs/api.md#get-v1runsrun_idstepsseqlog--read-a-steps-log).
 """
 
 from __future__ import annotations
@@ -246,7 +247,8 @@ def print_log(
         answer = client.request("GET", path, query={"from": offset, "name": name})
         seen = int(answer.headers.get("x-enode-log-attempt", "0") or 0)
         if attempt is not None and seen > attempt > 0:
-            # A new attempt's progress starts from its own beginning (SPEC §19.4).
+            # A new attempt's progress starts from its own beginning
+            # (docs/api.md#put-v1runsrun_idstepsseqlog--append-to-a-steps-log).
             note.write(f"--- attempt {seen} ---\n")
             note.flush()
             offset = 0

@@ -1,4 +1,5 @@
-"""Contract validation and needs normalisation (SPEC §3). Pure: no session, no I/O."""
+"""Contract validation and needs normalisation (docs/contract.md#validation-errors). Pure: no
+session, no I/O."""
 
 from app.contract.fields import (
     check_json_depth,

@@ -1,4 +1,4 @@
-"""``success_when`` (SPEC §3): conditions on a step's outcome or on the fleet.
+"""``success_when`` (docs/contract.md#success_when): conditions on a step's outcome or on the fleet.
 
 Checked only for shape and for what can ever hold; ``app.verdict`` evaluates them at settle.
 """
@@ -32,7 +32,8 @@ def parse_success_when(
     doc: dict[str, Any], by_id: dict[str, Draft], known: frozenset[str], ignored: list[str]
 ) -> tuple[dict[str, Any], ...]:
     """The conditions as submitted; a warning per field a condition does not know is appended to
-    ``ignored`` (SPEC §19.9: ignored, not refused). The verdict reads only the fields it knows."""
+    ``ignored`` (ignored, not refused: docs/contract.md#warnings). The verdict reads only the fields
+    it knows."""
     if "success_when" not in doc:
         return ()
     conditions = check_field(
@@ -80,8 +81,8 @@ def _check_step_condition(cond: dict[str, Any], path: str, by_id: dict[str, Draf
 
 
 def _check_changed(value: object, path: str, step: Draft) -> None:
-    """SPEC §19.9 ``changed``: workspace paths the step must have changed. An empty list asks
-    nothing (the original reads it as absent)."""
+    """``changed`` (docs/contract.md#success_when): workspace paths the step must have changed. An
+    empty list asks nothing (the original reads it as absent)."""
     paths = check_str_list(value, f"{path}.changed", "relative paths")
     if not paths:
         return

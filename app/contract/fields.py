@@ -1,4 +1,5 @@
-"""Field primitives of contract validation (SPEC §3, §13): the checks every rule group is built from.
+"""Field primitives of contract validation (docs/contract.md#validation-errors,
+docs/contract.md#limits): the checks every rule group is built from.
 
 Each check either returns the value, narrowed to its type, or raises ``BadRequest`` with a reason
 that names the field and quotes the offending value with :func:`quote`. Nothing here knows about
@@ -18,8 +19,8 @@ from app.contract.types import Role
 from app.errors import BadRequest
 
 MAX_DEPTH = 32
-MAX_NAME = 200  # ids and names (SPEC §13)
-MAX_ATTR_BYTES = 1024  # attribute values (SPEC §13)
+MAX_NAME = 200  # ids and names (docs/contract.md#limits)
+MAX_ATTR_BYTES = 1024  # attribute values (docs/contract.md#limits)
 MAX_INT = 2**31 - 1  # every integer must fit a PostgreSQL integer and a timedelta
 MIN_INT = -(2**31)
 
@@ -152,8 +153,9 @@ def check_keys(obj: dict[str, Any], allowed: Collection[str], where: str) -> Non
 
 def ignored_fields(obj: dict[str, Any], allowed: Collection[str], path: str) -> list[str]:
     """One warning per key of ``obj`` outside ``allowed``, naming its path (``steps[1].retries:
-    unknown field, ignored``): SPEC §19.9 ignores unknown keys at the top level, in steps and in
-    conditions, where the original system's client may send fields this server does not know."""
+    unknown field, ignored``, docs/contract.md#warnings): unknown keys are ignored at the top level,
+    in steps and in conditions, where the original system's client may send fields this server does
+    not know."""
     return [f"{field_path(path, key)}: unknown field, ignored" for key in obj if key not in allowed]
 
 
@@ -204,8 +206,8 @@ def is_name(value: object) -> bool:
 
 
 def is_valid_id(value: str) -> bool:
-    """A run_id or node_id of SPEC §3 (1-200 of ``[A-Za-z0-9._:@-]``). An id from a URL that is
-    not one names nothing; a NUL byte would even be refused by PostgreSQL."""
+    """A run_id or node_id (docs/contract.md#top-level; 1-200 of ``[A-Za-z0-9._:@-]``). An id from a
+    URL that is not one names nothing; a NUL byte would even be refused by PostgreSQL."""
     return is_name(value)
 
 
@@ -219,13 +221,14 @@ def check_name_list(value: object, path: str, what: str) -> list[str]:
 
 def has_control_character(text: str) -> bool:
     """Whether ``text`` holds a C0 control character, DEL or a C1 control character. Names only:
-    prompts and other texts may hold newlines (SPEC §19.5)."""
+    prompts and other texts may hold newlines (docs/security.md#runs-records-and-uploads)."""
     return _CONTROL_RE.search(text) is not None
 
 
 def has_format_character(text: str) -> bool:
     """Whether ``text`` holds a Unicode format character (category Cf): in a name it would show
-    one file and be another (``report\u202etxt.exe`` reads as ``reportexe.txt``; SPEC §20.6)."""
+    one file and be another (``report\u202etxt.exe`` reads as ``reportexe.txt``;
+    docs/security.md#runs-records-and-uploads)."""
     return _FORMAT_RE.search(text) is not None
 
 
@@ -239,10 +242,11 @@ def _is_safe_file_name(name: str) -> bool:
 
 
 def is_artifact_name(name: object) -> bool:
-    # Artifact names become file names in the Record: they must not escape its directory (SPEC §13),
-    # and names starting with "_" are the Mediator's own (SPEC §3). A control character would
-    # split the name's line in the sealed Record's SHA256SUMS (a newline) or hide in a listing, and
-    # a format character would disguise it (SPEC §20.6).
+    # Artifact names become file names in the Record: they must not escape its directory
+    # (docs/security.md#runs-records-and-uploads), and names starting with "_" are the Mediator's
+    # own (docs/contract.md#in-out-and-schema). A control character would split the name's line in
+    # the sealed Record's SHA256SUMS (a newline) or hide in a listing, and a format character would
+    # disguise it (docs/security.md#runs-records-and-uploads).
     return (
         isinstance(name, str)
         and _is_safe_file_name(name)
@@ -271,8 +275,9 @@ def subpath(path: str, key: str) -> str:
 
 
 def is_relative_path(rel: object) -> bool:
-    """A non-empty path inside a workspace: not absolute and no ``..`` component (SPEC §3
-    ``collect``, §19.9 ``changed``); a node would read or judge outside its workspace otherwise."""
+    """A non-empty path inside a workspace: not absolute and no ``..`` component (``collect``,
+    docs/contract.md#workspace-and-collect; ``changed``, docs/contract.md#success_when); a node
+    would read or judge outside its workspace otherwise."""
     if not isinstance(rel, str) or not rel or "\x00" in rel or rel[0] in "/\\":
         return False
     return ".." not in re.split(r"[/\\]", rel)
@@ -286,7 +291,8 @@ def utf8_len(text: str) -> int:
 
 
 def parse_duration(text: str) -> float:
-    """Seconds in a duration as Go's ``time.ParseDuration`` reads it (SPEC §19.9), and ``"2d"``.
+    """Seconds in a duration as Go's ``time.ParseDuration`` reads it (docs/contract.md#top-level),
+    and ``"2d"``.
 
     A duration is an optional sign and one or more terms, each a decimal number with an optional
     fraction and a unit: ``ns``, ``us`` (or ``µs``), ``ms``, ``s``, ``m``, ``h`` and ``d``, in any
@@ -355,7 +361,7 @@ def _finite(text: str) -> float:
 def parse_json(raw: bytes | str, what: str = "body") -> Any:
     """Strict JSON (RFC 8259): no ``NaN``/``Infinity``, no number too large for a double — none of
     them can be stored or compared — and no nesting past the bound; else ``BadRequest`` naming
-    ``what`` (SPEC §2, §13: a 400, never a 500)."""
+    ``what`` (a 400, never a 500: docs/api.md#conventions)."""
     try:
         doc = json.loads(raw, parse_constant=_no_constant, parse_float=_finite)
     except RecursionError:
@@ -369,7 +375,8 @@ def parse_json(raw: bytes | str, what: str = "body") -> Any:
 
 
 def check_json_depth(obj: object, max_depth: int = MAX_DEPTH) -> None:
-    """Raise ``BadRequest`` when objects/arrays nest deeper than ``max_depth`` (SPEC §13).
+    """Raise ``BadRequest`` when objects/arrays nest deeper than ``max_depth``
+    (docs/contract.md#limits).
 
     Iterative on purpose: a recursive walk is exactly what a hostile document would overflow.
     The outermost container is depth 1.
@@ -418,7 +425,8 @@ def _holds_unstorable(obj: object) -> bool:
 
 def check_no_nul(obj: object) -> None:
     """Raise ``BadRequest`` naming the field when a key or string holds a NUL character or a lone
-    surrogate, which no PostgreSQL text or jsonb value can store (SPEC §13: a 4xx, never a 500).
+    surrogate, which no PostgreSQL text or jsonb value can store (a 4xx, never a 500:
+    docs/security.md#input-and-load).
     Iterative, like :func:`check_json_depth`, which bounds the depth first."""
     if not _holds_unstorable(obj):
         return  # the common case, found without building a path for every value
@@ -453,7 +461,8 @@ def parse_requirement(
 
     One flat object: ``as``, ``capability``, ``count`` and string attributes. When
     ``capabilities`` is non-empty, any other capability name is ``unknown capability: "x"``
-    (SPEC §3). Public so the acquire step and the verdict read the flat wire form the same way.
+    (docs/contract.md#requirements-and-how-runs-are-placed). Public so the acquire step and the
+    verdict read the flat wire form the same way.
     """
     known = frozenset(capabilities)
     req = check_dict(obj, path)
@@ -472,7 +481,8 @@ def parse_requirement(
         )
     if known and capability not in known:
         fail(f"unknown capability: {quote(capability)}")
-    # SPEC §19.9: a count of 0 means 1, as the original system reads it.
+    # A count of 0 means 1, as the original system reads it
+    # (docs/contract.md#requirements-and-how-runs-are-placed).
     count = check_int(req.get("count", 1), f"{path}.count", 0) or 1
     attrs: dict[str, str] = {}
     for key, value in req.items():
@@ -487,7 +497,7 @@ def parse_requirement(
 
 
 def requires_key(roles: Iterable[Role]) -> str:
-    """The queue's shape key of a run's normalised ``requires`` (SPEC §7).
+    """The queue's shape key of a run's normalised ``requires`` (docs/design.md#the-queue).
 
     sha256 hex of the canonical JSON (sorted keys, no spaces) of ``[[name, capability, count,
     sorted attrs], ...]`` in contract order; the order of attributes in the document cannot

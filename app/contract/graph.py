@@ -1,6 +1,6 @@
-"""The rules between steps (SPEC §3): role and step references, backward needs, branch targets
-of dispatch and acquire, loops and validators, what is read; the needs defaults; where
-``release`` may stand; and the warnings about roles no step uses.
+"""The rules between steps (docs/contract.md#validation-errors): role and step references, backward
+needs, branch targets of dispatch and acquire, loops and validators, what is read; the needs
+defaults; where ``release`` may stand; and the warnings about roles no step uses.
 
 Each rule runs over all steps before the next rule starts, so the first failure is well defined.
 """
@@ -31,7 +31,8 @@ def _uses_a_declared_role_after_it_is_acquired(steps: Steps, d: Draft) -> None:
     if d.uses is not None and d.uses not in steps.declared:
         fail(f"step {quote(d.id)} uses undeclared role {quote(d.uses)}")
     grab = steps.acquirers.get(d.uses) if d.uses is not None else None
-    # No node is bound to an acquired role before its acquire step has run (SPEC §8).
+    # No node is bound to an acquired role before its acquire step has run
+    # (docs/contract.md#acquire).
     if grab is not None and d.seq <= grab.seq:
         fail(
             f"step {quote(d.id)} uses role {quote(d.uses)} before step {quote(grab.id)} acquires it"
@@ -114,8 +115,9 @@ def _check_later(d: Draft, target: str, by_id: dict[str, Draft], what: str) -> N
 
 
 def normalise_needs(drafts: list[Draft], by_id: dict[str, Draft]) -> dict[int, tuple[int, ...]]:
-    """SPEC §3 needs: explicit ids, else the steps that dispatch to or acquire for this one,
-    else the previous step; the first step waits for nothing. Returns seq -> ascending seqs."""
+    """``needs`` (docs/contract.md#needs): explicit ids, else the steps that dispatch to or acquire
+    for this one, else the previous step; the first step waits for nothing. Returns seq -> ascending
+    seqs."""
     branched_from: dict[str, set[int]] = {}
     for d in drafts:
         for target in (*d.dispatch_to, *(d.acquire_targets or ())):
@@ -135,7 +137,8 @@ def normalise_needs(drafts: list[Draft], by_id: dict[str, Draft]) -> dict[int, t
 def check_releases(
     drafts: list[Draft], by_id: dict[str, Draft], needs: dict[int, tuple[int, ...]]
 ) -> None:
-    """SPEC §3 release: after it, nothing may still want the node, and no rollback may cross it."""
+    """``release`` (docs/contract.md#release): after it, nothing may still want the node, and no
+    rollback may cross it."""
     ancestors: dict[int, int] = {}  # seq -> bitset of ancestor seqs; needs point backward
     for d in drafts:
         bits = 0
@@ -174,8 +177,9 @@ def check_releases(
 def collect_warnings(
     doc: dict[str, Any], roles: tuple[Role, ...], drafts: list[Draft], ignored: Sequence[str]
 ) -> tuple[str, ...]:
-    """Non-blocking hints (SPEC §3 ``warnings``): few, each about something that costs the user.
-    ``ignored`` are the lines about unknown fields (SPEC §19.9), in document order."""
+    """Non-blocking hints (``warnings``, docs/contract.md#warnings): few, each about something that
+    costs the user. ``ignored`` are the lines about unknown fields (docs/contract.md#warnings), in
+    document order."""
     warnings: list[str] = []
     if "lease" in doc:
         warnings.append("the contract's lease block is ignored: lease times are the server's")

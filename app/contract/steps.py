@@ -1,4 +1,5 @@
-"""Each step's own fields, checked step by step (SPEC §3, rule 7 of ``app.contract.validate``).
+"""Each step's own fields, checked step by step (docs/contract.md#steps, rule 7 of
+``app.contract.validate``).
 
 A step is checked against itself only: its id, its kind and the kind's body, then its common
 fields in a fixed order. What one step says about another (roles, needs, branch targets) is
@@ -38,7 +39,7 @@ from app.contract.fields import (
 )
 from app.contract.types import Role
 
-MAX_STEPS = 500  # SPEC §13
+MAX_STEPS = 500  # docs/contract.md#limits
 
 KINDS = ("run", "agent", "ask", "acquire")
 _STEP_KEYS = frozenset(
@@ -62,9 +63,9 @@ _STEP_KEYS = frozenset(
         *KINDS,
     }
 )
-# Fields a kind cannot act on. Ask and acquire steps run on no node (SPEC §3: "uses" must be
-# absent), so node-side fields would be silently ignored; an acquire step produces only its own
-# state blob.
+# Fields a kind cannot act on. Ask and acquire steps run on no node ("uses" must be absent,
+# docs/contract.md#steps), so node-side fields would be silently ignored; an acquire step produces
+# only its own state blob.
 _NOT_FOR_KIND: dict[str, tuple[str, ...]] = {
     "run": (),
     "agent": (),
@@ -88,7 +89,9 @@ _NOT_FOR_KIND: dict[str, tuple[str, ...]] = {
 _AGENT_KEYS = frozenset({"model", "max_turns", "max_tokens", "ask", "harness", "mcp", "pack"})
 _ASK_KEYS = frozenset({"prompt", "answerers", "timeout", "show"})
 _ACQUIRE_KEYS = frozenset({"want", "acquired", "unavailable"})
-_SEE_LEDGER = ("", "none", "list")  # SPEC §19.9; "list" sends the ledger with the claim (§19.6)
+# "list" sends the ledger with the claim
+# (docs/api.md#post-v1nodesnode_idclaim--the-next-step-for-a-node).
+_SEE_LEDGER = ("", "none", "list")
 _SCHEMA_KEYWORDS = frozenset(
     {
         "type",
@@ -118,7 +121,7 @@ class Draft:
     kind: str
     spec: dict[str, Any]  # the step as submitted, without the fields it ignores
     uses: str | None = None
-    needs: list[str] | None = None  # None: absent, so the SPEC §3 default applies
+    needs: list[str] | None = None  # None: absent, so the default of docs/contract.md#needs applies
     out: list[str] = field(default_factory=list)
     reads: list[str] = field(default_factory=list)  # in.from and ask.show
     release: list[str] = field(default_factory=list)
@@ -164,8 +167,8 @@ def _parse_step(index: int, raw: object, seen: set[str], known: frozenset[str]) 
         fail(f"{path}.id must be {NAME_RULE}, got {quote(sid)}")
     if sid in seen:
         fail(f"{path}.id: duplicate step id {quote(sid)}")
-    # SPEC §19.9: a field a step does not know is ignored with a warning, and left out of the
-    # stored step so nothing acts on it; the document keeps it as submitted.
+    # A field a step does not know is ignored with a warning (docs/contract.md#warnings), and left
+    # out of the stored step so nothing acts on it; the document keeps it as submitted.
     ignored = ignored_fields(step, _STEP_KEYS, path)
     if ignored:
         step = {k: v for k, v in step.items() if k in _STEP_KEYS}
@@ -244,7 +247,8 @@ def _parse_agent(agent: dict[str, Any], where: str, sid: str) -> None:
             check_int(agent[key], f"{where}.{key}", 1)
     if "mcp" in agent:
         check_str_list(agent["mcp"], f"{where}.mcp", "strings")
-    # "ask" and "pack" are the harness's business (SPEC §3 gives them no shape): any JSON value.
+    # "ask" and "pack" are the harness's business (docs/contract.md#agent gives them no shape): any
+    # JSON value.
 
 
 def _parse_ask(ask: dict[str, Any], where: str, sid: str) -> list[str]:
@@ -275,14 +279,15 @@ def _parse_acquire(
     for key in ("want", "acquired", "unavailable"):
         require(acquire, key, f"{where}.{key}")
     want = parse_requirement(acquire["want"], f"{where}.want", capabilities=known)
-    if want.count != 1:  # SPEC §3: an acquire grabs exactly one more node
+    if want.count != 1:  # an acquire grabs exactly one more node: docs/contract.md#acquire
         fail(f"{where}.want.count must be 1, got {quote(want.count)}")
     targets = []
     for key in ("acquired", "unavailable"):
         if not is_name(acquire[key]):
             fail(f"{where}.{key} must be a step id, got {quote(acquire[key])}")
         targets.append(acquire[key])
-    if targets[0] == targets[1]:  # one target is always SKIPPED (SPEC §8): they cannot be one step
+    # one target is always SKIPPED (docs/contract.md#acquire): they cannot be one step
+    if targets[0] == targets[1]:
         fail(
             f"step {quote(draft.id)}: acquire.acquired and acquire.unavailable "
             f"are both {quote(targets[0])}"
@@ -319,7 +324,8 @@ def _parse_in(draft: Draft, path: str) -> None:
 
 
 def _parse_see(draft: Draft, path: str) -> None:
-    """SPEC §19.9 ``see``: whether the claim carries the ledger; ``from`` is kept open and empty."""
+    """``see`` (docs/contract.md#steps): whether the claim carries the ledger; ``from`` is kept open
+    and empty."""
     if "see" not in draft.spec:
         return
     see = check_dict(draft.spec["see"], f"{path}.see")
@@ -352,7 +358,8 @@ def _parse_schema(draft: Draft, path: str) -> None:
 
 
 def _check_schema_keywords(schema: object, where: str) -> None:
-    """SPEC §3: only a small keyword set anywhere in a schema (nothing that fetches or runs)."""
+    """Only a small keyword set anywhere in a schema, nothing that fetches or runs
+    (docs/contract.md#in-out-and-schema)."""
     stack = [schema]
     while stack:
         node = stack.pop()
@@ -370,7 +377,8 @@ def _check_schema_keywords(schema: object, where: str) -> None:
 
 
 def _check_ask_out(draft: Draft) -> None:
-    """SPEC §3: an ask has exactly one out, and its schema is a flat object a form can render."""
+    """An ask has exactly one out, and its schema is a flat object a form can render
+    (docs/contract.md#ask)."""
     if len(draft.out) != 1:
         fail(f"step {quote(draft.id)}: an ask step needs exactly one out, got {quote(draft.out)}")
     schema = draft.spec.get("schema", {}).get(draft.out[0])
@@ -492,7 +500,7 @@ def _parse_loop(draft: Draft, path: str) -> None:
     if not until:
         fail(f"{where}.until must give exit_code or produced")
     if "exit_code" in until:
-        if draft.kind != "run":  # SPEC §3: only a run step's exit code may be judged
+        if draft.kind != "run":  # only a run step's exit code may be judged (docs/contract.md#loop)
             fail(f"step {quote(draft.id)}: loop.until.exit_code applies only to run steps")
         check_exit_code(until["exit_code"], f"{where}.until.exit_code")
     if "produced" in until:

@@ -1,5 +1,6 @@
-"""The contract's top-level fields besides ``steps`` and ``success_when`` (SPEC §3): ``run_id``,
-``work``, ``requires``, ``ledger`` and ``queue``, each parsed on its own."""
+"""The contract's top-level fields besides ``steps`` and ``success_when``
+(docs/contract.md#top-level): ``run_id``, ``work``, ``requires``, ``ledger`` and ``queue``, each
+parsed on its own."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from app.contract.fields import (
 )
 from app.contract.types import Role
 
-MAX_REQUIRES = 50  # SPEC §13
+MAX_REQUIRES = 50  # docs/contract.md#limits
 
 TOP_KEYS = frozenset(
     {"run_id", "work", "requires", "steps", "success_when", "ledger", "queue", "lease"}
@@ -38,7 +39,8 @@ def parse_run_id(doc: dict[str, Any]) -> str:
 
 
 def parse_work(doc: dict[str, Any]) -> str:
-    """SPEC §3: work key = ``id.system:id.change_id``, else ``system:change_id``, else empty."""
+    """The work key (docs/contract.md#top-level) = ``id.system:id.change_id``, else
+    ``system:change_id``, else empty."""
     if "work" not in doc:
         return ""
     work = check_dict(doc["work"], "work")
@@ -48,7 +50,8 @@ def parse_work(doc: dict[str, Any]) -> str:
         for k in ("system", "change_id")
         if k in work
     }
-    # Where this run stands within its work (SPEC §19.9): kept in the document, not in the key.
+    # Where this run stands within its work (docs/contract.md#top-level): kept in the document, not
+    # in the key.
     if "patchset" in work:
         check_int(work["patchset"], "work.patchset")
     for key in ("parent_rev", "patch_rev"):
@@ -89,13 +92,14 @@ def parse_ledger(doc: dict[str, Any]) -> str:
     return scope
 
 
-MIN_PRIORITY, MAX_PRIORITY = -100, 100  # SPEC §7a
+MIN_PRIORITY, MAX_PRIORITY = -100, 100  # docs/priorities.md#priority
 
 
 def parse_queue(doc: dict[str, Any]) -> tuple[int | None, int, str | None]:
-    """``queue.timeout`` in whole seconds (None: wait for ever), ``queue.priority`` (SPEC §7a,
-    default 0) and ``queue.team`` as named (None: not named). Whether the team exists and the
-    token may name it is the submit's to say (docs/teams.md), not the contract's."""
+    """``queue.timeout`` in whole seconds (None: wait for ever), ``queue.priority``
+    (docs/priorities.md#priority, default 0) and ``queue.team`` as named (None: not named). Whether
+    the team exists and the token may name it is the submit's to say (docs/teams.md), not the
+    contract's."""
     if "queue" not in doc:
         return None, 0, None
     queue = check_dict(doc["queue"], "queue")

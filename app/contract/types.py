@@ -1,4 +1,5 @@
-"""The normalised contract: what validation hands to the rest of the Mediator (SPEC §3).
+"""The normalised contract: what validation hands to the rest of the Mediator
+(docs/contract.md#writing-contracts).
 
 Pure data; no I/O. ``validate_contract`` in ``app.contract.validate`` builds a :class:`Contract` or
 raises ``app.errors.BadRequest`` naming the field and the offending value.
@@ -20,7 +21,8 @@ class Role:
     attrs: dict[str, str] = field(default_factory=dict)
 
     def to_wire(self) -> dict[str, Any]:
-        """The output form: attributes nested, ``count`` only when it is not 1 (SPEC §3)."""
+        """The output form: attributes nested, ``count`` only when it is not 1
+        (docs/contract.md#requirements-and-how-runs-are-placed)."""
         out: dict[str, Any] = {"as": self.name, "capability": self.capability}
         if self.count != 1:
             out["count"] = self.count
@@ -37,7 +39,8 @@ class StepDef:
     kind: str  # "run" | "agent" | "ask" | "acquire"
     uses: str | None  # a role name; None for ask and acquire steps
     needs: tuple[int, ...]  # seqs of the steps this one waits for, ascending
-    spec: dict[str, Any]  # the step object as submitted, without the fields it ignores (§19.9)
+    # the step object as submitted, without the fields it ignores (docs/contract.md#warnings)
+    spec: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -51,8 +54,9 @@ class Contract:
     queue_timeout_seconds: int | None
     warnings: tuple[str, ...]
     document: dict[str, Any]  # the submitted contract without its ignored "lease" block
-    requires_key: str  # sha256 hex of the canonical JSON of the normalised requires (SPEC §7)
-    priority: int = 0  # queue.priority (SPEC §7a): -100..100
+    # sha256 hex of the canonical JSON of the normalised requires (docs/design.md#the-queue)
+    requires_key: str
+    priority: int = 0  # queue.priority (docs/priorities.md#priority): -100..100
     queue_team: str | None = None  # queue.team as named, not yet checked (docs/teams.md)
     # The run's team, chosen at submit after validation (docs/teams.md, "A run's team"):
     # validation leaves "default", the submit puts its choice here with dataclasses.replace.

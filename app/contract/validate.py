@@ -1,15 +1,16 @@
-"""Validation and needs normalisation of a submitted contract (SPEC §3): the ordered pipeline.
+"""Validation and needs normalisation of a submitted contract (docs/contract.md#validation-errors):
+the ordered pipeline.
 
 Pure: plain data in, a :class:`~app.contract.types.Contract` out, no session and no I/O.
-Rules run in one fixed order and the first failure wins (SPEC §3); every failure is
-``BadRequest`` with a reason that names the field and quotes the offending value with
-``json.dumps``. No other exception may escape for any JSON-like input (SPEC §13: bad input is a
-4xx, never a 500), so every value is type-checked before it is used and nesting is bounded
-before anything walks the document.
+Rules run in one fixed order and the first failure wins (docs/contract.md#validation-errors); every
+failure is ``BadRequest`` with a reason that names the field and quotes the offending value with
+``json.dumps``. No other exception may escape for any JSON-like input (bad input is a 4xx,
+never a 500: docs/security.md#input-and-load), so every value is type-checked before it is used and
+nesting is bounded before anything walks the document.
 
 Order of the rules:
  1. the document is an object; 2. nesting depth; 3. unknown top-level fields (a warning each,
- never a failure: SPEC §19.9); 4. ``run_id``;
+ never a failure: docs/contract.md#warnings); 4. ``run_id``;
  5. ``work``; 6. ``requires``; 7. each step's own fields, step by step; 8. cross-step references
  (roles, needs, branch targets, loops, validators, artifacts), rule by rule;
  9. ``release`` placement;
@@ -19,8 +20,9 @@ The rules themselves live by group: ``fields`` (primitives), ``toplevel`` (4-6, 
 ``steps`` (7), ``graph`` (8, 9 and the warnings), ``conditions`` (10).
 
 Unknown fields at the top level, in a step and in a condition are ignored with a warning that
-names their path (SPEC §19.9: the original system's client may send fields this server does not
-know); inside every other object (``agent``, ``in``, ``work``, ``queue``, ...) they stay a 400.
+names their path (the original system's client may send fields this server does not know:
+docs/contract.md#warnings); inside every other object (``agent``, ``in``, ``work``, ``queue``, ...)
+they stay a 400.
 """
 
 from __future__ import annotations
@@ -54,7 +56,8 @@ def validate_contract(doc: object, *, capabilities: Collection[str] = ()) -> Con
     """Validate a submitted contract and return its normalised form, or raise ``BadRequest``.
 
     ``capabilities`` is the configured ``contract.capabilities`` list; when non-empty, any other
-    capability name is 400 ``unknown capability: "x"`` (SPEC §3: catches typos).
+    capability name is 400 ``unknown capability: "x"`` (it catches typos:
+    docs/contract.md#requirements-and-how-runs-are-placed).
     """
     if not isinstance(doc, dict):
         fail("contract must be a JSON object")

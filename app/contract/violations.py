@@ -1,11 +1,13 @@
-"""Bounded validation of an artifact or an answer against its step's schema (SPEC §20.4). Pure.
+"""Bounded validation of an artifact or an answer against its step's schema
+(docs/security.md#input-and-load). Pure.
 
 A document of 10 MiB can hold millions of values that each break the schema. jsonschema finds its
 errors lazily, one at a time: this module takes the first few and stops, and never sorts, ranks
 (``best_match``) or lists them all. The messages jsonschema writes for the keywords a contract may
-use (SPEC §3) quote the offending value whole — a list of a million items, or every unexpected key
-of an object — so those keywords are replaced here by ones that quote a few items and say how many
-more there are. The reason names at most ``MAX_ERRORS`` errors and is cut at ``MAX_REASON_BYTES``.
+use (docs/contract.md#in-out-and-schema) quote the offending value whole — a list of a million
+items, or every unexpected key of an object — so those keywords are replaced here by ones that quote
+a few items and say how many more there are. The reason names at most ``MAX_ERRORS`` errors and is
+cut at ``MAX_REASON_BYTES``.
 
 A document that satisfies its schema is checked in full, so the work is bounded as well: at most
 ``MAX_CHECKS`` checks a document — each value the schema looks at (the document itself, a property
@@ -174,8 +176,8 @@ def _additional_properties(
     yield ValidationError(f"Additional properties are not allowed ({names} {verb} unexpected)")
 
 
-# The dialect of every step schema (SPEC §3), with the keywords whose own messages would quote a
-# whole value replaced by the bounded ones above.
+# The dialect of every step schema (docs/contract.md#in-out-and-schema), with the keywords whose own
+# messages would quote a whole value replaced by the bounded ones above.
 BoundedValidator = extend(
     jsonschema.Draft202012Validator,
     {

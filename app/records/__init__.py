@@ -1,6 +1,6 @@
-"""Records (SPEC §11): the interface the services use (``interface``), the filesystem backend
-(``filesystem``), the tar stream of a Record (``tarstream``) and the object-store backend (``s3``,
-imported only when configured: it needs boto3, the ``s3`` extra)."""
+"""Records (docs/design.md#records): the interface the services use (``interface``), the filesystem
+backend (``filesystem``), the tar stream of a Record (``tarstream``) and the object-store backend
+(``s3``, imported only when configured: it needs boto3, the ``s3`` extra)."""
 
 from app.records.common import SUMS
 from app.records.filesystem import FilesystemRecords, write_atomic

@@ -1,6 +1,7 @@
 """What both Record stores (the filesystem's and S3's) write the same way: logs cut at their cap
 with a note, progress files closed by a cap line, numbers checked, JSON documents and the lines of
-``SHA256SUMS`` (SPEC §11, §19.4)."""
+``SHA256SUMS`` (docs/design.md#records,
+docs/api.md#put-v1runsrun_idstepsseqlog--append-to-a-steps-log)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,10 @@
-"""The filesystem Record store: one directory per run under ``records.root`` (SPEC §11), at the run's
-Record location (its id, or ``_h/<sha256>``; SPEC §20.2), which several hosts may share on one
-filesystem. Progress chunks of live logs (SPEC §19.4) live beside the Records, under
-``records.root/.progress/<location>/``, so that neither the seal nor the tar ever sees them (a
-location never starts with a dot). The root must tell names apart by case, as run ids are."""
+"""The filesystem Record store: one directory per run under ``records.root``
+(docs/design.md#records), at the run's Record location (its id, or ``_h/<sha256>``;
+docs/configuration.md#where-records-are-kept), which several hosts may share on one filesystem.
+Progress chunks of live logs (docs/api.md#put-v1runsrun_idstepsseqlog--append-to-a-steps-log) live
+beside the Records, under ``records.root/.progress/<location>/``, so that neither the seal nor the
+tar ever sees them (a location never starts with a dot). The root must tell names apart by case, as
+run ids are."""
 
 from __future__ import annotations
 
@@ -118,11 +120,12 @@ class FilesystemRecords:
         return self.root / check_location(location)
 
     def refuse_case_insensitive_root(self, probe: str | None = None) -> None:
-        """Start-up (SPEC §20.2): make the root if need be, create a file with a lower-case name
-        in it and look for it by the upper-case name. Found: the filesystem folds case, and run
-        ids that differ only by case (``Boot-1``, ``boot-1``) would share a Record there, so the
-        root is refused with a :class:`ConfigError` naming it. ``probe``: the file's name (tests
-        choose it; a random one otherwise). The probe is removed either way."""
+        """Start-up (docs/configuration.md#where-records-are-kept): make the root if need be, create
+        a file with a lower-case name in it and look for it by the upper-case name. Found: the
+        filesystem folds case, and run ids that differ only by case (``Boot-1``, ``boot-1``) would
+        share a Record there, so the root is refused with a :class:`ConfigError` naming it.
+        ``probe``: the file's name (tests choose it; a random one otherwise). The probe is removed
+        either way."""
         name = probe or f".case-probe-{secrets.token_hex(8)}"
         try:
             self.root.mkdir(parents=True, exist_ok=True)
@@ -293,7 +296,8 @@ class FilesystemRecords:
         finally:
             os.close(fd)
 
-    # -- progress (SPEC §19.4) -------------------------------------------------------------------
+    # -- progress (docs/api.md#put-v1runsrun_idstepsseqlog--append-to-a-steps-log)
+    # -------------------------------------------------------------------
 
     def put_progress(
         self,
@@ -456,8 +460,9 @@ class FilesystemRecords:
         and done again."""
         step_paths = [(self._step_path(location, s, i), doc) for s, i, doc in steps]
         with self._dir_lock(location, exclusive=True) as d:
-            # Progress is for live viewing only (SPEC §19.4): it goes first, and writers of it
-            # hold the shared lock, so none can come back once the seal has begun.
+            # Progress is for live viewing only
+            # (docs/api.md#put-v1runsrun_idstepsseqlog--append-to-a-steps-log): it goes first, and
+            # writers of it hold the shared lock, so none can come back once the seal has begun.
             self._drop_progress(location)
             if self.is_sealed(location):
                 return

@@ -1,9 +1,10 @@
-"""What the services ask of a Record store (SPEC §11), whatever backend holds the Records, and the
-rules every backend applies alike: the names a caller may choose and where a run's Record lives.
+"""What the services ask of a Record store (docs/design.md#records), whatever backend holds the
+Records, and the rules every backend applies alike: the names a caller may choose and where a run's
+Record lives.
 
 A store is addressed by a run's Record *location*, never by its run id: the location is chosen
-once, when the run is created, and kept on its row (SPEC §20.2), so a rule that changes never moves
-a Record and no run id can name another run's Record."""
+once, when the run is created, and kept on its row (docs/configuration.md#where-records-are-kept),
+so a rule that changes never moves a Record and no run id can name another run's Record."""
 
 from __future__ import annotations
 
@@ -14,11 +15,12 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from app.errors import Unavailable
 
-# A run id that is its Record's location as it is: one file name in the run-id alphabet (SPEC §3,
-# which has no "_"), short enough for any filesystem, and never a dot file. Every pattern here is
-# used with fullmatch: "$" would let a trailing newline through.
+# A run id that is its Record's location as it is: one file name in the run-id alphabet
+# (docs/contract.md#top-level, which has no "_"), short enough for any filesystem, and never a dot
+# file. Every pattern here is used with fullmatch: "$" would let a trailing newline through.
 _PLAIN = re.compile(r"[A-Za-z0-9.:@-]{1,120}")
-# Every other run id is hashed under this directory, which no run id can be (SPEC §20.2).
+# Every other run id is hashed under this directory, which no run id can be
+# (docs/configuration.md#where-records-are-kept).
 HASHED_DIR = "_h"
 _HASHED = re.compile(r"_h/[0-9a-f]{64}")
 # The rule before locations were kept on the row: plain names (this alphabet, a "_" included),
@@ -148,10 +150,11 @@ class RecordStore(Protocol):
         ...
 
     def delete(self, location: str) -> bool:
-        """Remove the run's Record, sealed or not, and its progress, for good (retention, SPEC
-        §11). Idempotent: returns whether there was anything to remove, and a Record that is
-        already gone, or half gone after a crash, is no error. ``exists`` is False as soon as
-        this has begun, even while the bytes are still being removed."""
+        """Remove the run's Record, sealed or not, and its progress, for good (retention,
+        docs/retention.md#what-is-pruned-and-what-is-kept). Idempotent: returns whether there was
+        anything to remove, and a Record that is already gone, or half gone after a crash, is no
+        error. ``exists`` is False as soon as this has begun, even while the bytes are still being
+        removed."""
         ...
 
 
@@ -160,10 +163,11 @@ def _sha256(run_id: str) -> str:
 
 
 def record_location(run_id: str) -> str:
-    """Where a new run's Record lives, kept on its row (SPEC §20.2): the run id itself when it is a
-    plain file name, else ``_h/`` and the whole sha256 of the id. A run id shaped like the old
-    rule's hashes (``run-`` and 40 hex digits) is hashed too, so a new run never lands in the
-    Record of a run created before the rule (see :func:`legacy_record_location`)."""
+    """Where a new run's Record lives, kept on its row
+    (docs/configuration.md#where-records-are-kept): the run id itself when it is a plain file name,
+    else ``_h/`` and the whole sha256 of the id. A run id shaped like the old rule's hashes
+    (``run-`` and 40 hex digits) is hashed too, so a new run never lands in the Record of a run
+    created before the rule (see :func:`legacy_record_location`)."""
     if (
         _PLAIN.fullmatch(run_id)
         and not run_id.startswith(".")

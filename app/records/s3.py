@@ -1,8 +1,9 @@
 """The object-store Record backend (``records.backend = s3``): every Record in one bucket of an
-S3-compatible store (AWS S3, MinIO, Ceph), shared by every Mediator host (SPEC §11).
+S3-compatible store (AWS S3, MinIO, Ceph), shared by every Mediator host
+(docs/scaling.md#the-record-store-in-s3).
 
 Layout under ``records.s3.prefix``, for a run whose Record location is ``D`` (its run id, or
-``_h/<sha256>``; SPEC §20.2):
+``_h/<sha256>``; docs/configuration.md#where-records-are-kept):
 
 - ``D/manifest.json``, ``D/verdict.json``, ``D/events.json``, ``D/steps/NN-<id>.json``,
   ``D/blobs/NN.A-<name>``, ``D/logs/NN-<name>.log``, ``D/SHA256SUMS``: the Record, as the
@@ -448,7 +449,8 @@ class S3Records:
         data = self._slice(pieces, size, offset, limit)
         return data, LogState(size, 0, bool(NOTE_RE.search(tail)))
 
-    # -- progress (SPEC §19.4) -------------------------------------------------------------------
+    # -- progress (docs/api.md#put-v1runsrun_idstepsseqlog--append-to-a-steps-log)
+    # -------------------------------------------------------------------
 
     def _attempts(
         self, prefix: str, writing: bool = False

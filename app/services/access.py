@@ -1,5 +1,5 @@
 """What authorisation needs from the database: the node a step is bound to, and the count of an
-address's failed authentications (SPEC §20.8)."""
+address's failed authentications (docs/security.md#tokens-and-authentication)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Asks (SPEC §10): steps that wait for a person's answer."""
+"""Asks (docs/contract.md#ask): steps that wait for a person's answer."""
 
 from __future__ import annotations
 
@@ -31,8 +31,8 @@ NOT_AN_ANSWERER = "principal is not an allowed answerer"
 
 def answer_refused(answerers: list[str] | None, caller: Caller) -> str | None:
     """Why an answer of ``caller`` to an ask with these ``answerers`` is refused (403), or None.
-    SPEC §20.5: an ask restricted to answerers takes only a principal the token vouches for —
-    its own, or one declared through a token that vouches for its callers."""
+    An ask restricted to answerers (docs/tokens.md#principal) takes only a principal the token
+    vouches for — its own, or one declared through a token that vouches for its callers."""
     if not answerers:
         return None
     if caller.principal is None or caller.principal not in answerers:
@@ -46,8 +46,9 @@ def answer_refused(answerers: list[str] | None, caller: Caller) -> str | None:
 
 
 def list_asks(ctx: Context, caller: Caller, *, may_answer: bool) -> dict[str, Any]:
-    """The open asks (SPEC §10); ``can_answer`` is true only where an answer of this caller would
-    be accepted: ``may_answer`` (the token's roles allow answering) and the ask's answerers."""
+    """The open asks (docs/api.md#get-v1asks--the-open-asks); ``can_answer`` is true only where an
+    answer of this caller would be accepted: ``may_answer`` (the token's roles allow answering) and
+    the ask's answerers."""
     out = []
     with ctx.db.read() as s:
         for st, run in open_asks(s):
@@ -74,10 +75,11 @@ def list_asks(ctx: Context, caller: Caller, *, may_answer: bool) -> dict[str, An
 
 def _shown(ctx: Context, s: Any, run: Run, name: str) -> dict[str, Any]:
     """An artifact inlined for the answerer: a JSON value as itself, anything else (or anything
-    over 32 KiB, then cut and marked ``truncated``) as a string (SPEC §10, §19.7)."""
+    over 32 KiB, then cut and marked ``truncated``) as a string
+    (docs/api.md#get-v1asks--the-open-asks)."""
     blob = newest_blob(s, run.run_id, name)
     # One byte past the limit tells a cut artifact from one of exactly 32 KiB; nothing past it is
-    # read, however large the artifact (SPEC §20.6).
+    # read, however large the artifact (docs/security.md#input-and-load).
     limit = SHOWN_LIMIT + 1
     data = (
         ctx.records.read_blob(record_of(run), blob.seq, blob.attempt, name, limit) if blob else None
@@ -88,14 +90,16 @@ def _shown(ctx: Context, s: Any, run: Run, name: str) -> dict[str, Any]:
         text = data[:SHOWN_LIMIT].decode("utf-8", "replace")
         return {"name": name, "content": text, "truncated": True}
     try:
-        # A JSON artifact is inlined as the JSON value itself; text stays a string (SPEC §19.7).
+        # A JSON artifact is inlined as the JSON value itself; text stays a string
+        # (docs/api.md#get-v1asks--the-open-asks).
         return {"name": name, "content": parse_json(data)}
     except BadRequest:
         return {"name": name, "content": data.decode("utf-8", "replace")}
 
 
 def _awaiting(run: Run | None, st: Step | None, caller: Caller) -> Step:
-    """The step, when it awaits an answer that ``caller`` may give: 409, then 403 (SPEC §10)."""
+    """The step, when it awaits an answer that ``caller`` may give: 409, then 403
+    (docs/api.md#post-v1runsrun_idstepsseqanswer--answer-an-ask)."""
     if run is None or run.state != RUNNING or st is None or st.kind != "ask" or st.state != ASKED:
         raise Conflict(NOT_AWAITING)
     refused = answer_refused(st.spec["ask"].get("answerers"), caller)

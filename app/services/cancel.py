@@ -1,4 +1,4 @@
-"""Cancel (SPEC §9)."""
+"""Cancel (docs/queue.md#leaving-the-queue)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,10 @@ from app.store.runs import lock_run
 
 
 def may_cancel(caller: Caller, run: Run) -> bool:
-    """Whether ``caller`` may cancel ``run`` (SPEC §9): an operator any run, anyone else only the
-    runs submitted with its own token. The cancel below and the run's page (which shows Cancel
-    only to those who may) both ask this; the roles of the route itself are checked before."""
+    """Whether ``caller`` may cancel ``run`` (docs/security.md#authorisation): an operator any run,
+    anyone else only the runs submitted with its own token. The cancel below and the run's page
+    (which shows Cancel only to those who may) both ask this; the roles of the route itself are
+    checked before."""
     return "operator" in caller.roles or run.token_name == caller.token_name
 
 
@@ -44,7 +45,7 @@ def _cancel(ctx: Context, run_id: str, caller: Caller, after: AfterCommit) -> st
 
 def cancel_run(ctx: Context, run_id: str, caller: Caller) -> dict[str, str]:
     """Cancel a QUEUED or RUNNING run; idempotent: a finished run answers with its state. After
-    commit: wake the queue, seal the Record (SPEC §9)."""
+    commit: wake the queue, seal the Record (docs/queue.md#leaving-the-queue)."""
     after = AfterCommit()
     state = _cancel(ctx, run_id, caller, after)
     fault("cancel.after_commit")

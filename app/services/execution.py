@@ -1,4 +1,5 @@
-"""Execution (SPEC §8): what happens to a run's steps once it holds its nodes.
+"""Execution (docs/design.md#execution-and-claims): what happens to a run's steps once it holds its
+nodes.
 
 Every function here runs inside a transaction that has locked the run row and then its steps
 (the global lock order), and records in :class:`AfterCommit` what must happen once it commits.
@@ -108,15 +109,17 @@ def _quota_room(s: Session, ctx: Context, run: Run) -> bool:
 
 
 def run_acquire(s: Session, ctx: Context, pic: Picture, st: Step, after: AfterCommit) -> None:
-    """Grab one more node mid-run (SPEC §8 acquire): live adverts minus unavailable nodes, in the
-    matcher's order. A candidate whose lease cannot be had at this moment (its row held by a
+    """Grab one more node mid-run (docs/contract.md#acquire): live adverts minus unavailable nodes,
+    in the matcher's order. A candidate whose lease cannot be had at this moment (its row held by a
     transaction placing a lease there, a reservation written since the read, a lease taken since
     the read: :func:`acquire_lease`) joins the unavailable nodes and the next one is tried; none
     left means "unavailable". It never waits on another transaction (docs/queue.md, "Lock
     order"), and a candidate it did not get leaves no placement behind."""
     spec = st.spec["acquire"]
     want = parse_requirement(spec["want"], f"steps[{st.seq - 1}].acquire.want")
-    # Acquire honours reservations like a submit (SPEC §7a): a running run holds none.
+    # Acquire honours reservations like a submit
+    # (docs/priorities.md#reservations-a-bound-on-how-long-a-wide-run-waits): a running run holds
+    # none.
     reserving = ctx.config["queue.reserve_after_seconds"] > 0
     reserved_for = pic.run.priority if reserving else None
     # Its team at its quota: "unavailable", as for a taken node, never a wait.
@@ -169,7 +172,8 @@ def run_acquire(s: Session, ctx: Context, pic: Picture, st: Step, after: AfterCo
 
 
 def raise_ask(s: Session, pic: Picture, st: Step, after: AfterCommit) -> None:
-    """PENDING -> ASKED with its deadline (SPEC §10); the webhook goes out after commit."""
+    """PENDING -> ASKED with its deadline (docs/contract.md#ask); the webhook goes out after
+    commit."""
     ask = st.spec["ask"]
     timeout = (ask.get("timeout") or {}).get("after")
     values: dict[str, Any] = {"state": ASKED, "asked_at": func.now()}
@@ -196,7 +200,8 @@ def raise_ask(s: Session, pic: Picture, st: Step, after: AfterCommit) -> None:
 
 def advance(s: Session, ctx: Context, pic: Picture, after: AfterCommit) -> None:
     """Propagate skips and run acquire steps whose needs are met, to a fixpoint; then raise the
-    asks whose needs are met: acquire looks at needs, asks at the picture after it (SPEC §8.3)."""
+    asks whose needs are met: acquire looks at needs, asks at the picture after it
+    (docs/design.md#results-and-settle)."""
     progress = True
     while progress:
         progress = False
@@ -217,9 +222,9 @@ def advance(s: Session, ctx: Context, pic: Picture, after: AfterCommit) -> None:
 
 
 def settle(s: Session, pic: Picture, after: AfterCommit) -> None:
-    """settle_if_done (SPEC §8): only a RUNNING or VERIFYING run settles. Any step FAILED -> the
-    run FAILED now; nothing open -> VERIFYING, committed before the verdict (computed after
-    commit by :func:`app.services.results.complete_verdict`)."""
+    """settle_if_done (docs/design.md#settle-and-the-verdict): only a RUNNING or VERIFYING run
+    settles. Any step FAILED -> the run FAILED now; nothing open -> VERIFYING, committed before the
+    verdict (computed after commit by :func:`app.services.results.complete_verdict`)."""
     run = pic.run
     if run.state not in (RUNNING, VERIFYING):
         return
@@ -274,7 +279,7 @@ def step_facts(s: Session, run: Run, steps: Iterable[Step]) -> list[StepFacts]:
 
 def release_roles(s: Session, pic: Picture, roles: list[str]) -> list[str]:
     """Delete the leases of the released roles' nodes, unless a node also fills a kept role
-    (SPEC §8 effects). The roles are marked released in ``assigned``."""
+    (docs/contract.md#release). The roles are marked released in ``assigned``."""
     current = roles_of(pic.run)
     kept = {n for role, nodes in current.items() if role not in roles for n in nodes}
     freeing = sorted({n for r in roles for n in current.get(r, []) if n not in kept})
@@ -293,7 +298,8 @@ def starts_anything(steps: Iterable[StepDef]) -> bool:
 
 def start_steps(s: Session, ctx: Context, run_id: str, after: AfterCommit) -> None:
     """At creation RUNNING and at promotion: run acquire steps and raise asks whose needs are
-    met, the same order as after a result (SPEC §6.7, §7 promote)."""
+    met, the same order as after a result (docs/design.md#submit-and-dry-run,
+    docs/design.md#promotion)."""
     run = lock_run(s, run_id)
     assert run is not None
     pic = Picture(run, lock_steps(s, run_id))

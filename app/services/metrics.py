@@ -1,5 +1,5 @@
-"""``GET /metrics`` (SPEC §2 route 20, §15): the processes' counters and histograms, and the
-figures that live in the database, read once per scrape in one statement.
+"""``GET /metrics`` (docs/api.md#get-metrics, docs/metrics.md#get-metrics): the processes' counters
+and histograms, and the figures that live in the database, read once per scrape in one statement.
 
 A scrape never fails because of the database: when the figures cannot be read (unreachable, a
 statement time-out, a schema behind), the answer still holds the process metrics, and
@@ -100,7 +100,7 @@ class DatabaseCollector(Collector):
                 families = figure_families(read_figures(s))
             failed = 0
         except Exception as exc:
-            # Never a 500: the process metrics still go out (SPEC §15).
+            # Never a 500: the process metrics still go out (docs/metrics.md#get-metrics).
             log.warning("metrics: database figures failed", error=type(exc).__name__)
             failed = 1
         yield from families

@@ -1,4 +1,5 @@
-"""Node adverts (SPEC §4): upsert, restart detection, drain, renewal, wake on new capacity."""
+"""Node adverts (docs/queue.md#heartbeats-what-a-node-learns): upsert, restart detection, drain,
+renewal, wake on new capacity."""
 
 from __future__ import annotations
 
@@ -66,10 +67,10 @@ class _Stored:
 def _restart(
     ctx: Context, s: Session, advert: Advert, after: AfterCommit, causes: list[str]
 ) -> None:
-    """Fail the runs whose step this node claimed under another instance (SPEC §4 restart
-    detection). The advert holds its node's row already (the one lock taken before runs,
-    docs/queue.md, "Lock order"); then every such run's row in run_id order, and only then what
-    they own: the steps, the events, the leases."""
+    """Fail the runs whose step this node claimed under another instance (restart detection,
+    docs/queue.md#heartbeats-what-a-node-learns). The advert holds its node's row already (the one
+    lock taken before runs, docs/queue.md, "Lock order"); then every such run's row in run_id order,
+    and only then what they own: the steps, the events, the leases."""
     assert advert.instance
     durable_commit(s)  # runs end here: not soft state like the heartbeat itself
     claimed = claimed_by_other_instance(s, advert.node_id, advert.instance)
@@ -108,9 +109,9 @@ def _store_advert(
     ctx: Context, advert: Advert, principal: str | None, after: AfterCommit
 ) -> _Stored:
     """The heartbeat's one statement (:func:`heartbeat`) in autocommit: it commits by itself, in
-    its one round trip, with no transaction around it (SPEC §16: an advert that changes nothing
-    costs one small statement). A restart of the node writes nothing there; it is looked at
-    again in one transaction that holds the node row: its failed runs first, then the same
+    its one round trip, with no transaction around it (an advert that changes nothing costs one
+    small statement: docs/design.md#targets). A restart of the node writes nothing there; it is
+    looked at again in one transaction that holds the node row: its failed runs first, then the same
     renewal and store."""
     causes: list[str] = []
     fields: dict[str, Any] = {

@@ -35,7 +35,7 @@ def commit_notifying(conn: SAConnection, nodes: set[str]) -> None:
     """Commit, and notify the claims of ``nodes`` in a transaction of its own right after the
     commit, in the commit's round trip: no hand-over to the notifier and no round trip of its
     own. A notification that fails is logged (the commit stands; the claims' safety net finds
-    the steps, SPEC §8)."""
+    the steps, docs/design.md#claims-and-the-long-poll)."""
     error = commit_and_notify(conn, CLAIM_CHANNEL, claim_payloads([nodes]))
     if error is not None:
         log.warning("claim notification failed", nodes=len(nodes), error=type(error).__name__)
@@ -44,7 +44,8 @@ def commit_notifying(conn: SAConnection, nodes: set[str]) -> None:
 def notify_claimable(ctx: Context, nodes: set[str]) -> None:
     """One NOTIFY naming the nodes whose claims may now find a step, handed to the process's
     notifier, which sends it (with what other requests handed over meanwhile) on its own
-    connection (best effort: a lost one is caught by the process's safety-net pass, SPEC §8)."""
+    connection (best effort: a lost one is caught by the process's safety-net pass,
+    docs/design.md#claims-and-the-long-poll)."""
     if not nodes:
         return
     try:
@@ -54,8 +55,9 @@ def notify_claimable(ctx: Context, nodes: set[str]) -> None:
 
 
 def webhook_origin(url: str) -> str:
-    """The scheme and host (and port) of a webhook URL: all a log line may name of it (SPEC
-    §20.7). Its path and query often carry the receiver's secret, and so may its user info."""
+    """The scheme and host (and port) of a webhook URL: all a log line may name of it
+    (docs/security.md#outgoing-webhooks). Its path and query often carry the receiver's secret, and
+    so may its user info."""
     try:
         parts = urlsplit(url)
         host, port = parts.hostname or "", parts.port
@@ -89,8 +91,8 @@ def _deliver(url: str, data: bytes, seconds: float) -> int:
     """POST ``data`` to ``url`` and return the status of the answer, all within ``seconds``.
 
     Nothing but the status line is read, and nothing is followed: a redirect is just a status
-    here, and no proxy variable of the environment is consulted (SPEC §20.7) — a webhook goes to
-    the host its URL names, or nowhere."""
+    here, and no proxy variable of the environment is consulted (docs/security.md#outgoing-webhooks)
+    — a webhook goes to the host its URL names, or nowhere."""
     deadline = _Deadline(seconds)
     parts = urlsplit(url)
     if parts.scheme not in {"http", "https"} or not parts.hostname:
@@ -136,7 +138,8 @@ def _post(url: str, body: dict[str, Any], timeout: float) -> None:
 
 DEFAULT_QUEUE_SIZE = 1000  # the default of ``notify.queue_size``
 SENDERS = 4
-# The most one delivery may take, from connecting to the status line of the answer (SPEC §20.7).
+# The most one delivery may take, from connecting to the status line of the answer
+# (docs/security.md#outgoing-webhooks).
 POST_TIMEOUT_SECONDS = 3.0  # the default of ``notify.timeout_seconds``
 DROP_LOG_EVERY_SECONDS = 10.0
 
@@ -286,7 +289,8 @@ class AfterCommit:
     claim_nodes: set[str] = field(default_factory=set)
     asks: list[dict[str, Any]] = field(default_factory=list)
     wake_causes: list[str] = field(default_factory=list)
-    # A wake owed even when nothing named a freed node (SPEC §7 wake point 1: every accepted
+    # A wake owed even when nothing named a freed node (wake point 1 of
+    # docs/design.md#wake-points: every accepted
     # result); its cause is used only when no other cause was recorded.
     wake_anyway: str | None = None
     verifying: list[str] = field(default_factory=list)  # runs to settle (VERIFYING committed)
@@ -298,7 +302,8 @@ class AfterCommit:
         self.wake_causes.append(cause)
 
     def released(self, run_id: str, nodes: list[str]) -> None:
-        """The audit cause a promoted run inherits: ``released by <run>/<node>`` (SPEC §15)."""
+        """The audit cause a promoted run inherits: ``released by <run>/<node>``
+        (docs/api.md#get-v1runsrun_idevents--a-runs-audit-trail)."""
         if nodes:
             self.wake("released by " + ", ".join(f"{run_id}/{n}" for n in nodes))
 

@@ -1,4 +1,4 @@
-"""Observation (SPEC §14): run view, run list, nodes, capabilities. Reads only."""
+"""Observation (docs/api.md#readers): run view, run list, nodes, capabilities. Reads only."""
 
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ def _step_view(st: Step | _NewStep, ids: dict[int, str]) -> dict[str, Any]:
         "needs": [ids[n] for n in st.needs if n in ids],
         "chosen": st.chosen,
     }
-    if st.attempt:  # omitted on a first attempt (SPEC §19.1)
+    if st.attempt:  # omitted on a first attempt (docs/contract.md#loop)
         out["attempt"] = st.attempt
     if st.uses:
         out["uses"] = st.uses
@@ -146,9 +146,10 @@ def _queue_explanation(
 ) -> None:
     """Per role: candidates {live, busy, draining, reserved}, the runs holding the busy ones and
     the holders of the reserved ones; the run's priority, its own reservation and its place in
-    the queue, at read time (SPEC §7 "Explaining the wait", §7a); with ``shares``, its team's
-    share (docs/teams.md, "What a queued run shows"). A statement for the candidates with
-    their leases, drains and reservations, ``place``, and one for the share."""
+    the queue, at read time (docs/queue.md#what-a-queued-runs-view-explains,
+    docs/priorities.md#what-you-see); with ``shares``, its team's share (docs/teams.md, "What a
+    queued run shows"). A statement for the candidates with their leases, drains and reservations,
+    ``place``, and one for the share."""
     found = candidate_adverts(
         s, [role_from_wire(wire) for wire in requires], with_holders=True, with_leases=True
     )
@@ -196,9 +197,9 @@ def render_run(
     budget: EstimateBudget | None = None,
     shares: Shares | None = None,
 ) -> dict[str, Any]:
-    """The run view (SPEC §14); ``reserve_after`` is ``queue.reserve_after_seconds`` (a QUEUED
-    run that waited that long shows as reserving); ``budget``: the runs ahead its expected start
-    may look at (``estimate.max_ahead``)."""
+    """The run view (docs/api.md#get-v1runsrun_id--the-run-view); ``reserve_after`` is
+    ``queue.reserve_after_seconds`` (a QUEUED run that waited that long shows as reserving);
+    ``budget``: the runs ahead its expected start may look at (``estimate.max_ahead``)."""
     view = run_summary(run)
     if run.assigned:
         labels = node_labels(s, sorted({n for a in run.assigned for n in a["nodes"]}))
@@ -324,9 +325,10 @@ def run_view(ctx: Context, run_id: str) -> dict[str, Any]:
 
 
 def run_page(ctx: Context, run_id: str, caller: Caller) -> dict[str, Any]:
-    """What a run's page shows (SPEC §21), from one snapshot: the run view, its events, the
-    artifacts of the run itself (its ledger without earlier runs of the same work), and whether
-    ``caller`` may cancel it by the cancel's own rule (the page's Cancel is for those who may)."""
+    """What a run's page shows (docs/pages.md#a-run-runsrun_id), from one snapshot: the run view,
+    its events, the artifacts of the run itself (its ledger without earlier runs of the same work),
+    and whether ``caller`` may cancel it by the cancel's own rule (the page's Cancel is for those
+    who may)."""
     with ctx.db.read(snapshot=True) as s:
         run = get_run(s, run_id)
         if run is None:

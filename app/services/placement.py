@@ -14,7 +14,8 @@ def assigned_json(assignment: Assignment) -> list[dict[str, Any]]:
 
 
 def grants(assignment: Assignment, roles: tuple[Role, ...] | list[Role]) -> list[Grant]:
-    """One lease per distinct node, named after the first role it fills (SPEC §14)."""
+    """One lease per distinct node, named after the first role it fills
+    (docs/queue.md#heartbeats-what-a-node-learns)."""
     capability = {r.name: r.capability for r in roles}
     out: dict[str, Grant] = {}
     for role, nodes in assignment.roles:
@@ -24,5 +25,6 @@ def grants(assignment: Assignment, roles: tuple[Role, ...] | list[Role]) -> list
 
 
 def node_for_role(assignment: Assignment) -> dict[str, str]:
-    """Steps of a role bind to the role's first node (SPEC §5, count > 1)."""
+    """Steps of a role bind to the role's first node
+    (docs/contract.md#requirements-and-how-runs-are-placed, count > 1)."""
     return {role: nodes[0] for role, nodes in assignment.roles}

@@ -1,5 +1,5 @@
-"""The queue (SPEC §7): wake scans and promotion. No timer anywhere: every scan is asked for by
-the request (or reaper pass) that freed something, after its commit."""
+"""The queue (docs/design.md#the-queue): wake scans and promotion. No timer anywhere: every scan is
+asked for by the request (or reaper pass) that freed something, after its commit."""
 
 from __future__ import annotations
 
@@ -130,18 +130,19 @@ def promote(
 ) -> Promotion:
     """One transaction for one run, then what its commit left settled (:class:`Promotion`).
     ``unavailable`` includes the nodes reserved against this run; ``reserved`` are its own
-    reservations, deleted in the same transaction (SPEC §7a). ``check``: the scan's check of its
-    gate (:meth:`app.store.gate.ScanGate.check`), made before the transaction and again before
-    its commit: a promotion whose statements waited longer than ``gate.idle_seconds`` (a row
-    lock, a slow disk, retries) may have lost the scanning lock meanwhile, and then rolls back
-    and stops the scan (:class:`GateLost`) instead of committing outside its turn. ``room``:
-    the nodes the run's team may still take as the scan counts them (None: no quota); a team
-    with ``max_nodes`` is counted again under its ``team_limits`` row after the run row, and
-    over quota the promotion rolls back (:attr:`Outcome.QUOTA`, docs/teams.md, "Quotas").
+    reservations, deleted in the same transaction
+    (docs/priorities.md#reservations-a-bound-on-how-long-a-wide-run-waits). ``check``: the scan's
+    check of its gate (:meth:`app.store.gate.ScanGate.check`), made before the transaction and again
+    before its commit: a promotion whose statements waited longer than ``gate.idle_seconds`` (a row
+    lock, a slow disk, retries) may have lost the scanning lock meanwhile, and then rolls back and
+    stops the scan (:class:`GateLost`) instead of committing outside its turn. ``room``: the nodes
+    the run's team may still take as the scan counts them (None: no quota); a team with
+    ``max_nodes`` is counted again under its ``team_limits`` row after the run row, and over quota
+    the promotion rolls back (:attr:`Outcome.QUOTA`, docs/teams.md, "Quotas").
 
     Safe under concurrency by the row condition and the lease key alone: the conditional UPDATE
     locks the run row first (a cancel, a result or another scan serialises behind it), and a node
-    taken meanwhile fails on ``pk_leases`` and rolls everything back (SPEC §7)."""
+    taken meanwhile fails on ``pk_leases`` and rolls everything back (docs/design.md#promotion)."""
     roles = [role_from_wire(r) for r in run.requires]
     if run.pinned_node is not None:
         # A health run: its first role is its node's, whatever that node's quarantine.
@@ -160,7 +161,8 @@ def promote(
         return Promotion(Outcome.NO_FIT, [], set(), set())
     over = width_exceeded(assignment, ctx.config["lease.max_per_run"])
     if over:
-        # Not permanent at promotion: another choice of nodes may fold the count (SPEC §7).
+        # Not permanent at promotion: another choice of nodes may fold the count
+        # (docs/design.md#promotion).
         log.info("queued run over the width cap", run_id=run.run_id, reason=over)
         return Promotion(Outcome.WIDTH_CAP, [], set(), set())
     taken = grants(assignment, roles)
@@ -176,7 +178,8 @@ def promote(
             if quota is not None:
                 take_quota(s, quota.team, quota.apart, len(taken), quota.max_nodes)
             if ctx.config["queue.reserve_after_seconds"] > 0:
-                # A reservation written since the scan's read is honoured (SPEC §7a).
+                # A reservation written since the scan's read is honoured
+                # (docs/priorities.md#reservations-a-bound-on-how-long-a-wide-run-waits).
                 place_unreserved(s, run.run_id, run.priority, [g.node_id for g in taken])
             insert_leases(s, run.run_id, taken, ctx.config["lease.ttl_seconds"], run.team)
             if reserved:
@@ -230,10 +233,10 @@ def _cover(
 
 
 class ScanOrder:
-    """The order of a scan's ordinary pass (SPEC §7a, docs/teams.md "Fair share"): priority
-    descending, then, when teams are configured, the team's factor (highest first: the team
-    furthest below its share), then age. ``standing`` is read once per scan and raised by hand
-    as the scan places, so a team that takes nodes drops in the order within the scan; a key
+    """The order of a scan's ordinary pass (docs/priorities.md#priority, docs/teams.md "Fair
+    share"): priority descending, then, when teams are configured, the team's factor (highest first:
+    the team furthest below its share), then age. ``standing`` is read once per scan and raised by
+    hand as the scan places, so a team that takes nodes drops in the order within the scan; a key
     computed before that is stale, and is computed again when it comes to the top (factors only
     fall during a scan, so a stale key is never later than its run's true place).
 
@@ -306,7 +309,8 @@ def _read_standing(ctx: Context, s: Session, heads: list[QueuedRun]) -> Standing
 def _scan(ctx: Context, report: ScanReport) -> None:
     """One pass over the queue: the reservation step, then the first run of each shape (of each
     (shape, team) when teams are configured) in scan order, each until its first run that does
-    not fit (SPEC §7, §7a; docs/teams.md, "Fair share")."""
+    not fit (docs/design.md#the-queue, docs/design.md#priorities-and-reservations; docs/teams.md,
+    "Fair share")."""
     report.passes += 1
     report.again = False
     timeout = ctx.config["database.statement_timeout_seconds"]
@@ -334,7 +338,8 @@ def _scan(ctx: Context, report: ScanReport) -> None:
     if reservations.released:
         # Nodes this scan freed from their reservations: a freeing commit like any other, so it
         # takes a mark, and a fresh pass reads the queue after it (a run queued since this
-        # pass's read, whose submit saw no new mark, is looked at there; SPEC §7).
+        # pass's read, whose submit saw no new mark, is looked at there;
+        # docs/queue.md#on-submit-placed-queued-or-rejected).
         mark_wake(ctx)
         report.again = True
     _ordinary_pass(ctx, report, heads, adverts, unavailable, covered, reservations, order)
@@ -363,7 +368,9 @@ def _ordinary_pass(
     held = reservations.held
     teams = ctx.teams.shared
     while heap:
-        ctx.gate.check()  # SPEC §7: a scan whose session lost the scanning lock stops
+        # a scan whose session lost the scanning lock stops
+        # (docs/design.md#the-scan-gate-and-wake-marks)
+        ctx.gate.check()
         key, _, run = heapq.heappop(heap)
         now_key = order.key(run)
         if now_key != key:
@@ -463,7 +470,8 @@ def wake_queued(
     debt (see :func:`wake_after_commit` for the wake points). ``notify=False``: the caller sends
     the one claim notification of its request, with ``report.claim_nodes`` in it. ``direct``:
     the reaper's scan, which takes the scanning lock whatever the waiting lock says, under
-    ``lock_timeout`` = ``gate.idle_seconds`` (SPEC §7); ``skipped`` then means that timed out."""
+    ``lock_timeout`` = ``gate.idle_seconds`` (docs/design.md#the-scan-gate-and-wake-marks);
+    ``skipped`` then means that timed out."""
     if ctx.config["lease.ttl_seconds"] <= 0:
         raise ConfigError("lease.ttl_seconds: must be greater than 0 (no unbounded leases)")
     report = ScanReport(cause)
@@ -484,7 +492,8 @@ def wake_queued(
         return report
     try:
         # The marks this scan covers: every one taken before the queue read of its last pass
-        # (SPEC §7), the complete one: a pass that freed nodes took a mark for them.
+        # (docs/queue.md#which-commit-frees-and-its-mark), the complete one: a pass that freed nodes
+        # took a mark for them.
         with ctx.db.autocommit() as conn:
             mark = last_mark(conn)
         _scan(ctx, report)
@@ -518,7 +527,8 @@ def wake_queued(
         report.seconds = time.monotonic() - started
         _count_scan(report)
     if report.again:
-        # SPEC §7: a scan that could not finish its work leaves a debt the reaper pays.
+        # A scan that could not finish its work leaves a debt the reaper pays
+        # (docs/design.md#wake-debt-and-what-is-owed).
         _record_debt(ctx, f"{cause}: the queue changed during the scan")
     if notify:
         notify_claimable(ctx, report.claim_nodes)
@@ -550,7 +560,8 @@ def _count_scan(report: ScanReport) -> None:
 
 
 def _log_scan(report: ScanReport, **extra: object) -> None:
-    """A scan's log line (SPEC §15: why, how many queued, how many promoted, how long)."""
+    """A scan's log line (why, how many queued, how many promoted, how long:
+    docs/metrics.md#logs)."""
     log.info(
         "wake scan",
         cause=report.cause,
@@ -565,10 +576,11 @@ def _log_scan(report: ScanReport, **extra: object) -> None:
 
 
 def scan_ended_at_marks(cause: str, seconds: float) -> None:
-    """A submit's wake scan that ended at its first check (SPEC §7, closing the submit window):
-    no wake mark was taken since the submit's candidate read and the reservation step has no
-    work, so nothing was freed that the read did not see and there is nothing to write. It
-    takes no gate and reads no queue, and is counted and logged as a scan of its cause."""
+    """A submit's wake scan that ended at its first check
+    (docs/queue.md#on-submit-placed-queued-or-rejected, closing the submit window): no wake mark was
+    taken since the submit's candidate read and the reservation step has no work, so nothing was
+    freed that the read did not see and there is nothing to write. It takes no gate and reads no
+    queue, and is counted and logged as a scan of its cause."""
     report = ScanReport(cause, seconds=seconds)
     _count_scan(report)
     _log_scan(report, nothing_freed=True)
@@ -588,7 +600,7 @@ def wake_after_commit(
     """A wake point: after the freeing transaction committed. Takes the wake mark first (unless
     the caller did: ``marked``), then scans. Never raises and never changes the caller's answer;
     a failed wake leaves a wake-debt marker for the reaper, and a skipped one an uncovered mark
-    (SPEC §7)."""
+    (docs/design.md#wake-debt-and-what-is-owed)."""
     if not marked:
         mark_wake(ctx)
     try:

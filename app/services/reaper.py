@@ -1,7 +1,7 @@
-"""The reaper (SPEC §12): a pass every ``lease.renew_seconds``; safe with several reapers (a
-``pg_try_advisory_lock`` skips the pass when another holds it) and with API workers (every change
-locks the run row and re-checks). It wakes the queue only when it freed something or a wake debt
-is set: it never polls the queue.
+"""The reaper (docs/queue.md#the-reaper): a pass every ``lease.renew_seconds``; safe with several
+reapers (a ``pg_try_advisory_lock`` skips the pass when another holds it) and with API workers
+(every change locks the run row and re-checks). It wakes the queue only when it freed something or a
+wake debt is set: it never polls the queue.
 
 The reaper's lock lives like the scan gate's (docs/queue.md, "The reaper"): on a session that
 PostgreSQL drops when its host or process stops answering, looked at between the pass's rows and
@@ -61,9 +61,11 @@ class PassReport:
     queue_timeouts: list[str] = field(default_factory=list)
     sealed: int = 0
     woke: bool = False
-    # The marks the previous pass saw were not covered by any scan since (SPEC §7, §12 step 7).
+    # The marks the previous pass saw were not covered by any scan since
+    # (docs/design.md#wake-debt-and-what-is-owed).
     uncovered: bool = False
-    pruned: int = 0  # runs deleted by retention (SPEC §11) in this pass
+    # runs deleted by retention (docs/retention.md#what-is-pruned-and-what-is-kept) in this pass
+    pruned: int = 0
     crossed_age: bool = False  # a QUEUED run crossed the reservation age since the last pass
     # The database restarted or switched since the previous pass: a scan is owed (a wake debt)
     # and the leases got the outage grace.
@@ -179,7 +181,8 @@ def _isolated(handle: Callable[[Any], Any], item: Any, what: str) -> int:
 
 
 def reap_pass(ctx: Context, *, previous_failed: bool = False) -> PassReport:
-    """One pass, in the order of SPEC §12, while this process holds the reaper's lock."""
+    """One pass, in the order of docs/queue.md#the-reaper, while this process holds the reaper's
+    lock."""
     report = PassReport()
     idle = ctx.config["gate.idle_seconds"]
     try:
@@ -226,15 +229,17 @@ def count_pass(report: PassReport) -> None:
 
 def _crossed_age(ctx: Context, s: Any, previous: Any) -> bool:
     """A QUEUED run crossed ``queue.reserve_after_seconds`` since the previous pass: time passing
-    is not an event, so this pass scans once to write its reservation (SPEC §7a, §12)."""
+    is not an event, so this pass scans once to write its reservation
+    (docs/priorities.md#reservations-a-bound-on-how-long-a-wide-run-waits,
+    docs/queue.md#the-reaper)."""
     seconds = ctx.config["queue.reserve_after_seconds"]
     return seconds > 0 and queued_crossed_age(s, seconds, previous)
 
 
 def _pass(ctx: Context, report: PassReport, previous_failed: bool, lock: ReaperLock) -> None:
-    """The steps of SPEC §12, in its order; each step's runs in their own transactions, each
-    looked at only while the pass holds the reaper's lock (between steps too). A pass that
-    finds the lock gone finishes the row in hand and ends: it writes nothing more (its
+    """The steps of docs/queue.md#the-reaper, in its order; each step's runs in their own
+    transactions, each looked at only while the pass holds the reaper's lock (between steps too). A
+    pass that finds the lock gone finishes the row in hand and ends: it writes nothing more (its
     ``reaper_state`` row was written at its start), and what its rows freed is still marked,
     announced and woken for, through the ordinary gate."""
     after = AfterCommit()
@@ -282,7 +287,8 @@ def _begin_pass(ctx: Context, report: PassReport) -> None:
         now, previous = start.now, start.previous
         report.uncovered = start.previous_mark is not None and start.previous_mark > start.covered
         forget_old_failures(s)  # the 429 counts of addresses whose minute is long over
-        forget_expired_sessions(s)  # the pages' sessions past their expiry (SPEC §21)
+        # the pages' sessions past their expiry (docs/pages.md#signing-in)
+        forget_expired_sessions(s)
         report.crossed_age = _crossed_age(ctx, s, previous)
         report.restarted = start.restarted
         outage = previous is not None and now - previous > window
@@ -361,8 +367,8 @@ def _settle_verifying_and_time_out_queued(
         # Also when the pass ends early: the runs timed out so far are announced and woken for.
         after.settled += report.queue_timeouts
         if report.queue_timeouts:
-            # A timed-out run's reservations went with it: the wake hands those nodes on (SPEC
-            # §7a).
+            # A timed-out run's reservations went with it: the wake hands those nodes on
+            # (docs/priorities.md#reservations-a-bound-on-how-long-a-wide-run-waits).
             after.wake("queue timeout of " + ", ".join(report.queue_timeouts))
     # Health runs due (docs/operators.md, "Health runs"): each queued run is woken for.
     try:
@@ -420,7 +426,8 @@ def _wake_or_pay(
     else:
         why = "reaper: " + ("wake debt" if owed else "reservation age")
     # Paying what is owed takes the scanning lock directly: the waiter the skipped wakes
-    # counted on may never scan (SPEC §7, §12 step 7). A scan that raises leaves its debt.
+    # counted on may never scan (docs/design.md#wake-debt-and-what-is-owed). A scan that raises
+    # leaves its debt.
     scan = wake_queued(ctx, why, direct=owed)
     report.woke = not scan.skipped
     if scan.skipped:
@@ -483,7 +490,8 @@ def reap_once(ctx: Context, *, previous_failed: bool) -> bool:
     """One turn of the reaper's loop; returns whether a debt is still owed by this reaper (its
     pass failed, or one was owed and its scan did not run: the pass was skipped, lost the
     reaper's lock before it, or the scanning lock did not come in time; a pass that could not
-    take the reaper's lock does not forget the debt it saw, SPEC §7)."""
+    take the reaper's lock does not forget the debt it saw,
+    docs/design.md#wake-debt-and-what-is-owed)."""
     try:
         report = reap_pass(ctx, previous_failed=previous_failed)
     except Exception:

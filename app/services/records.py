@@ -1,4 +1,4 @@
-"""Logs, blobs, the ledger and sealed Records (SPEC §11)."""
+"""Logs, blobs, the ledger and sealed Records (docs/design.md#records)."""
 
 from __future__ import annotations
 
@@ -43,8 +43,8 @@ from app.wire import mark_declared, ts
 
 
 def record_of(run: Run) -> str:
-    """Where the run's Record lives (SPEC §20.2): the location kept on its row, or, for a run
-    created before locations were kept, where the old rule put it."""
+    """Where the run's Record lives (docs/configuration.md#where-records-are-kept): the location
+    kept on its row, or, for a run created before locations were kept, where the old rule put it."""
     return location_of(run.run_id, run.record_location)
 
 
@@ -59,7 +59,8 @@ def _run_and_step(s: Session, run_id: str, seq: int) -> tuple[Run, Step]:
 
 
 def authorise_node(caller: Caller, step: Step) -> None:
-    """Node tokens bound to node ids may touch only steps bound to their nodes (SPEC §13)."""
+    """Node tokens bound to node ids may touch only steps bound to their nodes
+    (docs/tokens.md#node-binding)."""
     if caller.nodes is not None and step.node_id not in caller.nodes:
         raise Forbidden(f"token may not act for node {step.node_id}")
 
@@ -71,7 +72,8 @@ SEALED = "sealed"
 @dataclass(frozen=True)
 class LogView:
     """One GET of a step log: the bytes from the offset, the state of the file they come from,
-    and which file that is (``progress`` before the seal, ``sealed`` after; SPEC §19.4)."""
+    and which file that is (``progress`` before the seal, ``sealed`` after;
+    docs/api.md#put-v1runsrun_idstepsseqlog--append-to-a-steps-log)."""
 
     data: bytes
     state: LogState
@@ -91,15 +93,17 @@ def _write_log(
     """``write`` into the step's log (``kind`` ``log``) or its progress (``progress``) in a short
     transaction that holds the run's row and the log's advisory lock: appends to one (run, seq,
     name) from every process and host take their turn there, never by a lock of this process
-    alone (SPEC §19.4). ``write`` is given the file as it was last written (None: the step has
-    no such file yet) and the bytes the run may still store; the file's new length is counted in
-    the same transaction (SPEC §20.6). A file the step may not have (past
-    ``records.max_step_files``) is not made: the reply is an empty log of ``attempt``, capped.
-    Only the step that makes the log writes it (SPEC §20.3): a step a node runs, CLAIMED in
-    ``attempt`` (its current one for a plain log), 409 otherwise; a progress chunk of an attempt
-    older than the step's changes nothing and keeps its 200."""
+    alone (docs/api.md#put-v1runsrun_idstepsseqlog--append-to-a-steps-log). ``write`` is given the
+    file as it was last written (None: the step has no such file yet) and the bytes the run may
+    still store; the file's new length is counted in the same transaction
+    (docs/security.md#runs-records-and-uploads). A file the step may not have (past
+    ``records.max_step_files``) is not made: the reply is an empty log of ``attempt``, capped. Only
+    the step that makes the log writes it (docs/security.md#runs-records-and-uploads): a step a node
+    runs, CLAIMED in ``attempt`` (its current one for a plain log), 409 otherwise; a progress chunk
+    of an attempt older than the step's changes nothing and keeps its 200."""
     with ctx.db.begin() as s:
-        run = lock_run_for_files(s, run_id)  # the end of the run waits for this write (SPEC §11)
+        # the end of the run waits for this write (docs/design.md#records)
+        run = lock_run_for_files(s, run_id)
         if run is None:
             raise NotFound(f"no such run: {run_id}")
         step = get_step(s, run_id, seq)
@@ -134,8 +138,9 @@ def _write_log(
 
 
 def _share_claimed_step(s: Session, run_id: str, seq: int, attempt: int) -> None:
-    """SPEC §20.3: only the step that makes an artifact writes it — a step a node runs, CLAIMED
-    in ``attempt``; held until the write commits, so its result waits for the write."""
+    """Only the step that makes an artifact writes it (docs/security.md#runs-records-and-uploads) —
+    a step a node runs, CLAIMED in ``attempt``; held until the write commits, so its result waits
+    for the write."""
     if not share_claimed_step(s, run_id, seq, attempt):
         raise StepNotClaimed()
 
@@ -144,7 +149,8 @@ def append_log(
     ctx: Context, run_id: str, seq: int, name: str, data: bytes, caller: Caller
 ) -> LogState:
     """Append to the step's log, cut with a note at ``max_blob_bytes`` or where the run's files
-    reach ``records.max_run_bytes`` (SPEC §11, §20.6); the log's state after the append."""
+    reach ``records.max_run_bytes`` (docs/design.md#records,
+    docs/security.md#runs-records-and-uploads); the log's state after the append."""
     cap = ctx.config["max_blob_bytes"]
     return _write_log(
         ctx,
@@ -162,9 +168,10 @@ def append_log(
 def put_progress(
     ctx: Context, run_id: str, seq: int, name: str, attempt: int, data: bytes, caller: Caller
 ) -> LogState:
-    """A progress chunk of ``attempt`` (SPEC §19.4): kept apart from the log for live viewing and
-    dropped at the seal; a chunk of an attempt older than the stored progress changes nothing.
-    The progress is capped at ``max_blob_bytes`` or where the run's files reach
+    """A progress chunk of ``attempt``
+    (docs/api.md#put-v1runsrun_idstepsseqlog--append-to-a-steps-log): kept apart from the log for
+    live viewing and dropped at the seal; a chunk of an attempt older than the stored progress
+    changes nothing. The progress is capped at ``max_blob_bytes`` or where the run's files reach
     ``records.max_run_bytes``: a chunk of a newer attempt may use the room of the progress it
     replaces. The state of the progress that is kept (which attempt it is, its length, its cap)."""
     limit = ctx.config["max_blob_bytes"]
@@ -179,8 +186,9 @@ def put_progress(
 
 def read_log(ctx: Context, run_id: str, seq: int, name: str, offset: int) -> LogView:
     """Before the seal, the highest attempt's progress if there is one, else the appended log;
-    after it, the sealed log. A step the run does not have reads as an empty log (SPEC §19.4):
-    a viewer that polls the steps it was shown is never told 404 for one."""
+    after it, the sealed log. A step the run does not have reads as an empty log
+    (docs/api.md#put-v1runsrun_idstepsseqlog--append-to-a-steps-log): a viewer that polls the steps
+    it was shown is never told 404 for one."""
     with ctx.db.read() as s:
         run = get_run(s, run_id)
     if run is None:
@@ -210,7 +218,8 @@ def store_blob(
     by_declared_token: str | None = None,
 ) -> None:
     """The file in the Record (atomic) and its ledger row, in the caller's transaction;
-    ``by_declared_token`` marks a ``by`` that is a self-declared principal (SPEC §20.5)."""
+    ``by_declared_token`` marks a ``by`` that is a self-declared principal
+    (docs/tokens.md#principal)."""
     digest = ctx.records.put_blob(record_of(run), seq, attempt, name, data)
     record_blob(
         s,
@@ -228,10 +237,12 @@ def store_blob(
 
 
 def is_upload_name(name: str) -> bool:
-    """A name a step may upload under (SPEC §19.5): one file name of at most 200 bytes, ``_cannot``
-    and other names no contract may declare included, but no separator, control character (C0,
-    DEL, C1: a newline would split the name's line in the sealed Record's SHA256SUMS), Unicode
-    format character (a bidi override would disguise it, SPEC §20.6) or name of only dots."""
+    """A name a step may upload under
+    (docs/api.md#put-v1runsrun_idstepsseqblobname--upload-an-artifact): one file name of at most 200
+    bytes, ``_cannot`` and other names no contract may declare included, but no separator, control
+    character (C0, DEL, C1: a newline would split the name's line in the sealed Record's
+    SHA256SUMS), Unicode format character (a bidi override would disguise it,
+    docs/security.md#runs-records-and-uploads) or name of only dots."""
     try:
         check_name(name)
     except ValueError:
@@ -242,8 +253,9 @@ def is_upload_name(name: str) -> bool:
 
 
 def check_upload_name(name: str) -> None:
-    """A control or format character is a 400 naming ``name``, like a bad log ``?name=`` (SPEC
-    §18, §20.6); any other name no upload may have names nothing: 404 (SPEC §13)."""
+    """A control or format character is a 400 naming ``name``, like a bad log ``?name=``
+    (docs/security.md#runs-records-and-uploads); any other name no upload may have names nothing:
+    404 (docs/api.md#conventions)."""
     if has_control_character(name):
         raise BadRequest(f"name must not contain a control character, got {name!r}")
     if has_format_character(name):
@@ -255,10 +267,11 @@ def check_upload_name(name: str) -> None:
 @retrying
 def put_blob(ctx: Context, run_id: str, seq: int, name: str, data: bytes, caller: Caller) -> None:
     """Only for the step that makes it: a step a node runs, CLAIMED (409 otherwise, after 403,
-    404 and 410; SPEC §20.3), stored as its current attempt. Validate against the step's schema
-    first (422, nothing stored), then write the file atomically and its ledger row (SPEC §11).
-    Any valid name may be uploaded, declared in the step's ``out`` or not; only declared names
-    count as produced (SPEC §19.5)."""
+    404 and 410; docs/security.md#runs-records-and-uploads), stored as its current attempt. Validate
+    against the step's schema first (422, nothing stored), then write the file atomically and its
+    ledger row (docs/api.md#put-v1runsrun_idstepsseqblobname--upload-an-artifact). Any valid name
+    may be uploaded, declared in the step's ``out`` or not; only declared names count as produced
+    (docs/api.md#put-v1runsrun_idstepsseqblobname--upload-an-artifact)."""
     with ctx.db.read() as s:
         run, step = _run_and_step(s, run_id, seq)
     authorise_node(caller, step)
@@ -266,7 +279,8 @@ def put_blob(ctx: Context, run_id: str, seq: int, name: str, data: bytes, caller
     if run.state in RUN_FINISHED:
         raise Gone()
     if step.state != CLAIMED or step.kind not in NODE_KINDS:
-        raise StepNotClaimed()  # before the schema is looked at (SPEC §20.3)
+        # before the schema is looked at (docs/security.md#runs-records-and-uploads)
+        raise StepNotClaimed()
     schema = (step.spec.get("schema") or {}).get(name)
     schema_ok = None
     if schema is not None:
@@ -279,7 +293,8 @@ def put_blob(ctx: Context, run_id: str, seq: int, name: str, data: bytes, caller
             raise Unprocessable(problem)
         schema_ok = True
     with ctx.db.begin() as s:
-        locked = lock_run_for_files(s, run_id)  # the end of the run waits for this write (SPEC §11)
+        # the end of the run waits for this write (docs/design.md#records)
+        locked = lock_run_for_files(s, run_id)
         if locked is None or locked.state in RUN_FINISHED:
             raise Gone()
         _share_claimed_step(s, run_id, seq, step.attempt)
@@ -295,9 +310,10 @@ def put_blob(ctx: Context, run_id: str, seq: int, name: str, data: bytes, caller
 def _count_blob(
     s: Session, ctx: Context, run: Run, seq: int, attempt: int, name: str, size: int
 ) -> None:
-    """Count an upload against the caps (SPEC §20.6) in the transaction that stores it, under the
-    run's row: a new (attempt, name) is one more file of the step; the run's bytes grow by what
-    the upload adds to the blob it replaces. Over either cap: 413, and nothing is stored."""
+    """Count an upload against the caps (docs/security.md#runs-records-and-uploads) in the
+    transaction that stores it, under the run's row: a new (attempt, name) is one more file of the
+    step; the run's bytes grow by what the upload adds to the blob it replaces. Over either cap:
+    413, and nothing is stored."""
     before = blob_bytes(s, run.run_id, seq, attempt, name)
     limit = ctx.config["records.max_step_files"]
     if before is None and not add_step_file(s, run.run_id, seq, limit):
@@ -312,8 +328,9 @@ def _count_blob(
 
 
 def get_blob(ctx: Context, run_id: str, name: str) -> bytes:
-    """The blob the name resolves to in the run (route 15; SPEC §19.5: among the blobs of the
-    steps that declare it, else among all blobs of the run)."""
+    """The blob the name resolves to in the run
+    (docs/api.md#get-v1runsrun_idblobname--download-an-artifact: among the blobs of the steps that
+    declare it, else among all blobs of the run)."""
     with ctx.db.read() as s:
         run = get_run(s, run_id)
         if run is None:
@@ -328,7 +345,8 @@ def get_blob(ctx: Context, run_id: str, name: str) -> bytes:
 
 
 def ledger(ctx: Context, run_id: str) -> dict[str, Any]:
-    """``GET /v1/runs/{id}/ledger`` (SPEC §11)."""
+    """``GET /v1/runs/{id}/ledger``
+    (docs/api.md#get-v1runsrun_idledger--the-artifacts-a-run-can-see)."""
     with ctx.db.read() as s:
         run = get_run(s, run_id)
         if run is None:
@@ -338,9 +356,10 @@ def ledger(ctx: Context, run_id: str) -> dict[str, Any]:
 
 def ledger_entries(s: Session, run: Run, *, marked: bool = True) -> list[dict[str, Any]]:
     """Artifacts this run can see; ``ledger.scope: work`` puts earlier runs of the same work
-    first (SPEC §11). Also the claim's ``ledger`` for a step with ``see.ledger: "list"``, with
-    ``marked=False``: that one keeps the original's entry shape (SPEC §19.6), without the marks
-    of a self-declared ``by`` (SPEC §20.5)."""
+    first (docs/api.md#get-v1runsrun_idledger--the-artifacts-a-run-can-see). Also the claim's
+    ``ledger`` for a step with ``see.ledger: "list"``, with ``marked=False``: that one keeps the
+    original's entry shape (docs/api.md#post-v1nodesnode_idclaim--the-next-step-for-a-node), without
+    the marks of a self-declared ``by`` (docs/tokens.md#principal)."""
     runs = [run.run_id]
     if run.ledger_scope == "work" and run.work_id:
         runs = earlier_runs_of_work(s, run.work_id, run.run_id) + [run.run_id]
@@ -380,7 +399,7 @@ def manifest(
 ) -> dict[str, Any]:
     """``manifest.json``: written when the Record opens and again, whole, from the run's row when
     it is sealed, so the opening write need not reach the disk before the submit is answered.
-    A self-declared requester is marked ``requester_self_declared`` (SPEC §20.5)."""
+    A self-declared requester is marked ``requester_self_declared`` (docs/tokens.md#principal)."""
     doc: dict[str, Any] = {"run_id": run_id, "work_id": work_id, "requester": principal}
     if principal_self_declared:
         doc["requester_self_declared"] = True
@@ -395,7 +414,7 @@ def manifest(
 
 def seal_run(ctx: Context, run_id: str) -> bool:
     """Write verdict, step files, events and SHA256SUMS, make the Record read-only, then mark the
-    run sealed. Idempotent; a failure is logged and left to the reaper (SPEC §11)."""
+    run sealed. Idempotent; a failure is logged and left to the reaper (docs/design.md#records)."""
     try:
         with ctx.db.begin() as s:
             # One seal of a run at a time on every host; the one that finds it held leaves it

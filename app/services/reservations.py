@@ -1,5 +1,6 @@
-"""The reservation step of a wake scan (SPEC §7a, step 1): keep and add reservations, write only
-the difference, and hand the ordinary pass what is reserved against whom."""
+"""The reservation step of a wake scan (docs/design.md#priorities-and-reservations): keep and add
+reservations, write only the difference, and hand the ordinary pass what is reserved against
+whom."""
 
 from __future__ import annotations
 
@@ -142,7 +143,8 @@ def _worth_reading(
 
 @retrying
 def _write(ctx: Context, stored: dict[str, str], plan: dict[str, str]) -> Written:
-    """The difference, in one transaction (the holders' run rows first, SPEC §1 lock order)."""
+    """The difference, in one transaction (the holders' run rows first,
+    docs/queue.md#lock-order)."""
     with ctx.db.begin() as s:
         set_statement_timeout(s, ctx.config["database.statement_timeout_seconds"])
         return write_reservations(s, stored, plan)
@@ -181,7 +183,8 @@ def reserve(
     )
     ended: set[str] = set()
     if plan != inputs.stored:
-        ctx.gate.check(now=True)  # SPEC §7: never write reservations without the gate
+        # never write reservations without the gate (docs/design.md#the-scan-gate-and-wake-marks)
+        ctx.gate.check(now=True)
         written = _write(ctx, inputs.stored, plan)
         ended = written.not_queued
         for run_id, nodes in written.changed.items():

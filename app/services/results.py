@@ -1,4 +1,4 @@
-"""Claims and results (SPEC §8)."""
+"""Claims and results (docs/api.md#node-agents)."""
 
 from __future__ import annotations
 
@@ -42,21 +42,24 @@ from app.wire import ts
 
 # ---------------------------------------------------------------- claim
 
-NO_ADVERT_WAIT_SECONDS = 1.0  # SPEC §20.6: how long a claim of a node without a live advert waits
+# How long a claim of a node without a live advert waits (docs/security.md#input-and-load).
+NO_ADVERT_WAIT_SECONDS = 1.0
 
 
 def held_seconds(wait: float, jitter: float, draw: float) -> float:
     """How long a claim that finds nothing is held: the window less ``draw`` (in [0, 1)) times
     ``jitter`` of it. Claims that started together (a fleet restarted) then end spread over the
     last ``jitter`` of the window instead of together, and their next first looks come spread
-    too (SPEC §8 asks a claim to wait up to the window, never longer)."""
+    too (a claim waits up to the window, never longer:
+    docs/api.md#post-v1nodesnode_idclaim--the-next-step-for-a-node)."""
     return wait * (1.0 - jitter * draw)
 
 
 def claim_body(ctx: Context, step: Step, node_id: str) -> dict[str, Any]:
-    """The step as the node agent reads it (SPEC §8, §19.6): ``workspace``, ``feedback``,
-    ``check_changed`` and ``attempt`` only when they have a value, ``ledger`` only for a step
-    with ``see.ledger: "list"``."""
+    """The step as the node agent reads it
+    (docs/api.md#post-v1nodesnode_idclaim--the-next-step-for-a-node): ``workspace``, ``feedback``,
+    ``check_changed`` and ``attempt`` only when they have a value, ``ledger`` only for a step with
+    ``see.ledger: "list"``."""
     spec = step.spec
     with ctx.db.read() as s:
         run = get_run(s, step.run_id)
@@ -103,7 +106,8 @@ def claim_body(ctx: Context, step: Step, node_id: str) -> dict[str, Any]:
 
 def check_changed(contract: dict[str, Any], step_id: str) -> list[str]:
     """The paths of ``success_when[].changed`` for this step, in order, once each: what the
-    agent checks for change and reports in ``changed`` (SPEC §19.6)."""
+    agent checks for change and reports in ``changed``
+    (docs/api.md#post-v1nodesnode_idclaim--the-next-step-for-a-node)."""
     paths: dict[str, None] = {}
     for cond in contract.get("success_when") or []:
         if isinstance(cond, dict) and cond.get("step") == step_id:
@@ -115,8 +119,9 @@ def claim_once(
     ctx: Context, node_id: str, instance: str | None, *, ask_live: bool = False
 ) -> tuple[dict[str, Any] | None, bool]:
     """One look, one short transaction: redeliver the step this instance holds, else claim the
-    next one (SPEC §8). Returns the step's body (None: nothing for this node) and, when nothing
-    was found and ``ask_live``, whether the node has a live advert (else True)."""
+    next one (docs/api.md#post-v1nodesnode_idclaim--the-next-step-for-a-node). Returns the step's
+    body (None: nothing for this node) and, when nothing was found and ``ask_live``, whether the
+    node has a live advert (else True)."""
     with ctx.db.begin() as s:
         step = held_step(s, node_id, instance) if instance else None
         if step is None:
@@ -139,13 +144,14 @@ def claim(
 def _claim(
     ctx: Context, node_id: str, instance: str | None, wait_seconds: float
 ) -> dict[str, Any] | None:
-    """SPEC §20.6: the claim's ticket is registered once, for the whole claim, so that a newer
-    claim of the same node can supersede it (one waiting claim per node id and process).
+    """The claim's ticket is registered once (docs/security.md#input-and-load), for the whole claim,
+    so that a newer claim of the same node can supersede it (one waiting claim per node id and
+    process).
 
-    SPEC §8, §16: after its first look the claim only waits on its ticket, which is set by a
-    notification naming its node, by the listener reconnecting, by the process's safety-net
-    pass finding its node claimable, or by a newer claim superseding it; it looks again only
-    then, so an idle claim costs the database nothing of its own."""
+    After its first look (docs/design.md#claims-and-the-long-poll) the claim only waits on its
+    ticket, which is set by a notification naming its node, by the listener reconnecting, by the
+    process's safety-net pass finding its node claimable, or by a newer claim superseding it; it
+    looks again only then, so an idle claim costs the database nothing of its own."""
     listener = ctx.claims
     ticket = listener.register(node_id)
     jitter = ctx.config["claim.long_poll_jitter"]
@@ -160,7 +166,7 @@ def _claim(
             if body is not None:
                 return body  # taken: a newer claim of the node does not take it away
             if not live:
-                # SPEC §20.6: no claims held for node ids no agent advertises.
+                # No claims held for node ids no agent advertises (docs/security.md#input-and-load).
                 deadline = min(deadline, ticket.started + NO_ADVERT_WAIT_SECONDS)
             first = False
             remaining = deadline - time.monotonic()
@@ -184,8 +190,9 @@ def _until_met(until: dict[str, Any], exit_code: int | None, produced: set[str])
 def _rollback(
     pic: Picture, st: Step, exit_code: int | None, error: str | None, produced: set[str]
 ) -> tuple[list[int], list[Step]]:
-    """The rollback check, before any effect (SPEC §8.1). Returns the seqs to reset (empty: no
-    rollback) and the steps whose attempts ran out (marked ``exhausted`` for the verdict)."""
+    """The rollback check, before any effect (docs/design.md#rollbacks). Returns the seqs to reset
+    (empty: no rollback) and the steps whose attempts ran out (marked ``exhausted`` for the
+    verdict)."""
     exhausted = []
     loop = st.spec.get("loop")
     if loop and error is None and not _until_met(loop.get("until") or {}, exit_code, produced):
@@ -206,7 +213,7 @@ def _rollback(
 
 def _attempts_left(run: Run, st: Step, allowed: int) -> bool:
     """Whether a reset may happen: N allowed attempts are 0 … N−1, so one more is allowed while
-    attempt + 1 < N (SPEC §19.1), counted from the run's base (1 for runs created before
+    attempt + 1 < N (docs/contract.md#loop), counted from the run's base (1 for runs created before
     attempts were counted from 0)."""
     return st.attempt - run.attempt_base + 1 < allowed
 
@@ -294,9 +301,10 @@ def complete_step(
     node: str | None,
     **values: Any,
 ) -> dict[str, Any]:
-    """The result path, shared by node results and answers, in the order of SPEC §8: rollback
-    check, the step's new state, effects (dispatch, release), acquire and asks, settle, and the
-    at-boundary drain. The run and its steps are locked by the caller."""
+    """The result path, shared by node results and answers, in the order of
+    docs/design.md#results-and-settle: rollback check, the step's new state, effects (dispatch,
+    release), acquire and asks, settle, and the at-boundary drain. The run and its steps are locked
+    by the caller."""
     run = pic.run
     schema = st.spec.get("schema") or {}
     produced = accepted_blob_names(s, run.run_id, {st.seq: st.attempt})[st.seq] | {
@@ -306,15 +314,16 @@ def complete_step(
     view = _NodeView(s, node)
     agent_error = error  # a dispatch's refusal below is the run's, not the board's
     if seqs and not view.at_boundary():
-        # A rollback frees nothing: no wake (SPEC §8.1). The reset steps are claimable again,
-        # and an ask among them is raised again (SPEC §10), or the run would wait forever.
+        # A rollback frees nothing: no wake (docs/design.md#rollbacks). The reset steps are
+        # claimable again, and an ask among them is raised again (docs/design.md#rollbacks), or the
+        # run would wait forever.
         reset_steps(s, run.run_id, seqs)
         advance(s, ctx, Picture(run, lock_steps(s, run.run_id)), after)
         view.move_strikes(ctx, after, done=True)
         return {"run_id": run.run_id, "seq": st.seq, "rolled_back": True}
     if seqs:
-        # The node drains at this step boundary (SPEC §4): the run is cancelled, not rolled back
-        # onto a node that is leaving.
+        # The node drains at this step boundary (docs/operators.md#graceful-and-at-boundary): the
+        # run is cancelled, not rolled back onto a node that is leaving.
         _cancel_for_drain(s, run, node, after)
         view.move_strikes(ctx, after, done=True)
         return {"run_id": run.run_id, "seq": st.seq, "run_state": FAILED}
@@ -346,8 +355,8 @@ def complete_step(
     # Last in the transaction (docs/queue.md, "Lock order"): the node's strikes.
     if expect == CLAIMED:
         view.move_strikes(ctx, after, done=st.state == DONE, error=agent_error)
-    # Wake even while the run goes on (SPEC §7 wake point 1), also when nothing above named a
-    # freed node.
+    # Wake even while the run goes on (wake point 1, docs/design.md#wake-points), also when nothing
+    # above named a freed node.
     after.wake_anyway = f"result of {run.run_id}#{st.seq:02d}"
     fault("result.before_commit")
     return {
@@ -385,7 +394,7 @@ def _report(
         if lease is None or lease.run_id != run_id:
             raise not_claimed
         if body.get("nonce") is not None and body["nonce"] != lease.nonce:
-            # Fencing: a result from an earlier lease of this node (SPEC §8).
+            # Fencing: a result from an earlier lease of this node (docs/queue.md#leases).
             raise NotClaimed(f"lease nonce is not current for {node} in {run_id}")
         result = result_document(body, f"{run_id}#{seq:02d}")
         return complete_step(
@@ -408,7 +417,9 @@ ERROR_LIMIT = 64 * 1024
 
 def bounded_error(text: str | None) -> str | None:
     """A result's ``error`` as stored: any length is taken, cut at 64 KiB of UTF-8 with a note
-    saying how long it was (SPEC §19.3); empty is no error."""
+    saying how long it was
+    (docs/compatibility.md#compatibility-with-the-original-fleets-agent-and-runctl); empty is no
+    error."""
     if not text:
         return None
     data = text.encode()
@@ -418,7 +429,8 @@ def bounded_error(text: str | None) -> str | None:
     return kept + f"\n[error truncated at 64 KiB: {len(data)} bytes in all]"
 
 
-# The result fields kept verbatim in the step's document when well-formed (SPEC §19.3).
+# The result fields kept verbatim in the step's document when well-formed
+# (docs/compatibility.md#compatibility-with-the-original-fleets-agent-and-runctl).
 _RESULT_FIELDS: dict[str, tuple[type, ...]] = {
     "harness": (dict, list, str, int, float, bool),
     "workspace": (str, dict),
@@ -485,7 +497,8 @@ class _NodeView:
 
 
 def _cancel_for_drain(s: Session, run: Run, node: str | None, after: AfterCommit) -> None:
-    """SPEC §4 at-boundary: the run is cancelled by ``drain:<node>`` in the result's transaction."""
+    """An at-boundary drain (docs/operators.md#graceful-and-at-boundary): the run is cancelled by
+    ``drain:<node>`` in the result's transaction."""
     after.released(run.run_id, settle_cancelled(s, run, f"drain:{node}", f"drain:{node}"))
     run.state = FAILED
     after.settled.append(run.run_id)

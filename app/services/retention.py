@@ -1,5 +1,6 @@
-"""Retention (SPEC §11): finished runs older than ``retention.days`` (the reaper) or a given time
-(``mediator prune --before``) are deleted with every row that refers to them and their Record.
+"""Retention (docs/retention.md#retention-pruning-old-runs): finished runs older than
+``retention.days`` (the reaper) or a given time (``mediator prune --before``) are deleted with every
+row that refers to them and their Record.
 
 A batch of at most ``batch_size`` runs is one short transaction (``app.store.retention``); a reaper
 pass runs at most ``PASS_BATCHES`` of them and leaves the rest for the next pass, so a long history
@@ -166,7 +167,8 @@ def _dry_run(ctx: Context, report: PruneReport) -> None:
 
 
 def retention_cutoff(ctx: Context, days: int) -> datetime:
-    """``now() - days`` on the database clock (SPEC §1: the only clock)."""
+    """``now() - days`` on the database clock (the only clock:
+    docs/design.md#shape-of-the-service)."""
     with ctx.db.read() as s:
         return s.execute(select(func.now() - timedelta(days=days))).scalar_one()
 

@@ -1,6 +1,7 @@
-"""What a commit leaves settled (SPEC §8 settle, §10, §11): verdicts of runs whose VERIFYING has
-committed, ask webhooks, sealing and run webhooks. Never wakes the queue and never notifies claims:
-that is :func:`app.services.settle_and_wake.settle_and_wake`, one layer up, and a wake scan's own
+"""What a commit leaves settled (docs/design.md#settle-and-the-verdict, docs/contract.md#ask,
+docs/design.md#records): verdicts of runs whose VERIFYING has committed, ask webhooks, sealing and
+run webhooks. Never wakes the queue and never notifies claims: that is
+:func:`app.services.settle_and_wake.settle_and_wake`, one layer up, and a wake scan's own
 promotions, which hold the scan gate themselves."""
 
 from __future__ import annotations
@@ -25,9 +26,9 @@ from app.verdict import evaluate
 
 @retrying
 def complete_verdict(ctx: Context, run_id: str, after: AfterCommit) -> list[str]:
-    """The verdict of a run whose VERIFYING has committed (SPEC §8 settle); also the reaper's
-    re-settle after a crash in between. Its leases are deleted, and a verdict that freed nodes
-    takes a wake mark right after its commit; returns the freed nodes (also recorded in
+    """The verdict of a run whose VERIFYING has committed (docs/design.md#settle-and-the-verdict);
+    also the reaper's re-settle after a crash in between. Its leases are deleted, and a verdict that
+    freed nodes takes a wake mark right after its commit; returns the freed nodes (also recorded in
     ``after`` as the cause of the wake that follows)."""
     with ctx.db.begin() as s:
         run = lock_run(s, run_id)
@@ -68,7 +69,8 @@ def settle_committed(ctx: Context, after: AfterCommit) -> set[str]:
         try:
             freed.update(complete_verdict(ctx, run_id, after))
         except Exception:
-            # The run stays VERIFYING; the reaper settles it again (SPEC §8).
+            # The run stays VERIFYING; the reaper settles it again
+            # (docs/design.md#settle-and-the-verdict).
             log.exception("verdict failed; the reaper settles it again", run_id=run_id)
     for event in after.asks:
         post_webhook(
@@ -81,7 +83,8 @@ def settle_committed(ctx: Context, after: AfterCommit) -> set[str]:
 
 
 def webhook_limits(ctx: Context) -> dict[str, Any]:
-    """The configured queue size and delivery time-out of webhooks (SPEC §15)."""
+    """The configured queue size and delivery time-out of webhooks
+    (docs/configuration.md#webhooks)."""
     return {
         "queue_size": ctx.config["notify.queue_size"],
         "timeout": ctx.config["notify.timeout_seconds"],
@@ -90,7 +93,7 @@ def webhook_limits(ctx: Context) -> dict[str, Any]:
 
 def with_page_url(ctx: Context, event: dict[str, Any]) -> dict[str, Any]:
     """An ask's notification with ``page_url``, where a person answers it in a browser, when
-    ``ui.public_url`` says where the pages are (SPEC §21)."""
+    ``ui.public_url`` says where the pages are (docs/pages.md#asks-asks)."""
     base = ctx.config["ui.public_url"]
     if not base:
         return event
@@ -99,7 +102,7 @@ def with_page_url(ctx: Context, event: dict[str, Any]) -> dict[str, Any]:
 
 
 def announce_settled(ctx: Context, run_id: str) -> None:
-    """``notify.runs_url``: a best-effort POST of the run's end (SPEC §15)."""
+    """``notify.runs_url``: a best-effort POST of the run's end (docs/configuration.md#webhooks)."""
     url = ctx.config["notify.runs_url"]
     if not url:
         return

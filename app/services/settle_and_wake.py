@@ -1,6 +1,6 @@
-"""The after-commit work of a request (SPEC §8 step 5): what the commit left settled, then one wake
-of the queue and one claim notification for the request and its wake's promotions (SPEC §8: at most
-one NOTIFY a request)."""
+"""The after-commit work of a request (docs/design.md#results-and-settle): what the commit left
+settled, then one wake of the queue and one claim notification for the request and its wake's
+promotions (at most one NOTIFY a request: docs/design.md#claims-and-the-long-poll)."""
 
 from __future__ import annotations
 

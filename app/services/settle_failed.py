@@ -1,4 +1,5 @@
-"""Ending a run (SPEC §8 settle, §9 cancel): the run row is locked by the caller's transaction."""
+"""Ending a run (docs/design.md#settle-and-the-verdict, docs/queue.md#leaving-the-queue): the run
+row is locked by the caller's transaction."""
 
 from __future__ import annotations
 
@@ -28,7 +29,9 @@ def settle_failed(
     """Run -> FAILED with ``ended_at`` and the verdict; its open steps FAILED; its leases deleted.
     Returns the freed nodes: the caller wakes the queue after commit. Guarded by the run state, so
     a run that ended meanwhile is left as it is (returns []). A QUEUED run's reservations are
-    deleted too (cancel, queue timeout: SPEC §7a); the caller's wake hands those nodes on."""
+    deleted too (cancel, queue timeout:
+    docs/priorities.md#reservations-a-bound-on-how-long-a-wide-run-waits); the caller's wake hands
+    those nodes on."""
     verdict = {"state": FAILED, "checks": checks}
     previous = run.state  # the guarded UPDATE refreshes the ORM object
     if not settle_run(
@@ -47,7 +50,8 @@ def settle_failed(
 
 
 def step_did_not_complete(step_id: str) -> dict[str, Any]:
-    """The check of a run that failed because a step failed (SPEC §8: check ``ran``)."""
+    """The check of a run that failed because a step failed (the check ``ran``:
+    docs/design.md#settle-and-the-verdict)."""
     return {
         "step": step_id,
         "what": "ran",
@@ -61,9 +65,10 @@ def step_did_not_complete(step_id: str) -> dict[str, Any]:
 def settle_cancelled(
     s: Session, run: Run, by: str, cause: str, by_declared_token: str | None = None
 ) -> list[str]:
-    """A cancelled run is FAILED with the verdict note ``cancelled by: <by>`` (SPEC §9, and the
-    at-boundary drain of SPEC §8 with ``drain:<node>``); a self-declared ``by`` is marked on the
-    event with the token it was declared under (SPEC §20.5)."""
+    """A cancelled run is FAILED with the verdict note ``cancelled by: <by>``
+    (docs/queue.md#leaving-the-queue, and the at-boundary drain of
+    docs/operators.md#graceful-and-at-boundary with ``drain:<node>``); a self-declared ``by`` is
+    marked on the event with the token it was declared under (docs/tokens.md#principal)."""
     note = f"cancelled by: {by}"
     return settle_failed(
         s,

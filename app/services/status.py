@@ -1,5 +1,6 @@
-"""The status page's picture (SPEC §14): the queue and what each queued run waits for, the
-running runs and their nodes, the nodes, open asks and recent verdicts, read in one snapshot."""
+"""The status page's picture (docs/pages.md#overview-): the queue and what each queued run waits
+for, the running runs and their nodes, the nodes, open asks and recent verdicts, read in one
+snapshot."""
 
 from __future__ import annotations
 
@@ -75,9 +76,9 @@ def _waits_for(line: dict[str, Any]) -> str:
 
 
 def status(ctx: Context) -> dict[str, Any]:
-    """What the overview shows (SPEC §14, §21), from one snapshot: the queue in queue order with
-    what each role waits for, the running runs, the nodes, the open asks and the runs that ended
-    last."""
+    """What the overview shows (docs/pages.md#overview-), from one snapshot: the queue in queue
+    order with what each role waits for, the running runs, the nodes, the open asks and the runs
+    that ended last."""
     with ctx.db.read(snapshot=True) as s:
         now = database_now(s)
         return {

@@ -1,4 +1,4 @@
-"""Submit and dry-run (SPEC §6), and queueing a run (SPEC §7)."""
+"""Submit and dry-run, and queueing a run (docs/queue.md#on-submit-placed-queued-or-rejected)."""
 
 from __future__ import annotations
 
@@ -67,16 +67,17 @@ class _Placed:
 
 @dataclass(frozen=True)
 class _Refused:
-    """A rejected submit, stored FAILED (SPEC §6.4): answered 422 with this reason."""
+    """A rejected submit, stored FAILED (docs/queue.md#on-submit-placed-queued-or-rejected):
+    answered 422 with this reason."""
 
     reason: str
 
 
 @dataclass(frozen=True)
 class _Queued:
-    """Stored QUEUED (SPEC §7). ``mark``: the last wake mark read before the candidate read that
-    queued it, and its ``created_at`` (None: not known; the submit then scans whatever the marks
-    say and reads the run back)."""
+    """Stored QUEUED (docs/queue.md#on-submit-placed-queued-or-rejected). ``mark``: the last wake
+    mark read before the candidate read that queued it, and its ``created_at`` (None: not known; the
+    submit then scans whatever the marks say and reads the run back)."""
 
     mark: int | None = None
     created_at: datetime | None = None
@@ -111,7 +112,7 @@ def _manifest(contract: Contract, caller: Caller, state: str, created_at: Any) -
 
 def check_priority(contract: Contract, caller: Caller) -> None:
     """After validation, before anything is read or stored: above the token's ``max_priority``
-    is 403, nothing stored (SPEC §7a, §13)."""
+    is 403, nothing stored (docs/priorities.md#priority, docs/tokens.md#configuring-tokens)."""
     bound = caller.max_priority
     if contract.priority > bound:
         raise Forbidden(
@@ -148,15 +149,15 @@ SHAPES_REMEMBERED = 10_000
 def _place(
     ctx: Context, contract: Contract, caller: Caller, after: AfterCommit
 ) -> _Placed | _Refused | _Queued:
-    """SPEC §6.3–6.7 in one transaction: read the first candidates of each role (one statement,
-    bounded by the run's counts, not by the fleet; no locks), match, then write the outcome in
-    one round trip — the run RUNNING with its steps, then its nodes' rows, placements and leases
-    in the lock order (docs/queue.md, "Lock order"), the run QUEUED with its steps, or the
-    rejected submit FAILED with its reject and no steps. A first choice wider than
+    """Submit in one transaction (docs/design.md#submit-and-dry-run): read the first candidates of
+    each role (one statement, bounded by the run's counts, not by the fleet; no locks), match, then
+    write the outcome in one round trip — the run RUNNING with its steps, then its nodes' rows,
+    placements and leases in the lock order (docs/queue.md, "Lock order"), the run QUEUED with its
+    steps, or the rejected submit FAILED with its reject and no steps. A first choice wider than
     ``lease.max_per_run`` reads every candidate once more and searches for one that reuses nodes
-    (docs/contract.md, "How matching works"). The read runs before the transaction's BEGIN,
-    which goes with the write (``Database.transaction``): in READ COMMITTED it has a snapshot of
-    its own either way.
+    (docs/contract.md#requirements-and-how-runs-are-placed). The read runs before the transaction's
+    BEGIN, which goes with the write (``Database.transaction``): in READ COMMITTED it has a snapshot
+    of its own either way.
 
     The run row goes first: a duplicate run_id fails on its key (:class:`DuplicateRun`); a node
     taken since the read fails on ``pk_leases`` and the whole transaction rolls back
@@ -167,15 +168,16 @@ def _place(
         "principal": caller.principal,
         "token_name": caller.token_name,
         "record_location": location,
-        "principal_self_declared": caller.self_declared,  # SPEC §20.5
+        "principal_self_declared": caller.self_declared,  # docs/tokens.md#principal
     }
     with ctx.db.transaction() as s:
-        # The last wake mark before the candidate read that queues a run (SPEC §7, closing the
-        # submit window): a resource freed after that read takes a mark above it, which is how
-        # the submit knows whether its own scan can find anything the read did not. The mark
-        # must be read before the read's snapshot is taken, so in a statement of its own: read
-        # first when the run's shape queued last time in this process, else only once the
-        # read found every candidate busy, and then the read again, after it.
+        # The last wake mark before the candidate read that queues a run
+        # (docs/queue.md#on-submit-placed-queued-or-rejected, closing the submit window): a resource
+        # freed after that read takes a mark above it, which is how the submit knows whether its own
+        # scan can find anything the read did not. The mark must be read before the read's snapshot
+        # is taken, so in a statement of its own: read first when the run's shape queued last time
+        # in this process, else only once the read found every candidate busy, and then the read
+        # again, after it.
         reserved_for = _reserved_for(ctx, contract)
 
         def look() -> tuple[FirstCandidates, Assignment | Reject]:
@@ -242,7 +244,8 @@ def _place(
                 contract.team,
             ),
             steps=step_rows(contract.run_id, contract.steps, bound),
-            # A reservation written after our read must not be passed (SPEC §7a): NodeTaken
+            # A reservation written after our read must not be passed
+            # (docs/priorities.md#reservations-a-bound-on-how-long-a-wide-run-waits): NodeTaken
             # rolls the creation back whole.
             unreserved_for=reserved_for,
             # Over its team's quota: OverQuota rolls the creation back whole, and the run queues.
@@ -267,9 +270,9 @@ def _place(
 
 @retrying
 def _queue(ctx: Context, contract: Contract, caller: Caller) -> None:
-    """Queue a run (SPEC §7) after its placement lost a node: the run, its steps through the
-    same builder as RUNNING creation, its Record opened before commit. It takes no lease, runs
-    no acquire and raises no ask."""
+    """Queue a run (docs/queue.md#on-submit-placed-queued-or-rejected) after its placement lost a
+    node: the run, its steps through the same builder as RUNNING creation, its Record opened before
+    commit. It takes no lease, runs no acquire and raises no ask."""
     location = record_location(contract.run_id)
     with ctx.db.begin() as s:
         created_at = create_run(
@@ -299,8 +302,9 @@ def checked_contract(ctx: Context, doc: Any, caller: Caller) -> Contract:
 
 
 def submit_run(ctx: Context, doc: Any, caller: Caller) -> Submitted:
-    """Submit a run (SPEC §6), counted by outcome and team for the metrics: a refusal before
-    the team is chosen counts under the team the token would get without ``queue.team``."""
+    """Submit a run (docs/queue.md#on-submit-placed-queued-or-rejected), counted by outcome and team
+    for the metrics: a refusal before the team is chosen counts under the team the token would get
+    without ``queue.team``."""
     team = token_team(ctx.teams, caller)
     try:
         contract = checked_contract(ctx, doc, caller)
@@ -329,20 +333,23 @@ def _submit_run(ctx: Context, contract: Contract, caller: Caller) -> Submitted:
         try:
             outcome = _place(ctx, contract, caller, after)
         except (NodeTaken, OverQuota):
-            # Rolled back whole; "no room now" like all busy (SPEC §7), or its team at its
-            # quota (docs/teams.md, "Quotas").
+            # Rolled back whole; "no room now" like all busy
+            # (docs/queue.md#on-submit-placed-queued-or-rejected), or its team at its quota
+            # (docs/teams.md, "Quotas").
             _queue(ctx, contract, caller)
             outcome = _Queued()
     except DuplicateRun:
-        # The run_id is the idempotency key, the body is not compared (SPEC §6.2): the insert
-        # itself finds a known run, and the answer is the run as it is.
+        # The run_id is the idempotency key, the body is not compared (docs/contract.md#top-level):
+        # the insert itself finds a known run, and the answer is the run as it is.
         return Submitted(200, _view(ctx, contract.run_id))
     except PrunedRunId:
-        raise Conflict("run id used by a pruned run") from None  # SPEC §11: the id stays the key
+        # The id stays the key (docs/retention.md#what-a-pruned-run-looks-like).
+        raise Conflict("run id used by a pruned run") from None
     if isinstance(outcome, _Refused):
         raise NoCandidate(outcome.reason)
     if isinstance(outcome, _Placed):
-        settle_and_wake(ctx, after)  # asks raised, claims notified (SPEC §6.7)
+        # asks raised, claims notified (docs/design.md#submit-and-dry-run)
+        settle_and_wake(ctx, after)
         if outcome.started:
             return Submitted(201, _view(ctx, contract.run_id))
         return Submitted(
@@ -359,17 +366,19 @@ def _submit_run(ctx: Context, contract: Contract, caller: Caller) -> Submitted:
 
 
 def _queued_answer(ctx: Context, contract: Contract, caller: Caller, queued: _Queued) -> Submitted:
-    """Close the submit window (SPEC §7): a resource freed after our read, whose own scan ran
-    before our QUEUED row was visible, is seen by a scan the submit runs itself.
+    """Close the submit window (docs/queue.md#on-submit-placed-queued-or-rejected): a resource freed
+    after our read, whose own scan ran before our QUEUED row was visible, is seen by a scan the
+    submit runs itself.
 
     That scan ends at its first check when it could not change anything. Every freeing commit
     takes a wake mark once it has committed: when no mark was taken since the one read before
     our candidate read, nothing was freed that the read did not see, and a freeing commit whose
     mark comes later is followed by a scan that starts after our QUEUED row was visible. And when
     the reservation step has no work (no reservation stored, no run waited long enough, no
-    lower-priority placement since the oldest queued run arrived, SPEC §7a), a scan would write
-    nothing either. Both are read with the run's place in the queue, which the 202 shows anyway,
-    in one statement; the scan then takes no gate and reads no queue."""
+    lower-priority placement since the oldest queued run arrived,
+    docs/priorities.md#reservations-a-bound-on-how-long-a-wide-run-waits), a scan would write
+    nothing either. Both are read with the run's place in the queue, which the 202 shows anyway, in
+    one statement; the scan then takes no gate and reads no queue."""
     scan = True
     cause = f"submit of {contract.run_id}"
     if queued.mark is not None and queued.created_at is not None:
@@ -458,8 +467,8 @@ def _wider_than_quota(contract: Contract, quota: Quota | None, width: int) -> st
 def _reserved_warnings(
     held: Mapping[str, Held], contract: Contract, outcome: Assignment
 ) -> list[str]:
-    """SPEC §7a: dry-run assigns as if reserved nodes were free, with a warning per assigned node
-    reserved against the run."""
+    """Dry-run assigns as if reserved nodes were free (docs/priorities.md#what-you-see), with a
+    warning per assigned node reserved against the run."""
     against = reserved_against(held, None, contract.priority)
     return [
         f"node {n} is reserved by run {held[n].run_id} (priority {held[n].priority})"

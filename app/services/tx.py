@@ -1,5 +1,5 @@
 """Transactions owned by service functions: bounded retries of deadlocks and serialisation
-failures (SPEC §1: SQLSTATE 40P01 and 40001, up to 3 times)."""
+failures (SQLSTATE 40P01 and 40001, up to 3 times: docs/queue.md#lock-order)."""
 
 from __future__ import annotations
 

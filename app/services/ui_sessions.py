@@ -1,6 +1,6 @@
-"""The pages' sessions (SPEC §21): sign-in makes a server-side session whose random id is all the
-cookie holds; every request reads it again with its token's entry, and ends it when the entry was
-removed, changed or expired."""
+"""The pages' sessions (docs/pages.md#signing-in): sign-in makes a server-side session whose random
+id is all the cookie holds; every request reads it again with its token's entry, and ends it when
+the entry was removed, changed or expired."""
 
 from __future__ import annotations
 
@@ -85,6 +85,6 @@ def page_secret(ctx: Context) -> str:
 
 
 def csrf_seed(key: str, page_session: PageSession) -> str:
-    """The CSRF seed of a signed-in browser, derived from its session (SPEC §21): a form made
-    for one session is refused in another, and after sign-out."""
+    """The CSRF seed of a signed-in browser, derived from its session (docs/pages.md#signing-in): a
+    form made for one session is refused in another, and after sign-out."""
     return hmac.new(key.encode(), b"csrf:" + page_session.id_digest.encode(), "sha256").hexdigest()

@@ -1,5 +1,6 @@
-// The live parts of the Mediator's pages, in a few lines and no build step (SPEC §21). Without
-// JavaScript the pages still work; only these parts then wait for a reload.
+// The live parts of the Mediator's pages, in a few lines and no build step
+// (docs/pages.md#pages-for-people). Without JavaScript the pages still work; only these parts then
+// wait for a reload.
 (function () {
   "use strict";
   var PAGE_SECONDS = 3;  // how often a page's live parts are read again

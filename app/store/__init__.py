@@ -1,4 +1,4 @@
-"""The only module with SQL whose exact form matters (STYLE: layers).
+"""The only module with SQL whose exact form matters (the layers of docs/design.md#code-layout).
 
 Every state change is one explicit guarded statement whose docstring names the guard or lock that
 makes it safe; "0 rows" and key conflicts become domain outcomes (``NotQueued``, ``NodeTaken``).
@@ -22,11 +22,13 @@ class DuplicateRun(StoreOutcome):
 
 
 class PrunedRunId(StoreOutcome):
-    """The tombstone of a pruned run: its id may not be used again (SPEC §11)."""
+    """The tombstone of a pruned run: its id may not be used again
+    (docs/retention.md#what-a-pruned-run-looks-like)."""
 
 
 class NodeTaken(StoreOutcome):
-    """The ``leases`` primary key: another run holds the node (SPEC §1, §7)."""
+    """The ``leases`` primary key: another run holds the node
+    (docs/design.md#transactions-conflicts-and-retries, docs/design.md#promotion)."""
 
 
 class NotQueued(StoreOutcome):

@@ -1,5 +1,5 @@
-"""Failed authentications by client address (SPEC §20.8): one row per address, shared by every
-serving process and host."""
+"""Failed authentications by client address (docs/security.md#tokens-and-authentication): one row
+per address, shared by every serving process and host."""
 
 from __future__ import annotations
 

@@ -26,7 +26,8 @@ def record_blob(
     by_declared_token: str | None = None,
 ) -> None:
     """Upsert: a blob put again for the same attempt replaces the earlier one.
-    ``by_declared_token``: the token's name when ``by`` is a self-declared principal (SPEC §20.5)."""
+    ``by_declared_token``: the token's name when ``by`` is a self-declared principal
+    (docs/tokens.md#principal)."""
     values = {
         "run_id": run_id,
         "seq": seq,
@@ -60,7 +61,8 @@ def accepted_blob_names(
 ) -> dict[int, set[str]]:
     """seq -> the names that attempt of the step produced, for every step of ``attempts`` (seq ->
     attempt) in one statement: stored, not refused by a schema, and declared in the step's ``out``
-    (SPEC §19.5: a step may upload any name; only declared ones count)."""
+    (a step may upload any name; only declared ones count:
+    docs/api.md#put-v1runsrun_idstepsseqblobname--upload-an-artifact)."""
     produced: dict[int, set[str]] = {seq: set() for seq in attempts}
     if not attempts:
         return produced
@@ -82,8 +84,8 @@ def accepted_blob_names(
 
 def declaring_steps(s: Session, run_id: str, name: str) -> list[int]:
     """The seqs of the run's steps that list ``name`` in their ``out``, and the acquire step whose
-    id it is: its outcome is the blob named after it (SPEC §8), so an upload of that name by
-    another step never stands for it (SPEC §20.3)."""
+    id it is: its outcome is the blob named after it (docs/contract.md#acquire), so an upload of
+    that name by another step never stands for it (docs/security.md#runs-records-and-uploads)."""
     q = select(Step.seq).where(
         Step.run_id == run_id,
         or_(
@@ -95,10 +97,11 @@ def declaring_steps(s: Session, run_id: str, name: str) -> list[int]:
 
 
 def newest_blob(s: Session, run_id: str, name: str) -> Blob | None:
-    """The blob a name resolves to in the run (route 15, ``in.from``; SPEC §19.5). A name some
-    step declares in ``out`` resolves only among the blobs of the steps that declare it, newest
-    first; any other name (``_cannot``, files a step left in ``$OUT``) among all blobs of the
-    run, newest (attempt, seq) first."""
+    """The blob a name resolves to in the run (route 15, ``in.from``;
+    docs/api.md#put-v1runsrun_idstepsseqblobname--upload-an-artifact). A name some step declares in
+    ``out`` resolves only among the blobs of the steps that declare it, newest first; any other name
+    (``_cannot``, files a step left in ``$OUT``) among all blobs of the run, newest (attempt, seq)
+    first."""
     seqs = declaring_steps(s, run_id, name)
     q = select(Blob).where(Blob.run_id == run_id, Blob.name == name)
     if seqs:

@@ -1,5 +1,5 @@
-"""The hot statements of a placed submit, sent on the session's own psycopg connection (SPEC §16:
-a placed submit's server CPU is what limits its rate).
+"""The hot statements of a placed submit, sent on the session's own psycopg connection (a placed
+submit's server CPU is what limits its rate: docs/design.md#targets).
 
 A statement is still built with SQLAlchemy (or written as ``text()``) and compiled once; what is
 skipped is SQLAlchemy's per-execution work: compiling the parameters, and the result object it

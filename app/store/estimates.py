@@ -20,9 +20,10 @@ from app.store.queue import IS_QUEUED, QUEUE_ORDER, QueuedRun, TeamOrder, queued
 def _before_in_queue(  # type: ignore[no-untyped-def]
     priority: int, created_at: Any, run_id: str, order: TeamOrder | None = None
 ):
-    """The runs ahead of (priority, created_at, run_id) in queue order (SPEC §7a's order); with
-    ``order``, in the scan order of teams (docs/teams.md, "Fair share"): at the run's priority,
-    every run of a team ranked before its own, and the older runs of the teams ranked with it."""
+    """The runs ahead of (priority, created_at, run_id) in queue order
+    (docs/priorities.md#priority); with ``order``, in the scan order of teams (docs/teams.md, "Fair
+    share"): at the run's priority, every run of a team ranked before its own, and the older runs of
+    the teams ranked with it."""
     older = or_(
         Run.created_at < created_at,
         and_(Run.created_at == created_at, Run.run_id < run_id),

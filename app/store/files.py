@@ -1,6 +1,6 @@
-"""What a run's steps have stored (SPEC §20.6): the run's bytes, each step's files and each log's
-length, counted in the database in the transaction that records an upload, so that one count holds
-for every process and host that serves the run."""
+"""What a run's steps have stored (docs/security.md#runs-records-and-uploads): the run's bytes, each
+step's files and each log's length, counted in the database in the transaction that records an
+upload, so that one count holds for every process and host that serves the run."""
 
 from __future__ import annotations
 
@@ -17,9 +17,10 @@ def lock_run_for_files(s: Session, run_id: str) -> Run | None:
     Record (a log append, a progress chunk, a blob). Held until the write commits, it makes the
     writes of one run take turns — each reads the run's ``stored_bytes`` and its step's files as
     the one before it left them, on whichever host — and the transaction that ends the run
-    (``lock_run`` first, SPEC §1) wait for the writes begun before it, so that every later write
-    sees the run finished and no write lands in a Record being sealed (SPEC §11). It does not
-    conflict with the key-share locks of rows that refer to the run."""
+    (``lock_run`` first, docs/queue.md#lock-order) wait for the writes begun before it, so that
+    every later write sees the run finished and no write lands in a Record being sealed
+    (docs/design.md#records). It does not conflict with the key-share locks of rows that refer to
+    the run."""
     if not is_valid_id(run_id):
         return None
     return s.execute(

@@ -1,5 +1,6 @@
 """The scan gate: two PostgreSQL session advisory locks that serialise wake scans across every
-process and host (SPEC §7), and the wake marks that make a skip a debt someone pays.
+process and host (docs/design.md#the-scan-gate-and-wake-marks), and the wake marks that make a skip
+a debt someone pays.
 
 A requester first tries the *waiting* lock. If another holds it, a scan is already waiting and has
 not started, so it starts after the requester's commit: the requester skips. Otherwise it takes the
@@ -7,7 +8,7 @@ not started, so it starts after the requester's commit: the requester skips. Oth
 waits, and no freeing commit is left without a scan that starts after it — while the waiter lives.
 
 A waiter that never scans (its host lost power, its process hangs) would make everyone skip for as
-long as PostgreSQL keeps its session, so (SPEC §7, "A waiter that never scans"):
+long as PostgreSQL keeps its session, so (docs/design.md#the-scan-gate-and-wake-marks):
 - the gate's session is opened with server-side keepalives and ``idle_session_timeout`` (see
   :func:`app.db.gate_options`): PostgreSQL drops a dead or hung host's session and its locks;
 - every wake point takes a mark (``nextval('wake_mark')``) before it tries the gate, a successful
@@ -173,9 +174,10 @@ class ScanGate:
         return True
 
     def enter_directly(self, timeout: float) -> bool:
-        """The reaper's turn (SPEC §7): the scanning lock taken directly, whatever the waiting
-        lock says, on a session of its own under ``lock_timeout`` = ``timeout``. False: not within
-        the timeout (the next pass tries again). After True the caller must call :meth:`leave`."""
+        """The reaper's turn (docs/design.md#the-scan-gate-and-wake-marks): the scanning lock taken
+        directly, whatever the waiting lock says, on a session of its own under ``lock_timeout`` =
+        ``timeout``. False: not within the timeout (the next pass tries again). After True the
+        caller must call :meth:`leave`."""
         if not self._scanning.acquire(timeout=timeout):
             return False  # a scan of this very process runs and has not ended in that time
         try:
@@ -258,8 +260,9 @@ def _sqlstate(exc: DBAPIError) -> str | None:
 
 
 def take_mark(conn: Connection) -> int:
-    """A wake point's mark, right after its freeing commit (SPEC §7): ``nextval`` on a sequence
-    with CACHE 1, outside any transaction (no row lock, nothing to roll back)."""
+    """A wake point's mark, right after its freeing commit
+    (docs/queue.md#which-commit-frees-and-its-mark): ``nextval`` on a sequence with CACHE 1, outside
+    any transaction (no row lock, nothing to roll back)."""
     return int(conn.execute(text("SELECT nextval('wake_mark')")).scalar_one())
 
 

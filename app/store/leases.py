@@ -1,4 +1,5 @@
-"""Leases: a node granted to a run. ``leases.node_id`` is the primary key (SPEC §1)."""
+"""Leases: a node granted to a run. ``leases.node_id`` is the primary key
+(docs/design.md#transactions-conflicts-and-retries)."""
 
 from __future__ import annotations
 
@@ -81,13 +82,14 @@ def delete_leases_of_run(s: Session, run_id: str) -> list[str]:
 
 
 def leased_node_ids(s: Session) -> set[str]:
-    """Busy nodes: a lease row exists, whatever its ``not_after`` (SPEC §12: only the reaper turns
-    an expired lease into a free node)."""
+    """Busy nodes: a lease row exists, whatever its ``not_after`` (only the reaper
+    turns an expired lease into a free node: docs/queue.md#leases)."""
     return set(s.execute(select(Lease.node_id)).scalars())
 
 
 def leases_of_node(s: Session, node_id: str) -> list[Lease]:
-    """The node's leases of runs not finished: what the heartbeat reply lists (SPEC §4)."""
+    """The node's leases of runs not finished: what the heartbeat reply lists
+    (docs/queue.md#heartbeats-what-a-node-learns)."""
     q = (
         select(Lease)
         .join(Run, Run.run_id == Lease.run_id)
@@ -108,7 +110,8 @@ def lease_of_node(s: Session, node_id: str) -> Lease | None:
 
 
 def run_not_after(s: Session, run_id: str) -> datetime | None:
-    """The not_after an acquired lease shares with the run's other leases (SPEC §8 acquire)."""
+    """The not_after an acquired lease shares with the run's other leases
+    (docs/contract.md#acquire)."""
     return s.execute(select(func.max(Lease.not_after)).where(Lease.run_id == run_id)).scalar_one()
 
 
@@ -184,7 +187,7 @@ def _acquire(
 
 
 def delete_leases(s: Session, run_id: str, node_ids: Sequence[str]) -> list[str]:
-    """Release: delete this run's leases of the given nodes (SPEC §8 ``release``), in node_id
+    """Release: delete this run's leases of the given nodes (docs/contract.md#release), in node_id
     order (:func:`app.store.rows.delete_in_key_order`); the run row is locked first."""
     if not node_ids:
         return []

@@ -1,4 +1,5 @@
-"""The lock that orders appends to one step log across every process and host (SPEC §19.4)."""
+"""The lock that orders appends to one step log across every process and host
+(docs/api.md#put-v1runsrun_idstepsseqlog--append-to-a-steps-log)."""
 
 from __future__ import annotations
 

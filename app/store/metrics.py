@@ -1,6 +1,8 @@
-"""The figures of ``/metrics`` that live in the database (SPEC §15, §7a), read at scrape time in
-one statement: whichever process answers a scrape reads them once, so several workers never
-count them twice, and a request never pays for them."""
+"""The figures of ``/metrics`` that live in the database
+(docs/metrics.md#read-from-the-database-at-each-scrape,
+docs/priorities.md#reservations-a-bound-on-how-long-a-wide-run-waits), read at scrape time in one
+statement: whichever process answers a scrape reads them once, so several workers never count them
+twice, and a request never pays for them."""
 
 from __future__ import annotations
 
@@ -26,7 +28,9 @@ class Figures:
     wake_debt_seconds: float | None  # None: no debt
     reservations: int  # reserved nodes
     reserving_runs: int  # runs that hold a reservation
-    reserved_idle: int  # reserved nodes that hold no lease (the price of SPEC §7a)
+    # reserved nodes that hold no lease (the price of
+    # docs/priorities.md#reservations-a-bound-on-how-long-a-wide-run-waits)
+    reserved_idle: int
     nodes_live: int
     reaper_last_pass_seconds: float | None  # None: no pass yet
     nodes_quarantined: int = 0  # docs/operators.md, "Quarantine"

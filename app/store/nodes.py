@@ -41,7 +41,7 @@ class Heartbeat:
 
 @dataclass(frozen=True)
 class LeaseLine:
-    """One lease of the heartbeat reply (SPEC §4)."""
+    """One lease of the heartbeat reply (docs/queue.md#heartbeats-what-a-node-learns)."""
 
     run_id: str
     node_id: str
@@ -122,17 +122,19 @@ def heartbeat(
     check_restart: bool = True,
     begin: bool = False,
 ) -> Heartbeat:
-    """An advert in one statement (SPEC §4): whether another instance holds a claim of this node
-    (a restart), with the node row locked and read as it was; unless it restarted (and
-    ``check_restart``), the lease renewal (``now() + window`` for every lease of a run not
-    finished, returned as the reply's lease list) and the advert stored in place of the previous
-    one. An advert that changes nothing thus costs this one statement (SPEC §16).
+    """An advert in one statement (docs/queue.md#heartbeats-what-a-node-learns): whether another
+    instance holds a claim of this node (a restart), with the node row locked and read as it was;
+    unless it restarted (and ``check_restart``), the lease renewal (``now() + window`` for every
+    lease of a run not finished, returned as the reply's lease list) and the advert stored in place
+    of the previous one. An advert that changes nothing thus costs this one statement
+    (docs/design.md#targets).
 
     A heartbeat is soft state: its commit does not wait for the WAL to reach the disk
     (``synchronous_commit`` off for this transaction only). A crash may forget the last
     heartbeats of the last few hundred milliseconds; the nodes send the next within
     ``renew_seconds`` and the reaper's outage grace gives every lease a full window after a
-    restart (SPEC §12), so nothing that was acknowledged to a submitter is lost.
+    restart (docs/queue.md#crashes-and-restarts), so nothing that was acknowledged to a submitter is
+    lost.
 
     The node row is locked first here (``prev`` is read before the upsert, which selects from
     it), then the node's lease row: the lock order (docs/queue.md, "Lock order"). What else locks
@@ -199,8 +201,9 @@ class Candidates:
 
 
 def containment(role: Role) -> list[dict[str, Any]]:
-    """The JSONB a satisfying advert's ``capabilities`` contains (SPEC §3: one entry with the
-    role's capability name and every requested attribute equal)."""
+    """The JSONB a satisfying advert's ``capabilities`` contains (one entry with the role's
+    capability name and every requested attribute equal:
+    docs/contract.md#requirements-and-how-runs-are-placed)."""
     entry: dict[str, Any] = {"capability": role.capability}
     if role.attrs:
         entry["attrs"] = dict(role.attrs)
@@ -281,11 +284,12 @@ def candidate_adverts(
     or a drain), in :func:`candidate_order`. Containment finds a superset of what the matcher
     accepts (the matcher stays the judge), so the cost follows the run, not the fleet.
     ``reserved_for``: the priority of a run that holds no reservation (a submit, an acquire): a
-    node reserved by a run of that priority or higher is unavailable too (SPEC §7a).
-    ``with_holders``: each candidate's reservation holder and its priority come back in the same
-    statement (``held``; dry-run warns about them). ``with_leases``: the run holding each
-    candidate's lease and whether it drains come back too (``holders``, ``draining``: what the
-    explanation of a wait reads, SPEC §7)."""
+    node reserved by a run of that priority or higher is unavailable too
+    (docs/priorities.md#reservations-a-bound-on-how-long-a-wide-run-waits). ``with_holders``: each
+    candidate's reservation holder and its priority come back in the same statement (``held``;
+    dry-run warns about them). ``with_leases``: the run holding each candidate's lease and whether
+    it drains come back too (``holders``, ``draining``: what the explanation of a wait reads,
+    docs/queue.md#what-a-queued-runs-view-explains)."""
     wanted = {containment_key(r): containment(r) for r in roles}
     if not wanted:
         return Candidates([], set())
@@ -368,14 +372,16 @@ def first_candidates(
     *,
     reserved_for: int | None = None,
 ) -> FirstCandidates:
-    """One statement, bounded by the run and not by the fleet (SPEC §16: a submit's cost must not
-    follow the fleet's size): for each distinct requirement, through ``ix_nodes_capabilities``,
-    the first ``count`` live satisfying nodes (the largest count of the roles that share it) in
+    """One statement, bounded by the run and not by the fleet (a submit's cost must not follow
+    the fleet's size: docs/design.md#targets): for each distinct requirement, through
+    ``ix_nodes_capabilities``, the first ``count`` live satisfying nodes (the largest count of the
+    roles that share it) in
     :func:`app.match.candidate_order` (``node_id`` compared by code point, as Python does), free
     ones before unavailable ones (a lease, whatever its ``not_after``, a drain, or with
-    ``reserved_for`` a reservation of a run of that priority or higher, SPEC §7a). Containment is
-    exactly :func:`app.match.satisfies` for one role. Nothing is locked: a node taken meanwhile
-    fails the insert on ``pk_leases``."""
+    ``reserved_for`` a reservation of a run of that priority or higher,
+    docs/priorities.md#reservations-a-bound-on-how-long-a-wide-run-waits). Containment is exactly
+    :func:`app.match.satisfies` for one role. Nothing is locked: a node taken meanwhile fails the
+    insert on ``pk_leases``."""
     keys: dict[str, int] = {}
     wanted: list[dict[str, Any]] = []
     role_keys = [containment_key(role) for role in roles]
@@ -423,9 +429,10 @@ def draining_node_ids(s: Session) -> set[str]:
 
 
 def unavailable_node_ids(s: Session, *, reserved_for: int | None = None) -> set[str]:
-    """Nodes holding a lease ∪ draining nodes, read once (SPEC §6.3). ``reserved_for``: the
-    priority of a run that holds no reservation (a submit, an acquire): the nodes reserved
-    against it join the set, in the same statement (SPEC §7a)."""
+    """Nodes holding a lease ∪ draining nodes, read once (docs/design.md#submit-and-dry-run).
+    ``reserved_for``: the priority of a run that holds no reservation (a submit, an acquire): the
+    nodes reserved against it join the set, in the same statement
+    (docs/priorities.md#reservations-a-bound-on-how-long-a-wide-run-waits)."""
     leased = select(Lease.node_id)
     draining = select(Node.node_id).where(Node.expires_at > func.now(), Node.drain != "")
     if reserved_for is None:
@@ -453,9 +460,9 @@ class NodeRow:
 
 
 def listed_nodes(s: Session, node_id: str | None = None) -> tuple[datetime, list[NodeRow]]:
-    """Live nodes, and nodes that still hold a lease though their advert expired (SPEC §14),
-    by node_id, with the database time of the snapshot; with ``node_id``, that node alone,
-    live or not (an operator's change answers with its line)."""
+    """Live nodes, and nodes that still hold a lease though their advert expired
+    (docs/api.md#get-v1nodes--the-fleet), by node_id, with the database time of the snapshot; with
+    ``node_id``, that node alone, live or not (an operator's change answers with its line)."""
     now = s.execute(select(func.now())).scalar_one()
     q = (
         select(Node, (Node.expires_at > func.now()).label("live"), Lease)

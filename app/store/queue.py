@@ -1,5 +1,6 @@
-"""Reading the queue for a wake scan (SPEC §7, §7a): the first QUEUED run of each requirement shape
-in queue order (priority descending, then arrival: created_at, run_id).
+"""Reading the queue for a wake scan (docs/design.md#the-queue,
+docs/priorities.md#reservations-a-bound-on-how-long-a-wide-run-waits): the first QUEUED run of each
+requirement shape in queue order (priority descending, then arrival: created_at, run_id).
 
 The scan reads QUEUED runs without row locks; the conditional promotion does the rest.
 """
@@ -59,7 +60,7 @@ class QueuedRun:
 
     @property
     def order(self) -> tuple[int, datetime, str]:
-        """The queue order as a sort key (SPEC §7a)."""
+        """The queue order as a sort key (docs/priorities.md#priority)."""
         return (-self.priority, self.created_at, self.run_id)
 
 
@@ -175,11 +176,12 @@ def next_queued_of_shape(
 
 
 def aged_queued_runs(s: Session, seconds: int, per_shape: Mapping[str, int]) -> list[QueuedRun]:
-    """QUEUED runs that have waited ``seconds`` or longer, in queue order (SPEC §7a): of each
-    shape in ``per_shape`` (requires_key -> how many), only its first ones in queue order, each
-    shape by one LATERAL probe of ``ix_runs_queued_shape`` with its own LIMIT; the rest of a
-    shape cannot matter to this scan's reservation step, and reading (or ranking) them would
-    make its cost grow with the queue instead of with the shapes."""
+    """QUEUED runs that have waited ``seconds`` or longer, in queue order
+    (docs/priorities.md#reservations-a-bound-on-how-long-a-wide-run-waits): of each shape in
+    ``per_shape`` (requires_key -> how many), only its first ones in queue order, each shape by one
+    LATERAL probe of ``ix_runs_queued_shape`` with its own LIMIT; the rest of a shape cannot matter
+    to this scan's reservation step, and reading (or ranking) them would make its cost grow with the
+    queue instead of with the shapes."""
     if not per_shape:
         return []
     limits = values(
@@ -208,7 +210,8 @@ def aged_queued_runs(s: Session, seconds: int, per_shape: Mapping[str, int]) -> 
 def overtaken_queued_runs(
     s: Session, requires_key: str, placed: Mapping[int, datetime], limit: int
 ) -> list[QueuedRun]:
-    """The QUEUED runs of one shape overtaken by a placement (SPEC §7a): a run of priority p
+    """The QUEUED runs of one shape overtaken by a placement
+    (docs/priorities.md#reservations-a-bound-on-how-long-a-wide-run-waits): a run of priority p
     created at t is overtaken when ``placed`` (priority q -> the last placement of priority q on a
     candidate of the shape) has some q < p with a time after t. For each priority that is a
     created_at prefix; the first ``limit`` in queue order, through ``ix_runs_queued_shape``."""
@@ -232,15 +235,16 @@ def queue_depth(s: Session) -> int:
 
 
 def set_statement_timeout(s: Session, seconds: float) -> None:
-    """``SET LOCAL statement_timeout`` for the rest of this transaction (scans, SPEC §7)."""
+    """``SET LOCAL statement_timeout`` for the rest of this transaction (scans,
+    docs/design.md#the-scan-gate-and-wake-marks)."""
     s.execute(
         text("SELECT set_config('statement_timeout', :ms, true)"), {"ms": f"{int(seconds * 1000)}"}
     )
 
 
 def timed_out_queued(s: Session, run_id: str | None = None) -> list[str]:
-    """QUEUED runs whose contract's ``queue.timeout`` has passed (the reaper, SPEC §12); with
-    ``run_id``, whether that one run still is."""
+    """QUEUED runs whose contract's ``queue.timeout`` has passed (the reaper,
+    docs/queue.md#leaving-the-queue); with ``run_id``, whether that one run still is."""
     # ``queue_deadline`` and the predicate are those of ``ix_runs_queue_deadline``: the pass reads
     # the runs whose deadline passed, not every QUEUED run with a timeout.
     q = select(Run.run_id).where(
@@ -258,16 +262,22 @@ def timed_out_queued(s: Session, run_id: str | None = None) -> list[str]:
 
 @dataclass(frozen=True)
 class QueuePlace:
-    """A run's place in the queue, read in one statement (SPEC §7 "Explaining the wait")."""
+    """A run's place in the queue, read in one statement
+    (docs/queue.md#what-a-queued-runs-view-explains)."""
 
     now: datetime  # the database clock: ``candidates_at``
     state: str | None  # the run's state now (None: no such run)
     ahead: int  # QUEUED runs ahead of it in queue order
-    own: list[str]  # the nodes reserved for it (SPEC §7a)
-    mark: int  # the last wake mark taken (the submit's check, SPEC §7)
+    # the nodes reserved for it
+    # (docs/priorities.md#reservations-a-bound-on-how-long-a-wide-run-waits)
+    own: list[str]
+    # the last wake mark taken (the submit's check,
+    # docs/queue.md#on-submit-placed-queued-or-rejected)
+    mark: int
     # Whether a scan's reservation step could have work (a reservation stored, a run that
     # waited ``queue.reserve_after_seconds``, or a lower-priority placement since the oldest
-    # queued run arrived): the filter of ``scan_probe``, SPEC §7a.
+    # queued run arrived): the filter of ``scan_probe``
+    # (docs/priorities.md#reservations-a-bound-on-how-long-a-wide-run-waits).
     reservation_work: bool
 
 
@@ -279,8 +289,8 @@ COUNTED_BEFORE = 1000
 
 def _queued_ahead(teams: bool) -> ColumnElement[int]:
     """QUEUED runs ahead in scan order: higher priority, or equal priority and older (the queue
-    position of a run, SPEC §7 "Explaining the wait", §7a). Never a count of the whole queue:
-    the higher priorities from ``queue_counts``, its own priority by the shorter of the two
+    position of a run, docs/queue.md#what-a-queued-runs-view-explains). Never a count of the whole
+    queue: the higher priorities from ``queue_counts``, its own priority by the shorter of the two
     ranges of ``ix_runs_queued`` around the run (one snapshot: the counts are kept in the
     transactions that move runs in and out of QUEUED).
 
@@ -343,10 +353,11 @@ def oldest_queued() -> ColumnElement[datetime]:
 def reservation_probes(
     seconds: int, top: int | ColumnElement[int], oldest: ColumnElement[datetime]
 ) -> tuple[ColumnElement[bool], ColumnElement[bool], ColumnElement[bool]]:
-    """Whether a scan's reservation step has anything to do (SPEC §7a), as three index probes:
-    a reservation is stored (``held``), a QUEUED run waited ``seconds`` (``aged``), a run of a
-    priority below ``top`` was placed after ``oldest`` (``placed``, a cheap filter over the
-    record of placements). ``seconds`` <= 0: reservations are off, and no run is aged."""
+    """Whether a scan's reservation step has anything to do
+    (docs/design.md#priorities-and-reservations), as three index probes: a reservation is stored
+    (``held``), a QUEUED run waited ``seconds`` (``aged``), a run of a priority below ``top`` was
+    placed after ``oldest`` (``placed``, a cheap filter over the record of placements). ``seconds``
+    <= 0: reservations are off, and no run is aged."""
     held: ColumnElement[bool] = exists().where(Reservation.node_id.is_not(None))
     if seconds <= 0:
         return held, false(), false()

@@ -1,5 +1,5 @@
-"""What the reaper's passes look for (SPEC §12). Candidates are read without locks; each is then
-handled in its own transaction that locks the run and re-checks the condition."""
+"""What the reaper's passes look for (docs/queue.md#the-reaper). Candidates are read without locks;
+each is then handled in its own transaction that locks the run and re-checks the condition."""
 
 from __future__ import annotations
 
@@ -138,7 +138,8 @@ class ReaperLock:
 class PassStart:
     now: datetime
     previous: datetime | None  # the previous pass's time
-    previous_mark: int | None  # the wake mark the previous pass read (SPEC §7)
+    # the wake mark the previous pass read (docs/design.md#the-scan-gate-and-wake-marks)
+    previous_mark: int | None
     covered: int  # the highest mark a successful scan has covered, read now
     # The database restarted or switched since the previous pass: its server's start time
     # changed, or the pass's row in the UNLOGGED marker table is gone.
@@ -195,9 +196,10 @@ def record_pass(s: Session) -> None:
 def extend_leases(s: Session, window: timedelta) -> int:
     """Outage grace: every lease of an unfinished run ends no sooner than ``now() + window``, so
     nodes have a full window to re-advertise after the Mediator was down, and a node that really
-    died is reaped one window after the outage, not one outage later (SPEC §12). A lease that
-    already ends later keeps its ``not_after``; an advert renewing meanwhile also sets ``now() +
-    window``, and ``GREATEST`` never moves a lease earlier. Returns the number of leases moved."""
+    died is reaped one window after the outage, not one outage later
+    (docs/queue.md#crashes-and-restarts). A lease that already ends later keeps its ``not_after``;
+    an advert renewing meanwhile also sets ``now() + window``, and ``GREATEST`` never moves a lease
+    earlier. Returns the number of leases moved."""
     until = func.now() + window
     result = s.execute(
         update(Lease)

@@ -1,7 +1,8 @@
-"""Reservations (SPEC §7a): nodes a long-waiting QUEUED run holds back from runs of its priority or
-lower. Written by wake scans (under the scan gate), deleted by every transaction that ends a
-holder's wait; lock order (docs/queue.md, "Lock order"): the holders' run rows first, then the
-nodes' rows the writer reserves, then the reservation rows, in node_id order."""
+"""Reservations (docs/priorities.md#reservations-a-bound-on-how-long-a-wide-run-waits): nodes a
+long-waiting QUEUED run holds back from runs of its priority or lower. Written by wake scans (under
+the scan gate), deleted by every transaction that ends a holder's wait; lock order (docs/queue.md,
+"Lock order"): the holders' run rows first, then the nodes' rows the writer reserves, then the
+reservation rows, in node_id order."""
 
 from __future__ import annotations
 
@@ -81,19 +82,20 @@ class Probe:
     oldest: datetime | None = None  # the oldest queued run's arrival
 
 
-# A scan logs how many runs are queued (SPEC §15) counting at most this many: the count costs a
-# constant, never a read of a long queue (the metrics' queue depth counts them all, on a scrape).
+# A scan logs how many runs are queued (docs/metrics.md#logs) counting at most this many: the count
+# costs a constant, never a read of a long queue (the metrics' queue depth counts them all, on a
+# scrape).
 QUEUED_COUNTED = 1000
 
 
 def scan_probe(s: Session, seconds: int, top: int) -> tuple[int, Probe]:
     """One statement of index probes, never a read of every queued run (a scan's reads are
     bounded by shapes): how many runs are queued, counted up to ``QUEUED_COUNTED`` + 1, and whether a
-    scan's reservation step has anything to do (SPEC §7a: it runs when a reserving run exists or
-    the table is not empty). ``top`` is the highest priority queued (the shapes' first runs
-    have it). ``overtaken`` is a cheap filter over the record of placements; the scan checks
-    each shape against the placements themselves. ``seconds`` <= 0: reservations are off, and
-    no run is aged."""
+    scan's reservation step has anything to do (it runs when a reserving run exists or the
+    table is not empty: docs/design.md#priorities-and-reservations). ``top`` is the highest priority
+    queued (the shapes' first runs have it). ``overtaken`` is a cheap filter over the record of
+    placements; the scan checks each shape against the placements themselves. ``seconds`` <= 0:
+    reservations are off, and no run is aged."""
     oldest = oldest_queued()
     held, aged, placed = reservation_probes(seconds, top, oldest)
     counted = select(func.count()).select_from(
@@ -108,8 +110,9 @@ def lower_priority_placements(
 ) -> list[tuple[str, int, datetime]]:
     """(node, priority, last placed at) from the record of placements, of priority below
     ``top_priority`` and after ``oldest``: what can make a waiting run of higher priority reserve
-    at once, whether the run placed there still holds its lease or has ended (SPEC §7a). At most
-    nodes × priorities rows."""
+    at once, whether the run placed there still holds its lease or has ended
+    (docs/priorities.md#reservations-a-bound-on-how-long-a-wide-run-waits). At most nodes ×
+    priorities rows."""
     rows = s.execute(
         select(Placement.node_id, Placement.priority, Placement.last_at).where(
             Placement.priority < top_priority, Placement.last_at > oldest
@@ -159,8 +162,9 @@ def write_reservations(s: Session, stored: Mapping[str, str], plan: Mapping[str,
     )
     rows = [{"node_id": n, "run_id": run} for n, run in sorted(new.items()) if run in queued]
     if rows:
-        # SPEC §7a: the nodes it reserves, after the holders' run rows, so a lease insert that
-        # read before this commit waits here and then sees the reservation (place_unreserved).
+        # The nodes it reserves (docs/queue.md#lock-order), after the holders' run rows, so a lease
+        # insert that read before this commit waits here and then sees the reservation
+        # (place_unreserved).
         s.execute(
             select(Node.node_id)
             .where(Node.node_id.in_([r["node_id"] for r in rows]))
@@ -185,18 +189,18 @@ def write_reservations(s: Session, stored: Mapping[str, str], plan: Mapping[str,
 def place_unreserved(
     s: Session | Connection, run_id: str, priority: int, node_ids: Collection[str]
 ) -> None:
-    """Before a promotion's lease insert (SPEC §7a): ``FOR SHARE`` on the nodes' rows (node_id
-    order), then, in a new statement and so a new snapshot, whether a reservation is held
-    against the run on one of them; if none is, the placements are recorded (``placements
-    (node_id, priority) -> last_at``) in that same statement. A reservation written after the
-    caller's read is found: its writer holds ``FOR NO KEY UPDATE`` on those rows until it
-    commits (:func:`write_reservations`), and the second statement starts only when the first
-    has its locks. Both go to the server in one round trip (pipelined); the leases follow
-    (:func:`app.store.leases.insert_leases`), as the lock order has them: nodes, placements,
-    leases. A submit sends the same statements with its run's insert
-    (:func:`app.store.runs.create_run`), an acquire its own (:func:`app.store.leases.acquire_lease`).
-    Raises :class:`NodeTaken`: the caller's transaction is rolled back whole (the promotion
-    leaves the run QUEUED)."""
+    """Before a promotion's lease insert
+    (docs/priorities.md#reservations-a-bound-on-how-long-a-wide-run-waits): ``FOR SHARE`` on the
+    nodes' rows (node_id order), then, in a new statement and so a new snapshot, whether a
+    reservation is held against the run on one of them; if none is, the placements are recorded
+    (``placements (node_id, priority) -> last_at``) in that same statement. A reservation written
+    after the caller's read is found: its writer holds ``FOR NO KEY UPDATE`` on those rows until it
+    commits (:func:`write_reservations`), and the second statement starts only when the first has
+    its locks. Both go to the server in one round trip (pipelined); the leases follow
+    (:func:`app.store.leases.insert_leases`), as the lock order has them: nodes, placements, leases.
+    A submit sends the same statements with its run's insert (:func:`app.store.runs.create_run`), an
+    acquire its own (:func:`app.store.leases.acquire_lease`). Raises :class:`NodeTaken`: the
+    caller's transaction is rolled back whole (the promotion leaves the run QUEUED)."""
     statements = unreserved_statements(run_id, priority, node_ids)
     if statements:
         check_unreserved(run_id, pipelined(s, *statements)[-1])
@@ -221,7 +225,8 @@ def clear_reservations(s: Session) -> None:
 
 def queued_crossed_age(s: Session, seconds: int, previous: datetime | None) -> bool:
     """Whether a QUEUED run crossed ``seconds`` of waiting since ``previous`` (the reaper's
-    previous pass): one probe of ``ix_runs_queued_age`` (SPEC §12)."""
+    previous pass): one probe of ``ix_runs_queued_age``
+    (docs/design.md#priorities-and-reservations)."""
     waited = func.now() - func.make_interval(0, 0, 0, 0, 0, 0, seconds)
     q = exists().where(IS_QUEUED, Run.created_at <= waited)
     if previous is not None:

@@ -1,11 +1,13 @@
-"""What retention deletes (SPEC §11): finished runs old enough, in batches by primary key.
+"""What retention deletes (docs/retention.md#what-is-pruned-and-what-is-kept): finished runs old
+enough, in batches by primary key.
 
 A batch locks the runs it deletes with ``FOR UPDATE SKIP LOCKED``: a run some request holds is left
 for a later batch, and no request waits on anything a batch locks but the rows of those runs, which
 are finished and sealed (or rejected) and so are never written again; the run's steps, events,
-blobs and leases are only ever locked after the run row (SPEC §1 lock order). Children go first by
-explicit statements (their foreign keys also cascade, which covers any table that refers to runs
-with ``ON DELETE CASCADE``), then the runs, and each id leaves a tombstone in the same transaction.
+blobs and leases are only ever locked after the run row (docs/queue.md#lock-order). Children go
+first by explicit statements (their foreign keys also cascade, which covers any table that refers to
+runs with ``ON DELETE CASCADE``), then the runs, and each id leaves a tombstone in the same
+transaction.
 """
 
 from __future__ import annotations

@@ -48,15 +48,15 @@ from app.teams import Quota
 
 
 def get_run(s: Session, run_id: str) -> Run | None:
-    if not is_valid_id(run_id):  # SPEC §13: names no run; 404, never a 500
+    if not is_valid_id(run_id):  # names no run: 404, never a 500 (docs/api.md#conventions)
         return None
     return s.execute(select(Run).where(Run.run_id == run_id)).scalar_one_or_none()
 
 
 def lock_run(s: Session, run_id: str) -> Run | None:
     """``SELECT … FOR UPDATE`` of the run row: the first lock of every transaction that changes a
-    run (SPEC §1 lock order); the state is re-read under the lock."""
-    if not is_valid_id(run_id):  # SPEC §13: names no run; 404, never a 500
+    run (docs/queue.md#lock-order); the state is re-read under the lock."""
+    if not is_valid_id(run_id):  # names no run: 404, never a 500 (docs/api.md#conventions)
         return None
     return s.execute(
         select(Run)
@@ -90,20 +90,22 @@ def create_run(
     its nodes' rows, the reservation check and the placements, the leases
     (:func:`app.store.placing.leasing_statements`). Returns created_at. A
     ``principal_self_declared`` is marked on the run and, with the token's name, on its first
-    event (SPEC §20.5). The write begins the caller's transaction when it has not begun
-    (``Database.transaction``).
+    event (docs/tokens.md#principal). The write begins the caller's transaction when it has not
+    begun (``Database.transaction``).
 
     The run row goes first, so a duplicate run_id waits on its key before this transaction holds
     any node, placement or lease row. ``unreserved_for``: the priority whose reservations the
-    leases may not pass (SPEC §7a; None: reservations are off, and nothing is checked or
-    placed); a reservation found raises :class:`NodeTaken`. ``quota``: the run's team has
-    ``max_nodes``, and its ``team_limits`` row is locked and its leases counted after the run row
-    and before the nodes' rows; over quota raises :class:`OverQuota` (docs/teams.md, "Quotas").
+    leases may not pass (docs/priorities.md#reservations-a-bound-on-how-long-a-wide-run-waits; None:
+    reservations are off, and nothing is checked or placed); a reservation found raises
+    :class:`NodeTaken`. ``quota``: the run's team has ``max_nodes``, and its ``team_limits`` row is
+    locked and its leases counted after the run row and before the nodes' rows; over quota raises
+    :class:`OverQuota` (docs/teams.md, "Quotas").
 
     A duplicate run_id fails on ``pk_runs`` (:class:`DuplicateRun`), a node another run holds on
     ``pk_leases`` (:class:`NodeTaken`), the id of a pruned run on its tombstone (a trigger,
-    :class:`PrunedRunId`, SPEC §11); either way nothing of the statement stays, and the caller
-    rolls the transaction back whole (SPEC §6.7)."""
+    :class:`PrunedRunId`, docs/retention.md#what-a-pruned-run-looks-like); either way nothing of the
+    statement stays, and the caller rolls the transaction back whole
+    (docs/design.md#submit-and-dry-run)."""
     params: dict[str, Any] = {
         "run_id": contract.run_id,
         "state": state,
@@ -221,7 +223,7 @@ def add_event(
     by_declared_token: str | None = None,
 ) -> None:
     """One audit event; ``by_declared_token``: the token's name when ``by`` is a principal
-    self-declared under it (SPEC §20.5)."""
+    self-declared under it (docs/tokens.md#principal)."""
     s.execute(
         insert(RunEvent).values(
             run_id=run_id,
@@ -237,8 +239,8 @@ def add_event(
 def promote_run(s: Session, run_id: str, assigned: list[dict[str, Any]]) -> float:
     """``UPDATE runs SET state='RUNNING' … WHERE run_id=… AND state='QUEUED'``: the row condition is
     the guard. A second scan waits on the row lock, re-checks after the first commits and gets
-    0 rows -> :class:`NotQueued` (SPEC §7). Returns the seconds the run waited QUEUED, by the
-    database's clock."""
+    0 rows -> :class:`NotQueued` (docs/design.md#promotion). Returns the seconds the run waited
+    QUEUED, by the database's clock."""
     row = s.execute(
         update(Run)
         .where(Run.run_id == run_id, Run.state == QUEUED)
@@ -321,7 +323,8 @@ def alive_states() -> tuple[str, ...]:
     return RUN_ALIVE
 
 
-# Wake debt (SPEC §7): one row, set by a wake that failed after its freeing commit.
+# Wake debt (docs/queue.md#crashes-and-restarts): one row, set by a wake that failed after its
+# freeing commit.
 
 
 def set_wake_debt(s: Session, reason: str) -> None:
@@ -379,7 +382,8 @@ def try_lock_seal(s: Session, run_id: str) -> bool:
 
 
 def mark_sealed(s: Session, run_id: str) -> None:
-    """``sealed_at`` once: the Record is written and read-only (SPEC §11); idempotent."""
+    """``sealed_at`` once: the Record is written and read-only (docs/design.md#records);
+    idempotent."""
     s.execute(
         update(Run)
         .where(Run.run_id == run_id, Run.sealed_at.is_(None))

@@ -1,5 +1,6 @@
-"""What the database server itself provides: its clock and NOTIFY (SPEC §1: the database clock is
-the one that matters; SPEC §8: claim notifications)."""
+"""What the database server itself provides: its clock and NOTIFY (the database clock is the
+one that matters, docs/design.md#shape-of-the-service; claim notifications,
+docs/design.md#claims-and-the-long-poll)."""
 
 from __future__ import annotations
 
@@ -23,8 +24,8 @@ def has_passed(s: Session, when: datetime) -> bool:
 
 # One ``pg_notify`` per payload, in a transaction that does not wait for the WAL to reach the
 # disk at its commit: it holds no data (a notification lost in a crash is one the claims'
-# safety net stands in for, SPEC §8), and a NOTIFY's transaction keeps the database's
-# notification lock until its commit ends.
+# safety net stands in for, docs/design.md#claims-and-the-long-poll), and a NOTIFY's transaction
+# keeps the database's notification lock until its commit ends.
 _NOTIFY_EACH = text(
     "WITH soft AS (SELECT set_config('synchronous_commit', 'off', true))"
     " SELECT pg_notify(:channel, p) FROM soft, unnest(CAST(:payloads AS text[])) AS p"

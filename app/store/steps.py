@@ -33,7 +33,8 @@ def step_rows(
     run_id: str, steps: Sequence[StepDef], node_for_role: Mapping[str, str]
 ) -> list[dict[str, object]]:
     """The rows of a run's steps: the one builder for RUNNING creation and for queueing alike
-    (SPEC §7: two copies would let one contract run in a different order depending on its path).
+    (two copies would let one contract run in a different order depending on its path;
+    docs/design.md#submit-and-dry-run).
     A queued run passes no nodes; promotion binds them with :func:`bind_steps`."""
     return [
         {
@@ -87,9 +88,9 @@ def steps_of_runs(s: Session, run_ids: Sequence[str]) -> dict[str, list[Step]]:
 
 
 def claimed_by_other_instance(s: Session, node_id: str, instance: str) -> list[tuple[str, int]]:
-    """CLAIMED steps on this node whose claiming instance is known and differs (SPEC §4 restart
-    detection), in (run_id, seq) order: the order their runs are locked in. A claim made without
-    an instance header cannot be told apart and is left alone."""
+    """CLAIMED steps on this node whose claiming instance is known and differs (restart detection,
+    docs/queue.md#heartbeats-what-a-node-learns), in (run_id, seq) order: the order their runs are
+    locked in. A claim made without an instance header cannot be told apart and is left alone."""
     rows = s.execute(
         select(Step.run_id, Step.seq)
         .where(
@@ -174,7 +175,8 @@ def update_step(
 
 def reset_steps(s: Session, run_id: str, seqs: Sequence[int]) -> None:
     """A rollback: the steps go back to PENDING with attempt + 1 and nothing of their last attempt
-    (SPEC §8 loop / validate_with). The run row is locked by the caller."""
+    (docs/contract.md#loop, docs/contract.md#validate_with-and-max_attempts). The run row is locked
+    by the caller."""
     if not seqs:
         return
     s.execute(
@@ -189,7 +191,8 @@ def reset_steps(s: Session, run_id: str, seqs: Sequence[int]) -> None:
             produced=None,
             error=None,
             result=None,
-            # ``chosen`` stays: a dispatch that is reset too chooses again (SPEC §8 dispatch).
+            # ``chosen`` stays: a dispatch that is reset too chooses again
+            # (docs/contract.md#dispatch).
             answered_by=None,
             answered_by_declared_token=None,
             asked_at=None,
@@ -202,7 +205,8 @@ def reset_steps(s: Session, run_id: str, seqs: Sequence[int]) -> None:
 
 def _claimable_where(node_id: Any) -> list[Any]:
     """PENDING run/agent steps bound to the node, in a RUNNING run that holds a lease on the node,
-    whose needs are all DONE or SKIPPED (SPEC §8 claim). ``node_id``: a node's id, or
+    whose needs are all DONE or SKIPPED
+    (docs/api.md#post-v1nodesnode_idclaim--the-next-step-for-a-node). ``node_id``: a node's id, or
     ``Step.node_id`` (each step's own node)."""
     need = aliased(Step)
     unmet = (
@@ -270,7 +274,9 @@ def _held() -> Select[Any]:
             Step.state == CLAIMED,
             Step.claimed_instance == instance,
             Run.state == RUNNING,
-            Lease.not_after > func.now(),  # SPEC §19.6: never a step whose lease has run out
+            # never a step whose lease has run out
+            # (docs/compatibility.md#compatibility-with-the-original-fleets-agent-and-runctl)
+            Lease.not_after > func.now(),
         )
         .order_by(Run.created_at, Step.seq)
         .limit(1)
@@ -285,8 +291,9 @@ def held_step(s: Session, node_id: str, instance: str) -> Step | None:
 
 def nodes_with_claimable_steps(s: Session, node_ids: list[str]) -> set[str]:
     """Which of these nodes have a step :func:`claim_step` would hand out (the conditions of
-    :func:`_claimable_where`), in one statement for them all: the claims' safety net (SPEC §8). A plain
-    read; nothing is locked (the claim that looks next locks what it takes)."""
+    :func:`_claimable_where`), in one statement for them all: the claims' safety net
+    (docs/design.md#claims-and-the-long-poll). A plain read; nothing is locked (the claim that looks
+    next locks what it takes)."""
     if not node_ids:
         return set()
     return set(s.connection().execute(_claimable_nodes(), {"nodes": node_ids}).scalars())
@@ -315,7 +322,7 @@ def claim_step(s: Session, node_id: str, instance: str | None) -> Step | None:
 
 
 def open_asks(s: Session) -> list[tuple[Step, Run]]:
-    """ASKED steps of RUNNING runs, oldest first (SPEC §10)."""
+    """ASKED steps of RUNNING runs, oldest first (docs/api.md#get-v1asks--the-open-asks)."""
     q = (
         select(Step, Run)
         .join(Run, Run.run_id == Step.run_id)
@@ -335,10 +342,11 @@ def get_step(s: Session, run_id: str, seq: int) -> Step | None:
 
 def share_claimed_step(s: Session, run_id: str, seq: int, attempt: int) -> bool:
     """``SELECT … FOR SHARE`` of the step while it is CLAIMED in ``attempt`` and of a kind a node
-    runs: whether an upload of its artifacts may be written (SPEC §20.3). Taken after the run row
-    (``share_run``, SPEC §1 lock order) and held until the upload commits, so the step's result or
-    reset (an UPDATE of this row) waits for an upload begun before it, and an upload after it finds
-    the step no longer CLAIMED in that attempt."""
+    runs: whether an upload of its artifacts may be written
+    (docs/security.md#runs-records-and-uploads). Taken after the run row (``share_run``,
+    docs/queue.md#lock-order) and held until the upload commits, so the step's result or reset (an
+    UPDATE of this row) waits for an upload begun before it, and an upload after it finds the step
+    no longer CLAIMED in that attempt."""
     row = s.execute(
         select(Step.seq)
         .where(

@@ -1,5 +1,5 @@
-"""The pages' sessions (SPEC §21): rows of ``ui_sessions`` and the CSRF key of ``ui_secret``.
-Expiry is the database's clock, in the statement that reads the row."""
+"""The pages' sessions (docs/pages.md#signing-in): rows of ``ui_sessions`` and the CSRF key of
+``ui_secret``. Expiry is the database's clock, in the statement that reads the row."""
 
 from __future__ import annotations
 

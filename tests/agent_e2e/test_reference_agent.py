@@ -1,6 +1,6 @@
-"""``mediator agent`` end to end (SPEC §4, §8, §11): a real agent process against a real gunicorn
-on PostgreSQL, running real subprocesses. Every wait is a look at the server (or at the agent's
-log, or at a file its step writes) with a bounded deadline.
+"""``mediator agent`` end to end (docs/api.md#node-agents): a real agent process against a real
+gunicorn on PostgreSQL, running real subprocesses. Every wait is a look at the server (or at the
+agent's log, or at a file its step writes) with a bounded deadline.
 
 The server heartbeats every second and keeps a lease thirty heartbeats: a step stopped within a
 couple of seconds of its cancel was stopped by the heartbeat reply, not by its lease running out.

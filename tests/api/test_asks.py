@@ -1,5 +1,5 @@
-"""Asks (SPEC §10): an ask step is raised when its needs are met, announced by a webhook, listed for
-answerers and answered into the blob named by its ``out``.
+"""Asks (docs/contract.md#ask): an ask step is raised when its needs are met, announced by a
+webhook, listed for answerers and answered into the blob named by its ``out``.
 
 Webhooks go to a real HTTP server on 127.0.0.1 (port 0) and are awaited with a threading.Event; time
 passes only in the database (deadlines are moved back with SQL, then the reaper's pass runs).
@@ -228,7 +228,8 @@ def test_the_ask_webhook_leaves_out_answerers_and_deadline_when_the_ask_has_none
 
 
 def test_ui_public_url_adds_the_asks_page_to_the_webhook(db_url, tmp_path, hook):
-    """SPEC §21: where the pages are (``ui.public_url``) gives the notification a ``page_url``."""
+    """Where the pages are (``ui.public_url``) gives the notification a ``page_url``
+    (docs/pages.md#asks-asks)."""
     keys = {"notify.asks_url": hook.url, "ui.public_url": "https://mediator.lab.test/"}
     with app_on(db_url, tmp_path / "records", **keys) as app:
         client = client_of(app)
@@ -459,7 +460,7 @@ def test_answering_an_unknown_run_or_step_is_409(client, hook):
 
     unknown_seq = answer(client, "r1", 9)
     unknown_run = answer(client, "nope", 1)
-    never_valid = answer(client, "r1%00", 1)  # an id no run can have (SPEC §13)
+    never_valid = answer(client, "r1%00", 1)  # an id no run can have (docs/api.md#conventions)
 
     assert unknown_seq.status_code == 409 and unknown_seq.get_json() == NOT_WAITING
     assert unknown_run.status_code == 409 and unknown_run.get_json() == NOT_WAITING

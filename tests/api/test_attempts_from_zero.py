@@ -1,6 +1,6 @@
-"""Attempts count from 0 (SPEC §19.1): a first attempt is 0 and left out of the claim and the run
-view, a reset makes it 1, 2, …, and ``loop.max`` / ``max_attempts`` N allows attempts 0 … N−1.
-Runs created before the migration that changed the numbering keep theirs: their rows are not
+"""Attempts count from 0 (docs/contract.md#loop): a first attempt is 0 and left out of the claim and
+the run view, a reset makes it 1, 2, …, and ``loop.max`` / ``max_attempts`` N allows attempts 0 …
+N−1. Runs created before the migration that changed the numbering keep theirs: their rows are not
 renumbered and they are allowed as many attempts as before."""
 
 from __future__ import annotations

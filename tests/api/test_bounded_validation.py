@@ -1,9 +1,9 @@
-"""Validation is bounded (SPEC §20.4): a blob or an answer checked against its step's schema stops
-at the first few errors — the reason names at most 3 and is cut at 1 KiB — and never builds the
-full list of errors; a document that satisfies its schema is checked in at most ``MAX_CHECKS``
-checks, and refused 413 past them; an answer is read and parsed only once its step is known to
-await it from this caller, and validated before its transaction opens, so a violation is answered
-without waiting on the run's row.
+"""Validation is bounded (docs/security.md#input-and-load): a blob or an answer checked against its
+step's schema stops at the first few errors — the reason names at most 3 and is cut at 1 KiB — and
+never builds the full list of errors; a document that satisfies its schema is checked in at most
+``MAX_CHECKS`` checks, and refused 413 past them; an answer is read and parsed only once its step is
+known to await it from this caller, and validated before its transaction opens, so a violation is
+answered without waiting on the run's row.
 
 How long validation takes is never measured here: the tests count the errors jsonschema builds,
 the checks (through documents sized by them), the memory a request allocates (tracemalloc), and
@@ -73,7 +73,8 @@ def with_schema(client: Any, schema: dict[str, Any], name: str = "out.json") -> 
     advertise(client, "n1", cap("board"))
     step = {"id": "s", "uses": "dut", "run": ["x"], "out": [name], "schema": {name: schema}}
     submit(client, contract("r1", role("dut"), steps=[step]), 201)
-    claimed(client, "n1")  # only the claimed step uploads (SPEC §20.3)
+    # only the claimed step uploads (docs/security.md#runs-records-and-uploads)
+    claimed(client, "n1")
 
 
 def asking(client: Any, schema: dict[str, Any], **fields: Any) -> None:

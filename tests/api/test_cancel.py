@@ -1,7 +1,8 @@
-"""Cancel (SPEC §9): a RUNNING or QUEUED run becomes FAILED with the verdict note naming who
-cancelled, its open steps fail, its leases go (nodes learn it from their next heartbeat), the
-queue is woken (and the wake scan logged, SPEC §15), the Record sealed after commit and the run's
-end posted to ``notify.runs_url`` (SPEC §15); cancel is idempotent."""
+"""Cancel (docs/queue.md#leaving-the-queue): a RUNNING or QUEUED run becomes FAILED with the verdict
+note naming who cancelled, its open steps fail, its leases go (nodes learn it from their next
+heartbeat), the queue is woken (and the wake scan logged, docs/metrics.md#logs), the Record sealed
+after commit and the run's end posted to ``notify.runs_url`` (docs/configuration.md#webhooks);
+cancel is idempotent."""
 
 from __future__ import annotations
 
@@ -291,7 +292,7 @@ def test_the_wake_scan_of_a_cancel_logs_its_cause_queued_promoted_and_duration(c
     assert isinstance(scan["ms"], (int, float)) and scan["ms"] >= 0
 
 
-# ---------------------------------------------------------------- the runs webhook (SPEC §15)
+# ------------------------------------------------ the runs webhook (docs/configuration.md#webhooks)
 
 
 def test_a_cancel_posts_the_run_end_to_notify_runs_url(db_url, tmp_path):

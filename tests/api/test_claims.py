@@ -1,6 +1,6 @@
-"""Claiming steps (SPEC §8 "Claim") and the long poll in one process (SPEC §7 wake point 1 as it
-reaches a waiting claim, a rollback's notification, and the slow re-check and the listener's
-reconnect that catch a lost one).
+"""Claiming steps (docs/api.md#post-v1nodesnode_idclaim--the-next-step-for-a-node) and the long poll
+in one process (wake point 1 of docs/design.md#wake-points as it reaches a waiting claim, a
+rollback's notification, and the slow re-check and the listener's reconnect that catch a lost one).
 
 Claims here use ``?wait=0`` unless the test is about long polling. Time passes only in the
 database; a waiting claim is awaited with threads and Events, never with a sleep.
@@ -623,8 +623,8 @@ def test_a_waiting_claim_is_answered_when_a_run_is_placed_on_its_node(app, clien
 def test_a_waiting_claim_is_answered_when_a_result_promotes_a_queued_run_onto_its_node(
     app, client, ctx, sql
 ):
-    # SPEC §7 wake point 1: the result frees n1, the wake promotes run-b, and the claim that was
-    # waiting on n1 gets run-b's step.
+    # Wake point 1 (docs/design.md#wake-points): the result frees n1, the wake promotes run-b, and
+    # the claim that was waiting on n1 gets run-b's step.
     advertise(client, "n1", cap())
     submit(client, contract("run-a", role("dut")), 201)
     submit(client, contract("run-b", role("dut")), 202)

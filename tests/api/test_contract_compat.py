@@ -1,6 +1,7 @@
-"""Contracts as the original system's client writes them (SPEC §19.9), through the HTTP API on a
-real PostgreSQL: the fields it adds are accepted and stored with the step, unknown fields are
-ignored with a warning, ``success_when[].changed`` is judged from the result's ``changed``, Go
+"""Contracts as the original system's client writes them
+(docs/compatibility.md#compatibility-with-the-original-fleets-agent-and-runctl), through the HTTP
+API on a real PostgreSQL: the fields it adds are accepted and stored with the step, unknown fields
+are ignored with a warning, ``success_when[].changed`` is judged from the result's ``changed``, Go
 durations are read to the fraction of a second, and a requirement's ``count: 0`` means 1."""
 
 from __future__ import annotations

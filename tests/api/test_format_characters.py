@@ -1,8 +1,9 @@
 """Unicode format characters (category Cf: bidi overrides such as U+202E, zero-width characters)
-(SPEC §20.6): names that become files of a Record refuse them as they refuse control characters,
-with a 400 naming the field; adverts and results, which are never refused for their text (SPEC
-§19.3), keep them as U+FFFD, as they keep a NUL. A name could otherwise show one file and be
-another: ``report\\u202etxt.exe`` reads as ``reportexe.txt``."""
+(docs/security.md#runs-records-and-uploads): names that become files of a Record refuse them as they
+refuse control characters, with a 400 naming the field; adverts and results, which are never refused
+for their text (docs/compatibility.md#compatibility-with-the-original-fleets-agent-and-runctl), keep
+them as U+FFFD, as they keep a NUL. A name could otherwise show one file and be another:
+``report\\u202etxt.exe`` reads as ``reportexe.txt``."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""Liveness, readiness and the refusal to serve on a schema older than the code (SPEC §2 route 19,
-§15), the pool time-out, and ``mediator db upgrade`` / ``mediator db check``."""
+"""Liveness, readiness and the refusal to serve on a schema older than the code
+(docs/api.md#get-readyz, docs/deploy.md#4-schema), the pool time-out, and ``mediator db upgrade`` /
+``mediator db check``."""
 
 from __future__ import annotations
 

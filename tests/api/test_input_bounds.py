@@ -1,8 +1,10 @@
-"""Bounded input (SPEC §13, §18, §19.3, §19.5): an exit code is taken up to 64 bits and every other
-integer the API takes is bounded before it reaches a 32-bit column; no query parameter, header, path
-segment or body brings the database a NUL or a lone surrogate; no name that becomes a file of the
-Record holds a control character, so a sealed Record passes ``sha256sum -c``. Each is a 4xx naming
-the field, never a 500, never a partial write."""
+"""Bounded input (docs/security.md#input-and-load, docs/contract.md#limits,
+docs/compatibility.md#compatibility-with-the-original-fleets-agent-and-runctl,
+docs/api.md#put-v1runsrun_idstepsseqblobname--upload-an-artifact): an exit code is taken up to 64
+bits and every other integer the API takes is bounded before it reaches a 32-bit column; no query
+parameter, header, path segment or body brings the database a NUL or a lone surrogate; no name that
+becomes a file of the Record holds a control character, so a sealed Record passes ``sha256sum -c``.
+Each is a 4xx naming the field, never a 500, never a partial write."""
 
 from __future__ import annotations
 

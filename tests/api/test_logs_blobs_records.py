@@ -1,5 +1,5 @@
-"""Logs, blobs, Records and the ledger (SPEC §11), and names or ids in their URLs that try to escape
-the record directory or name nothing (SPEC §13)."""
+"""Logs, blobs, Records and the ledger (docs/design.md#records), and names or ids in their URLs that
+try to escape the record directory or name nothing (docs/security.md#runs-records-and-uploads)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,9 @@
-"""What the original fleet's node agent does with logs and blobs (SPEC §19.4, §19.5): progress
-chunks of a live log kept apart from the final log and dropped at the seal, the headers a viewer and
-the agent read back, appends ordered through the database, and blobs of any valid name, declared in
-the step's ``out`` or not, resolved by name as the agent and ``in.from`` read them."""
+"""What the original fleet's node agent does with logs and blobs
+(docs/api.md#put-v1runsrun_idstepsseqlog--append-to-a-steps-log,
+docs/api.md#put-v1runsrun_idstepsseqblobname--upload-an-artifact): progress chunks of a live log
+kept apart from the final log and dropped at the seal, the headers a viewer and the agent read back,
+appends ordered through the database, and blobs of any valid name, declared in the step's ``out`` or
+not, resolved by name as the agent and ``in.from`` read them."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Node adverts (SPEC §4) and the fleet views (SPEC §14: GET /v1/nodes, GET /v1/capabilities).
+"""Node adverts (docs/queue.md#heartbeats-what-a-node-learns) and the fleet views (GET /v1/nodes,
+GET /v1/capabilities: docs/api.md#readers).
 
 Time passes only in the database: ``expires_at`` and ``not_after`` are moved with SQL, and every
 time is checked against the database clock (``now()``), never the test's own."""

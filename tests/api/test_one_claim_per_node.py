@@ -1,7 +1,9 @@
-"""One caller cannot hold the server (SPEC §8 claim, the trust rule "one waiting claim per node
-id"): per process, a newer claim of a node answers the older waiting one with 204 at once, unless
-the older has already taken a step (it returns that step) or started less than a second ago (then
-both wait); a claim for a node without a live advert waits at most a second.
+"""One caller cannot hold the server
+(docs/api.md#post-v1nodesnode_idclaim--the-next-step-for-a-node, and "One caller cannot hold the
+server" in docs/security.md#input-and-load): per process, a newer claim of a node answers the older
+waiting one with 204 at once, unless the older has already taken a step (it returns that step) or
+started less than a second ago (then both wait); a claim for a node without a live advert waits at
+most a second.
 
 Nothing here depends on the machine's speed: a claim's age is read from the process's own
 listener (``ctx.claims.ages``), waits are on threads and Events, and bounds on time are only

@@ -27,7 +27,7 @@ from tests.hostile import strategies
 one_server_per_module = True
 
 TOKENLESS = {"/healthz", "/readyz"}
-# Open by default; metrics.require_token makes it ask for any valid token (SPEC §13).
+# Open by default; metrics.require_token makes it ask for any valid token (docs/api.md#get-metrics).
 TOKEN_WHEN_CONFIGURED = {"/metrics"}
 
 

@@ -1,4 +1,5 @@
-"""The OpenAPI document (SPEC §2 route 21) and the audit trail of a run (route 18a, SPEC §15)."""
+"""The OpenAPI document (docs/api.md#get-v1openapijson) and the audit trail of a run
+(docs/api.md#get-v1runsrun_idevents--a-runs-audit-trail)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
-"""Results (SPEC §8 "Result"): step state transitions through the HTTP API, the 409 for anything
-not claimed by the reporting node, lease-nonce fencing, the wakes a result makes (SPEC §7 wake
-point 1), the at-boundary drain (SPEC §4) and the run view of steps (SPEC §14)."""
+"""Results (docs/api.md#post-v1runsrun_idstepsseqresult--report-a-steps-result): step state
+transitions through the HTTP API, the 409 for anything not claimed by the reporting node,
+lease-nonce fencing, the wakes a result makes (wake point 1 of docs/design.md#wake-points), the
+at-boundary drain (docs/operators.md#graceful-and-at-boundary) and the run view of steps
+(docs/api.md#get-v1runsrun_id--the-run-view)."""
 
 from __future__ import annotations
 
@@ -29,7 +31,8 @@ DID_NOT_COMPLETE = "a step did not complete"
 
 
 def assert_not_claimed(resp: Any, step_id: str) -> None:
-    """The 409 of SPEC §8 for a result not claimed by the reporting node, exact."""
+    """The 409 for a result not claimed by the reporting node, exact
+    (docs/api.md#post-v1runsrun_idstepsseqresult--report-a-steps-result)."""
     assert resp.status_code == 409
     assert resp.get_json() == {
         "error": {"code": 409, "reason": f"reported a step that was not claimed ({step_id})"}
@@ -275,7 +278,7 @@ def test_a_result_with_the_current_lease_nonce_is_accepted(client, sql):
     assert states(sql, "r1")["flash"] == "DONE"
 
 
-# ---------------------------------------------------------------- wakes (SPEC §7 wake point 1)
+# ---------------------------------------------------------------- wakes (wake point 1)
 
 
 def test_a_result_that_ends_its_run_promotes_a_queued_run_in_the_same_request(client, sql):
@@ -315,7 +318,7 @@ def test_a_refused_result_wakes_nothing(client, sql):
     assert run_row(sql, "waiter")["state"] == "QUEUED"
 
 
-# ---------------------------------------------------------------- at-boundary drain (SPEC §4, §8.6)
+# ----------------------------------- at-boundary drain (docs/operators.md#graceful-and-at-boundary)
 
 
 def test_a_result_from_an_at_boundary_draining_node_cancels_its_live_run(client, sql):
@@ -399,7 +402,7 @@ def test_an_at_boundary_drain_cancels_the_run_instead_of_rolling_its_loop_back(c
     assert not [s for s, _ in attempts(sql, "r1").values() if s in ("PENDING", "CLAIMED")]
 
 
-# ---------------------------------------------------------------- the run view of steps (SPEC §14)
+# ------------------------------- the run view of steps (docs/api.md#get-v1runsrun_id--the-run-view)
 
 
 def test_the_run_view_shows_each_step_with_kind_chosen_and_times_and_no_attempt_0(client, sql):

@@ -1,4 +1,4 @@
-"""The run views (SPEC §14): GET /v1/runs with its filters, limit and cursor, and GET
+"""The run views (docs/api.md#readers): GET /v1/runs with its filters, limit and cursor, and GET
 /v1/runs/{id} of a RUNNING run. Creation times are set with SQL on the database's own column, so
 the order under test never depends on how fast the requests ran."""
 

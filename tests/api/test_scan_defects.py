@@ -1,6 +1,7 @@
-"""What a wake scan must not leave behind (SPEC §7): nodes freed by a run that ends inside its own
-promotion are seen by the same scan, and a scan whose promotion failed on a transient error leaves
-a wake debt that the reaper's next pass pays."""
+"""What a wake scan must not leave behind
+(docs/queue.md#guarantees-their-bounds-and-the-tests-that-prove-them): nodes freed by a run that
+ends inside its own promotion are seen by the same scan, and a scan whose promotion failed on a
+transient error leaves a wake debt that the reaper's next pass pays."""
 
 from __future__ import annotations
 

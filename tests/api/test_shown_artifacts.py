@@ -1,6 +1,7 @@
-"""The asks inbox reads at most the first 32 KiB of each artifact it shows (SPEC §10, §19.10,
-§20.6): a larger one goes as a string cut there, with ``truncated: true``, and the rest of the
-file is never read, whatever its size.
+"""The asks inbox reads at most the first 32 KiB of each artifact it shows
+(docs/api.md#get-v1asks--the-open-asks, docs/compatibility.md#differences-from-the-original-server,
+docs/security.md#input-and-load): a larger one goes as a string cut there, with ``truncated: true``,
+and the rest of the file is never read, whatever its size.
 
 The artifact's file is replaced by a named pipe fed by a thread of the test: what the inbox reads
 is exactly what the thread could write before the reader hung up."""

@@ -1,6 +1,6 @@
-"""Step kinds and step fields as they act on execution (SPEC §3, §8): ``loop`` and
+"""Step kinds and step fields as they act on execution (docs/contract.md#steps): ``loop`` and
 ``validate_with`` rollbacks, ``dispatch``, ``release`` and ``acquire`` steps, and the audit events
-they cause (SPEC §15).
+they cause (docs/api.md#get-v1runsrun_idevents--a-runs-audit-trail).
 
 Where a lease insert must wait on another transaction's uncommitted lease, the test polls
 pg_stat_activity for the blocked backend (there is no event for that)."""

@@ -1,10 +1,10 @@
-"""A run's stored files are capped (SPEC §20.6): ``records.max_run_bytes`` of files per run and
-``records.max_step_files`` distinct files per step (each (attempt, name) of a blob, each log and
-each progress of a name). Over a cap a blob is 413 with a reason and nothing is stored; a log or a
-progress chunk is cut with its note and answered 200 with ``X-Enode-Log-Capped: 1``, as the
-``max_blob_bytes`` cap cuts it. What the Mediator writes itself (answers, acquire results, step
-documents, the verdict) is never counted or refused. The counts live in the database, next to the
-rows that record the uploads."""
+"""A run's stored files are capped (docs/security.md#runs-records-and-uploads):
+``records.max_run_bytes`` of files per run and ``records.max_step_files`` distinct files per step
+(each (attempt, name) of a blob, each log and each progress of a name). Over a cap a blob is 413
+with a reason and nothing is stored; a log or a progress chunk is cut with its note and answered 200
+with ``X-Enode-Log-Capped: 1``, as the ``max_blob_bytes`` cap cuts it. What the Mediator writes
+itself (answers, acquire results, step documents, the verdict) is never counted or refused. The
+counts live in the database, next to the rows that record the uploads."""
 
 from __future__ import annotations
 
@@ -237,8 +237,8 @@ def test_a_progress_of_a_new_attempt_counts_what_it_adds_to_the_one_it_replaces(
     placed(client, {"id": "build", "uses": "dut", "run": ["make"]}, test)
     assert put_log(client, b"x" * 500 + b"\n", progress=1, attempt=0).status_code == 200
     assert stored_bytes(sql) == 501
-    # The build's second attempt, claimed after the test sent it back (SPEC §20.3: only the
-    # attempt the step is in uploads).
+    # The build's second attempt, claimed after the test sent it back (only the attempt the
+    # step is in uploads: docs/security.md#runs-records-and-uploads).
     done(client, "r1", 1, "n1")
     assert claimed(client, "n1")["name"] == "test"
     assert done(client, "r1", 2, "n1", exit_code=1)["rolled_back"] is True

@@ -1,5 +1,6 @@
 """A placed submit's answer is built from what its transaction wrote, not read back: it must be
-the run exactly as the run view shows it right after (SPEC §6.7, §14)."""
+the run exactly as the run view shows it right after (docs/design.md#submit-and-dry-run,
+docs/api.md#get-v1runsrun_id--the-run-view)."""
 
 from __future__ import annotations
 

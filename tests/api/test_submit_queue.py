@@ -1,9 +1,13 @@
-"""Submit, dry-run and the queue (SPEC §5, §6, §7), through the HTTP API on a real PostgreSQL.
+"""Submit, dry-run and the queue (docs/contract.md#requirements-and-how-runs-are-placed,
+docs/queue.md#on-submit-placed-queued-or-rejected,
+docs/queue.md#promotion-the-request-that-frees-a-node-promotes), through the HTTP API on a real
+PostgreSQL.
 
-Every submit outcome of the table in SPEC §7, arrival order and head-of-line skipping of the wake
-scan, the width cap at submit and at promotion, a promotion whose node was taken meanwhile, what a
-QUEUED run holds (nothing) and how its wait is explained, the scan that submit runs itself after
-queueing (the submit window), and the request log of a submit (SPEC §15)."""
+Every submit outcome of the table in docs/queue.md#on-submit-placed-queued-or-rejected, arrival
+order and head-of-line skipping of the wake scan, the width cap at submit and at promotion, a
+promotion whose node was taken meanwhile, what a QUEUED run holds (nothing) and how its wait is
+explained, the scan that submit runs itself after queueing (the submit window), and the request log
+of a submit (docs/metrics.md#logs)."""
 
 from __future__ import annotations
 
@@ -99,7 +103,7 @@ def test_an_invalid_contract_is_400_naming_the_field_and_stores_nothing(client, 
     assert not record_exists(ctx, "bad-1")
 
 
-# ---------------------------------------------------------------- 422: no candidate (SPEC §5)
+# ------------------------ 422: no candidate (docs/contract.md#requirements-and-how-runs-are-placed)
 
 
 def test_no_candidate_in_the_live_fleet_is_422_and_a_failed_row_with_its_reject_and_no_steps(
@@ -140,7 +144,8 @@ def test_a_node_whose_advert_expired_is_not_a_candidate(client, sql):
 
 
 def test_a_role_no_node_can_ever_fill_is_422_even_when_an_earlier_role_is_only_busy(client, sql):
-    # SPEC §5: pass 1 for every role before any role in pass 2; a permanent rejection wins.
+    # Pass 1 for every role before any role in pass 2; a permanent rejection wins
+    # (docs/design.md#matcher-and-width-cap).
     advertise(client, "n1", cap("board"))
     hold(client, "holder", role("dut"))
 
@@ -309,7 +314,8 @@ def test_a_placed_run_is_201_running_with_one_lease_per_node_for_the_ttl_and_a_3
 
 
 def test_steps_of_a_placed_run_are_pending_and_bound_to_the_first_node_of_their_role(client, sql):
-    # Candidate order (SPEC §5): fewer attributes first, so n2 is the role's first node.
+    # Candidate order (docs/contract.md#requirements-and-how-runs-are-placed): fewer attributes
+    # first, so n2 is the role's first node.
     advertise(client, "n1", cap("board", soc="x", rev="b"))
     advertise(client, "n2", cap("board", soc="x"))
     advertise(client, "h1", cap("host"))
@@ -715,7 +721,7 @@ def test_the_view_of_a_running_run_has_no_queue_explanation(client):
     assert all("candidates" not in r and "held_by" not in r for r in view["requires"])
 
 
-# ---------------------------------------------------------------- the submit window (SPEC §6, §7)
+# ---------------------------- the submit window (docs/queue.md#on-submit-placed-queued-or-rejected)
 
 
 @contextmanager
@@ -842,8 +848,9 @@ def test_a_queued_submit_scans_when_a_mark_was_taken_after_its_read(app, client,
     hold(client, "h2", role("dut"))
     with structlog.testing.capture_logs() as logs:
         with submit_held_after_its_read(app, sql, db_url, contract("late")) as answer:
-            # A node appears: capacity, a wake point with its mark (SPEC §7 wake point 8). It
-            # fits "late" only after "late" was read, so only the submit's own scan places it.
+            # A node appears: capacity, a wake point with its mark (wake point 8,
+            # docs/design.md#wake-points). It fits "late" only after "late" was read, so only the
+            # submit's own scan places it.
             advertise(client, "n3", cap("board"))
     resp = answer["resp"]
     assert resp.status_code == 201, resp.get_json()
@@ -936,7 +943,7 @@ def test_a_dry_run_does_not_count_a_node_whose_advert_expired(client, sql):
     assert resp.status_code == 422 and resp.get_json() == error(422, "need 1, fleet has 0 - board")
 
 
-# ---------------------------------------------------------------- the request log (SPEC §15)
+# ----------------------------------------------------------- the request log (docs/metrics.md#logs)
 
 
 @pytest.mark.parametrize("config_overrides", [{"log.level": "info"}])

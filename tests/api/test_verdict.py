@@ -1,6 +1,7 @@
-"""The verdict through the HTTP API (SPEC §8 "Settle"): every ``success_when`` rule, VERIFYING in
-the audit trail (SPEC §15), what a finished run leaves behind (ended_at, no leases, a sealed
-Record) and the ``notify.runs_url`` announcement (SPEC §15), received by a real local server."""
+"""The verdict through the HTTP API (docs/contract.md#success_when): every ``success_when`` rule,
+VERIFYING in the audit trail (docs/api.md#get-v1runsrun_idevents--a-runs-audit-trail), what a
+finished run leaves behind (ended_at, no leases, a sealed Record) and the ``notify.runs_url``
+announcement (docs/configuration.md#webhooks), received by a real local server."""
 
 from __future__ import annotations
 

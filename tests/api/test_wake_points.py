@@ -1,5 +1,6 @@
-"""The wake points that adverts and start-up own, and the wake debt (SPEC §7 "Wake points" 4, 5, 6,
-8 and "Wake debt"; SPEC §12 for the reaper's side).
+"""The wake points that adverts and start-up own, and the wake debt (wake points 4, 5, 6 and 8 of
+docs/design.md#wake-points, and docs/design.md#wake-debt-and-what-is-owed; docs/queue.md#the-reaper
+for the reaper's side).
 
 A wake is observed by its effect: a QUEUED run that fits a node freed or made available is
 RUNNING in the GET right after the request. To leave a freed node without its wake, rows are
@@ -55,9 +56,9 @@ def free_n1_without_a_wake(sql: Any) -> None:
 @contextmanager
 def reservations_locked(db_url: str) -> Iterator[None]:
     """Another session holds ACCESS EXCLUSIVE on ``reservations`` until the block ends: a wake
-    scan's first look at the queue reads that table (SPEC §7a: whether the reservation step has
-    anything to do), so it waits and fails under its statement timeout, while a cancel of a
-    RUNNING run and its seal never read it."""
+    scan's first look at the queue reads that table (whether the reservation step has anything
+    to do: docs/design.md#priorities-and-reservations), so it waits and fails under its statement
+    timeout, while a cancel of a RUNNING run and its seal never read it."""
     with psycopg.connect(to_libpq_url(db_url), autocommit=True) as conn:
         # A code path that waits on the lock without a timeout must fail the test, not hang it:
         # the server ends this session (and its lock) after 10 idle seconds.
@@ -99,7 +100,8 @@ def cancel_whose_wake_fails(client: Any, sql: Any, db_url: str) -> None:
     submit(client, contract("r2"), 202)
     with reservations_locked(db_url):
         resp = client.post("/v1/runs/r1/cancel")
-    # The wake's failure never changes the answer (SPEC §7).
+    # The wake's failure never changes the answer
+    # (docs/queue.md#promotion-the-request-that-frees-a-node-promotes).
     assert resp.status_code == 200 and resp.get_json() == {"run_id": "r1", "state": "FAILED"}
     assert leases(sql) == []
 

@@ -1,7 +1,8 @@
-"""The width cap and one node filling several roles (SPEC §5; docs/contract.md, "How matching
-works"): under ``lease.max_per_run`` a run whose first choice of nodes is too wide is placed on an
-assignment that reuses a node, if the matcher's bounded search finds one, at submit as at dry-run;
-a run that no reuse can fit is refused as before."""
+"""The width cap and one node filling several roles
+(docs/contract.md#requirements-and-how-runs-are-placed): under ``lease.max_per_run`` a run whose
+first choice of nodes is too wide is placed on an assignment that reuses a node, if the matcher's
+bounded search finds one, at submit as at dry-run; a run that no reuse can fit is refused as
+before."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
-"""The wire rules of SPEC §2 and the bounded input of §13: one JSON error shape for every error,
-404/405 with ``Allow``, 401 ``missing or invalid token`` on every /v1 route, 400 for bodies that are
-not JSON, not objects or of the wrong types (naming the field), 413 over ``max_body_bytes``, bounded
-nesting, ``{seq}`` and id lengths — always a 4xx, never a 500, never a partial write."""
+"""The wire rules of docs/api.md#conventions and the bounded input of
+docs/security.md#input-and-load: one JSON error shape for every error, 404/405 with ``Allow``, 401
+``missing or invalid token`` on every /v1 route, 400 for bodies that are not JSON, not objects or of
+the wrong types (naming the field), 413 over ``max_body_bytes``, bounded nesting, ``{seq}`` and id
+lengths — always a 4xx, never a 500, never a partial write."""
 
 from __future__ import annotations
 
@@ -825,7 +826,8 @@ def test_any_json_body_gives_no_5xx_and_a_4xx_leaves_nothing_behind(app, client,
     if path == "/v1/runs/dry-run" or (resp.status_code >= 400 and resp.status_code != 422):
         assert after == before, (path, raw[:300], resp.status_code)
     elif resp.status_code == 422:
-        # SPEC §6 step 4: a rejected submit is a FAILED run with its reject, no steps, no lease.
+        # A rejected submit (docs/queue.md#on-submit-placed-queued-or-rejected) is a FAILED run with
+        # its reject, no steps, no lease.
         assert path == "/v1/runs"
         runs = [json.loads(r) for r in after["rows"]["runs"]]
         assert [(r["state"], bool(r["reject"])) for r in runs] == [("FAILED", True)]

@@ -1,7 +1,8 @@
-"""The ``mediator`` client commands against a real gunicorn (SPEC §2, §6, §7, §10, §11, §14):
-each command run as a process of its own (``python -m app.cli``) over real HTTP, its output for
-people and with ``--json``, and its exit codes: 0 done or SUCCEEDED, 1 FAILED, 2 refused (a 4xx,
-with the server's reason), 3 unreachable. Node agents are played by the test over HTTP."""
+"""The ``mediator`` client commands against a real gunicorn
+(docs/client.md#following-a-run-answering-listing): each command run as a process of its own
+(``python -m app.cli``) over real HTTP, its output for people and with ``--json``, and its exit
+codes: 0 done or SUCCEEDED, 1 FAILED, 2 refused (a 4xx, with the server's reason), 3 unreachable.
+Node agents are played by the test over HTTP."""
 
 from __future__ import annotations
 

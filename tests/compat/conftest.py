@@ -2,9 +2,9 @@
 migrated template; every test starts from empty tables and an empty Record store.
 
 Starting gunicorn per test would cost seconds each; the Mediator keeps nothing in its processes
-that correctness needs (SPEC §1), so emptying the tables between tests is a clean start. The
-long-poll window is 1 s: the original agent's claim carries no ``?wait=``, so every claim that
-finds nothing waits the configured window.
+that correctness needs (docs/scaling.md#what-must-be-shared), so emptying the tables between tests
+is a clean start. The long-poll window is 1 s: the original agent's claim carries no ``?wait=``, so
+every claim that finds nothing waits the configured window.
 """
 
 from __future__ import annotations

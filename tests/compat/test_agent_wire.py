@@ -1,6 +1,7 @@
-"""Every request the original node agent (internal/enode) sends, against a real Mediator (SPEC
-§19): adverts, claims, logs, progress chunks, blobs, blob reads for ``in.from``, results and the
-exit report, each built as the Go code builds it and each answer read as its Go types read it."""
+"""Every request the original node agent (internal/enode) sends, against a real Mediator
+(docs/compatibility.md#compatibility-with-the-original-fleets-agent-and-runctl): adverts, claims,
+logs, progress chunks, blobs, blob reads for ``in.from``, results and the exit report, each built as
+the Go code builds it and each answer read as its Go types read it."""
 
 from __future__ import annotations
 
@@ -140,8 +141,9 @@ def test_advert_with_capabilities_null_is_taken_and_the_node_gets_no_work(
     enode: EnodeClient, runctl: RunctlClient
 ) -> None:
     """mirrors internal/enode/advertise.go (Advertiser.Run): a node that detects nothing marshals
-    a nil slice, "capabilities": null (SPEC §19.2). The advert must be taken (a 4xx drops the node
-    from the fleet) and the node offers nothing: a run needing agent.reason has no candidate."""
+    a nil slice, "capabilities": null (docs/api.md#post-v1nodes--advertise-the-heartbeat). The
+    advert must be taken (a 4xx drops the node from the fleet) and the node offers nothing: a run
+    needing agent.reason has no candidate."""
     resp = enode.advertise(advert(NODE, None))
     assert resp.status_code == 200, resp.text
     assert decode(ADVERT_RESPONSE, resp.content)["leases"] in ([], None)
@@ -154,8 +156,9 @@ def test_advert_with_attrs_null_reads_as_no_attributes(
     enode: EnodeClient, runctl: RunctlClient
 ) -> None:
     """mirrors internal/contract/advert.go (Capability with a nil Attrs map, "attrs": null) as
-    internal/enode/advertise.go sends it: taken as {} (SPEC §19.2), so a requirement without
-    attributes is satisfied and the run is placed."""
+    internal/enode/advertise.go sends it: taken as {}
+    (docs/api.md#post-v1nodes--advertise-the-heartbeat), so a requirement without attributes is
+    satisfied and the run is placed."""
     resp = enode.advertise(
         advert(NODE, [{"capability": "agent.reason", "attrs": None}]),
     )
@@ -170,7 +173,8 @@ def test_advert_with_a_nul_in_the_label_is_taken_as_u_fffd(
 ) -> None:
     """mirrors internal/enode/advertise.go (Client.Advertise): the label is derived from the
     machine, never checked by the agent; an advert is never refused for its text and a NUL
-    becomes U+FFFD (SPEC §19.3)."""
+    becomes U+FFFD
+    (docs/compatibility.md#compatibility-with-the-original-fleets-agent-and-runctl)."""
     resp = enode.advertise(advert(NODE, [capability()], label="bench\x007"))
     assert resp.status_code == 200, resp.text
     nodes = runctl.nodes().json()["nodes"]
@@ -217,7 +221,7 @@ def test_advert_from_a_new_instance_fails_the_step_the_old_instance_claimed(
 ) -> None:
     """mirrors internal/enode/advertise.go (Advert.Instance, a new random value per process
     start): the step claimed by the previous life cannot be trusted and fails, and its run
-    with it (SPEC §4)."""
+    with it (docs/operators.md#why-the-heartbeat-reply-does-not-carry-the-hold)."""
     node_up(enode)
     submitted(runctl, one_step())
     claimed(enode)
@@ -256,7 +260,7 @@ def test_claim_of_a_first_attempt_has_attempt_0_and_leaves_it_out(
 ) -> None:
     """mirrors internal/enode/claim.go (Step.Attempt, omitempty, 0-based): on attempt > 0 the
     agent feeds the previous attempt's _cannot back to the harness and tags its progress chunks
-    with the attempt, so a first try must read 0 (SPEC §19.1), and 0 is left out."""
+    with the attempt, so a first try must read 0 (docs/contract.md#loop), and 0 is left out."""
     node_up(enode)
     submitted(runctl, one_step())
     raw, step = claimed(enode)
@@ -269,7 +273,8 @@ def test_claim_leaves_workspace_out_when_the_step_has_none(
 ) -> None:
     """mirrors internal/enode/workspace.go (parseWorkspace): only an absent workspace
     (len(raw) == 0) means "no workspace"; "workspace": null parses as a WorkspaceSpec with no
-    repo and the agent runs in an unprepared workspace (SPEC §19.6)."""
+    repo and the agent runs in an unprepared workspace
+    (docs/api.md#post-v1nodesnode_idclaim--the-next-step-for-a-node)."""
     node_up(enode)
     submitted(runctl, one_step())
     raw, step = claimed(enode)
@@ -318,7 +323,8 @@ def test_claim_does_not_redeliver_under_an_expired_lease(
 ) -> None:
     """mirrors internal/enode/claim.go (Client.Claim; Worker.execute does not run a step under a
     lapsed lease) against internal/store/claim.go (redeliver joins the lease with
-    not_after > now()): no redelivery under an expired lease (SPEC §19.6)."""
+    not_after > now()): no redelivery under an expired lease
+    (docs/api.md#post-v1nodesnode_idclaim--the-next-step-for-a-node)."""
     node_up(enode)
     submitted(runctl, one_step())
     claimed(enode)
@@ -331,8 +337,9 @@ def test_claim_carries_feedback_and_check_changed_when_the_contract_sets_them(
 ) -> None:
     """mirrors internal/enode/claim.go (Step.Feedback: blobs fetched into the prompt on every
     attempt; Step.CheckChanged: the paths the node checks after the step) as the original
-    server filled them from the step's feedback and success_when[].changed (SPEC §19.6,
-    §19.9)."""
+    server filled them from the step's feedback and success_when[].changed
+    (docs/api.md#post-v1nodesnode_idclaim--the-next-step-for-a-node,
+    docs/compatibility.md#compatibility-with-the-original-fleets-agent-and-runctl)."""
     node_up(enode)
     doc = two_steps(
         "fix-1",
@@ -360,7 +367,8 @@ def test_claim_carries_the_ledger_listing_only_for_see_ledger_list(
     enode: EnodeClient, runctl: RunctlClient
 ) -> None:
     """mirrors internal/enode/claim.go (Step.Ledger, written verbatim to $IN/_ledger.json): sent
-    only for see.ledger "list", as a list of entries in the original's shape (SPEC §19.6)."""
+    only for see.ledger "list", as a list of entries in the original's shape
+    (docs/api.md#post-v1nodesnode_idclaim--the-next-step-for-a-node)."""
     node_up(enode)
     submitted(
         runctl,
@@ -414,7 +422,7 @@ def test_claim_after_a_loop_reset_carries_attempt_1(
     enode: EnodeClient, runctl: RunctlClient
 ) -> None:
     """mirrors internal/enode/claim.go (Step.Attempt > 0 marks a retry): after the first reset
-    the reset steps are handed out with attempt 1 (SPEC §19.1)."""
+    the reset steps are handed out with attempt 1 (docs/contract.md#loop)."""
     node_up(enode)
     submitted(runctl, loop_contract())
     _, draft = claimed(enode)
@@ -452,7 +460,8 @@ def test_progress_chunk_answers_its_attempt_and_total_and_stays_apart_from_the_l
 ) -> None:
     """mirrors internal/enode/upload.go (Client.PutLogChunk: ?name=&progress=1&attempt=, and the
     uploader reads X-Enode-Log-Bytes, X-Enode-Log-Attempt, X-Enode-Log-Capped): a chunk goes to
-    the progress file, not the final log, and a reader sees it before the seal (SPEC §19.4)."""
+    the progress file, not the final log, and a reader sees it before the seal
+    (docs/api.md#put-v1runsrun_idstepsseqlog--append-to-a-steps-log)."""
     node_up(enode)
     submitted(runctl, one_step())
     claimed(enode)
@@ -473,7 +482,8 @@ def test_progress_is_dropped_at_seal_and_never_in_the_sealed_log(
     enode: EnodeClient, runctl: RunctlClient
 ) -> None:
     """mirrors internal/enode/upload.go (uploader flushes its tail before Client.UploadLog
-    sends the curated final log): the sealed Record holds the final log only (SPEC §19.4)."""
+    sends the curated final log): the sealed Record holds the final log only
+    (docs/api.md#put-v1runsrun_idstepsseqlog--append-to-a-steps-log)."""
     node_up(enode)
     submitted(runctl, one_step())
     _, step = claimed(enode)
@@ -495,7 +505,8 @@ def test_progress_chunk_of_a_lower_attempt_is_discarded_with_the_current_headers
 ) -> None:
     """mirrors internal/enode/upload.go (uploader.run: when X-Enode-Log-Attempt is above its
     own attempt the uploader is stale and stops): a late chunk of an earlier attempt is 200,
-    stores nothing, and says which attempt the progress belongs to (SPEC §19.4)."""
+    stores nothing, and says which attempt the progress belongs to
+    (docs/api.md#put-v1runsrun_idstepsseqlog--append-to-a-steps-log)."""
     retried_draft(enode, runctl)
     enode.put_log_chunk("loop-1", 1, "draft", 1, b"new\n")
     late = enode.put_log_chunk("loop-1", 1, "draft", 0, b"old old\n")
@@ -509,7 +520,8 @@ def test_progress_chunk_of_a_higher_attempt_replaces_the_progress(
     enode: EnodeClient, runctl: RunctlClient
 ) -> None:
     """mirrors internal/enode/upload.go (one uploader per step attempt, each counting from 0):
-    the first chunk of a newer attempt starts the progress file afresh (SPEC §19.4)."""
+    the first chunk of a newer attempt starts the progress file afresh
+    (docs/api.md#put-v1runsrun_idstepsseqlog--append-to-a-steps-log)."""
     retried_draft(enode, runctl, first_attempt=b"attempt zero\n")
     newer = enode.put_log_chunk("loop-1", 1, "draft", 1, b"one\n")
     assert newer.status_code // 100 == 2, newer.text
@@ -522,7 +534,8 @@ def test_progress_chunk_with_a_negative_attempt_is_400(
     enode: EnodeClient, runctl: RunctlClient
 ) -> None:
     """mirrors internal/enode/upload.go (Client.PutLogChunk formats the attempt with %d): the
-    attempt is a number >= 0, anything else is 400 ``invalid attempt`` (SPEC §19.4)."""
+    attempt is a number >= 0, anything else is 400 ``invalid attempt``
+    (docs/api.md#put-v1runsrun_idstepsseqlog--append-to-a-steps-log)."""
     node_up(enode)
     submitted(runctl, one_step())
     claimed(enode)
@@ -578,7 +591,9 @@ def test_blob_of_an_undeclared_name_is_stored_and_readable(
     enode: EnodeClient, runctl: RunctlClient
 ) -> None:
     """mirrors internal/enode/upload.go (Worker.upload puts every name in $OUT, declared or
-    not): an undeclared name is stored (SPEC §19.5); a 4xx would be final for the agent."""
+    not): an undeclared name is stored
+    (docs/api.md#put-v1runsrun_idstepsseqblobname--upload-an-artifact); a 4xx would be final for the
+    agent."""
     node_up(enode)
     submitted(runctl, one_step())
     claimed(enode)
@@ -593,7 +608,8 @@ def test_cannot_left_by_a_failed_attempt_is_read_by_the_next_attempt(
 ) -> None:
     """mirrors internal/enode/claim.go (runAgentStep: on Attempt > 0 the agent fetches _cannot
     with Client.GetBlob and puts it in the prompt) and upload.go (the harness's _cannot is
-    uploaded with the rest of $OUT): SPEC §19.5."""
+    uploaded with the rest of $OUT):
+    docs/api.md#put-v1runsrun_idstepsseqblobname--upload-an-artifact."""
     node_up(enode)
     submitted(runctl, loop_contract())
     _, draft = claimed(enode)
@@ -628,7 +644,8 @@ def test_in_from_resolves_a_declared_name_among_the_steps_that_declare_it(
 ) -> None:
     """mirrors internal/enode/claim.go (Worker.execute fetches each in.from name with
     Client.GetBlob): a name some step declares resolves only among that step's blobs, not a
-    newer stray upload of the same name by another step (SPEC §19.5)."""
+    newer stray upload of the same name by another step
+    (docs/api.md#put-v1runsrun_idstepsseqblobname--upload-an-artifact)."""
     node_up(enode)
     submitted(
         runctl,
@@ -651,8 +668,8 @@ def test_in_from_resolves_an_undeclared_name_newest_first(
     enode: EnodeClient, runctl: RunctlClient
 ) -> None:
     """mirrors internal/enode/claim.go (Client.GetBlob: "by name the newest comes"): a name no
-    step declares resolves among all blobs of the run, newest (attempt, seq) first (SPEC
-    §19.5)."""
+    step declares resolves among all blobs of the run, newest (attempt, seq) first
+    (docs/api.md#put-v1runsrun_idstepsseqblobname--upload-an-artifact)."""
     node_up(enode)
     submitted(
         runctl,
@@ -688,7 +705,7 @@ def test_ledger_lists_blobs_in_the_original_entry_shape_with_0_based_attempts(
     """mirrors internal/store/observe.go (LedgerEntry: seq, attempt, name, by, at, bytes,
     schema_ok?; Store.Ledger), the original server's ledger that the fleet's readers decode and
     internal/enode/claim.go writes to $IN/_ledger.json: a first attempt's blob is attempt 0
-    (SPEC §19.1)."""
+    (docs/contract.md#loop)."""
     node_up(enode)
     submitted(runctl, one_step())
     claimed(enode)
@@ -706,7 +723,7 @@ def test_blob_files_in_the_record_carry_the_0_based_attempt(
 ) -> None:
     """mirrors internal/store/claim.go (stampLedger names blobs "%02d.%d-%s" of seq, 0-based
     attempt and name, as the original's Record lays them out): the first attempt's file is
-    blobs/01.0-greeting.txt (SPEC §19.1)."""
+    blobs/01.0-greeting.txt (docs/contract.md#loop)."""
     node_up(enode)
     submitted(runctl, one_step())
     _, step = claimed(enode)
@@ -724,7 +741,8 @@ def test_result_as_the_agent_sends_it_is_exactly_200_and_only_declared_names_cou
 ) -> None:
     """mirrors internal/enode/claim.go (Client.Report: only 200 is delivered, another 2xx is
     retried, a 4xx is final) with produced = every name Worker.upload put, undeclared ones
-    included (SPEC §19.5): the run is judged on the declared name."""
+    included (docs/api.md#put-v1runsrun_idstepsseqblobname--upload-an-artifact): the run is judged
+    on the declared name."""
     node_up(enode)
     submitted(runctl, one_step())
     _, step = claimed(enode)
@@ -745,7 +763,8 @@ def test_result_error_of_100_kib_is_taken_and_stored_cut_with_a_note(
 ) -> None:
     """mirrors internal/enode/claim.go (Result.Error carries a harness's message or a runtime
     error of any length; a 4xx on a result is final and redelivery would rerun the step): taken
-    and stored up to 64 KiB with a truncation note (SPEC §19.3)."""
+    and stored up to 64 KiB with a truncation note
+    (docs/compatibility.md#compatibility-with-the-original-fleets-agent-and-runctl)."""
     node_up(enode)
     submitted(runctl, one_step())
     _, step = claimed(enode)
@@ -764,7 +783,7 @@ def test_result_newer_fields_are_kept_verbatim_in_the_step_document(
 ) -> None:
     """mirrors internal/enode/claim.go (Result: exited_at, diagnostics, environment, workspace,
     changed, set by Worker.execute and afterExit): kept verbatim in the step's document in the
-    Record (SPEC §19.3)."""
+    Record (docs/compatibility.md#compatibility-with-the-original-fleets-agent-and-runctl)."""
     node_up(enode)
     submitted(runctl, one_step(workspace={"repo": "gerrit.lab.test/kernel/linux", "rev": "a1"}))
     _, step = claimed(enode)
@@ -785,8 +804,8 @@ def test_result_with_malformed_newer_fields_is_still_200(
     enode: EnodeClient, runctl: RunctlClient
 ) -> None:
     """mirrors internal/enode/claim.go (Client.Report: a 4xx is final, the step is not
-    reported again): newer fields of an unexpected shape are dropped, never a 400 (SPEC
-    §19.3)."""
+    reported again): newer fields of an unexpected shape are dropped, never a 400
+    (docs/compatibility.md#compatibility-with-the-original-fleets-agent-and-runctl)."""
     node_up(enode)
     submitted(runctl, one_step())
     claimed(enode)
@@ -803,7 +822,7 @@ def test_result_with_a_nul_in_its_error_is_taken_as_u_fffd(
 ) -> None:
     """mirrors internal/enode/claim.go (Result.Error = runErr.Error(), text from the operating
     system or the harness): a NUL becomes U+FFFD, the result is never refused for its text
-    (SPEC §19.3)."""
+    (docs/compatibility.md#compatibility-with-the-original-fleets-agent-and-runctl)."""
     node_up(enode)
     submitted(runctl, one_step())
     claimed(enode)
@@ -815,7 +834,8 @@ def test_result_with_a_nul_in_its_error_is_taken_as_u_fffd(
 
 def test_result_with_a_string_exit_code_stays_400(enode: EnodeClient, runctl: RunctlClient) -> None:
     """mirrors internal/enode/claim.go (Result.ExitCode *int: the agent always sends a number):
-    a wrong type of a field the Mediator decides on stays a 400 (SPEC §19.3)."""
+    a wrong type of a field the Mediator decides on stays a 400
+    (docs/compatibility.md#compatibility-with-the-original-fleets-agent-and-runctl)."""
     node_up(enode)
     submitted(runctl, one_step())
     claimed(enode)
@@ -847,8 +867,9 @@ def test_exited_is_404_and_leaves_the_step_claimed(
     enode: EnodeClient, runctl: RunctlClient
 ) -> None:
     """mirrors internal/enode/claim.go (Client.Exited: POST …/exited with contract.Exited; a
-    404 means an older server and exitedStop stops sending it): not served (SPEC §19.10), the
-    step stays CLAIMED and its result is still taken."""
+    404 means an older server and exitedStop stops sending it): not served
+    (docs/compatibility.md#compatibility-with-the-original-fleets-agent-and-runctl), the step stays
+    CLAIMED and its result is still taken."""
     node_up(enode)
     submitted(runctl, one_step())
     _, step = claimed(enode)

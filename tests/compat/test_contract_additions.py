@@ -1,6 +1,8 @@
-"""The contract fields the original fleet's contracts carry besides SPEC §3 (SPEC §19.9), submitted
-as runctl submits a contract file (internal/runctl/client.go, Client.Submit), and what each one
-changes on the wire: the claim, the verdict, the warnings."""
+"""The contract fields the original fleet's contracts carry besides those of
+docs/contract.md#writing-contracts
+(docs/compatibility.md#compatibility-with-the-original-fleets-agent-and-runctl), submitted as runctl
+submits a contract file (internal/runctl/client.go, Client.Submit), and what each one changes on the
+wire: the claim, the verdict, the warnings."""
 
 from __future__ import annotations
 
@@ -159,7 +161,8 @@ def changed_contract(paths: list[str], *, workspace: bool = True) -> dict[str, A
 
 def test_success_when_changed_needs_a_workspace(enode: EnodeClient, runctl: RunctlClient) -> None:
     """mirrors internal/contract/contract.go (Condition.Changed: paths in the step's
-    workspace): a step without a workspace cannot be judged by it (SPEC §19.9)."""
+    workspace): a step without a workspace cannot be judged by it
+    (docs/contract.md#success_when)."""
     node_up(enode)
     assert "workspace" in refused(runctl, changed_contract(["a.c"], workspace=False))
 
@@ -182,7 +185,7 @@ def test_success_when_changed_fails_with_a_note_naming_the_paths_not_changed(
     enode: EnodeClient, runctl: RunctlClient
 ) -> None:
     """mirrors internal/enode/claim.go (Result.Changed) and cmd/runctl/main.go (printRun shows
-    each check's note): ``not changed during this step: b, c`` (SPEC §19.9)."""
+    each check's note): ``not changed during this step: b, c`` (docs/contract.md#success_when)."""
     node_up(enode)
     submitted(runctl, changed_contract(["a.c", "b.c", "c.c"]))
     _, step = claimed(enode)
@@ -203,7 +206,7 @@ def test_go_durations_are_read_as_go_reads_them(
     enode: EnodeClient, runctl: RunctlClient, after: str, seconds: float
 ) -> None:
     """mirrors internal/contract/contract.go (AskTimeout.After, read with time.ParseDuration):
-    the ask's deadline is its raise time plus that duration (SPEC §19.9)."""
+    the ask's deadline is its raise time plus that duration (docs/contract.md#top-level)."""
     node_up(enode)
     submitted(runctl, only_an_ask("dur-1", after))
     resp = runctl.asks()
@@ -243,7 +246,7 @@ def test_an_unknown_key_is_accepted_with_a_warning_naming_it(
 ) -> None:
     """mirrors internal/contract/contract.go (encoding/json ignores fields the Contract, Step
     and Condition types do not have) and cmd/runctl/main.go (printRun prints every warning
-    first): 2xx with a line in warnings (SPEC §19.9)."""
+    first): 2xx with a line in warnings (docs/contract.md#warnings)."""
     node_up(enode)
     doc = one_step()
     if where == "top":
@@ -261,7 +264,7 @@ def test_an_unknown_key_inside_agent_or_in_is_400(
     enode: EnodeClient, runctl: RunctlClient, where: str
 ) -> None:
     """mirrors internal/enode/claim.go (parseAgentParams, and the agent's in{prompt, from}):
-    keys the agent would not understand there stay a 400 (SPEC §19.9)."""
+    keys the agent would not understand there stay a 400 (docs/contract.md#warnings)."""
     node_up(enode)
     doc = one_step()
     step = doc["steps"][0]
@@ -275,6 +278,6 @@ def test_an_unknown_key_inside_agent_or_in_is_400(
 
 def test_the_run_id_character_set_still_applies(enode: EnodeClient, runctl: RunctlClient) -> None:
     """mirrors internal/runctl/client.go (Client.Status puts the run id in the path as it is):
-    SPEC §19.9 keeps §3's character set for run ids."""
+    Run ids keep their character set (docs/contract.md#top-level)."""
     node_up(enode)
     assert "run_id" in refused(runctl, one_step("kernel/4711"))

@@ -1,7 +1,7 @@
 """Every request the original submitter CLI (internal/runctl, cmd/runctl) sends, against a real
-Mediator (SPEC §19): submit and dry-run of the contracts its examples ship, status, the run list,
-cancel, capabilities, the asks inbox, answers and the Record download, each answer decoded as the
-Go types decode it."""
+Mediator (docs/compatibility.md#compatibility-with-the-original-fleets-agent-and-runctl): submit and
+dry-run of the contracts its examples ship, status, the run list, cancel, capabilities, the asks
+inbox, answers and the Record download, each answer decoded as the Go types decode it."""
 
 from __future__ import annotations
 
@@ -160,8 +160,8 @@ def test_run_view_of_a_first_attempt_has_attempt_0_and_leaves_it_out(
     enode: EnodeClient, runctl: RunctlClient
 ) -> None:
     """mirrors cmd/runctl/main.go (printRun shows "(attempt N+1)" whenever Attempt > 0):
-    attempts are 0-based and 0 is left out of the run view (SPEC §19.1), or every first try
-    reads as a retry."""
+    attempts are 0-based and 0 is left out of the run view (docs/contract.md#loop), or every first
+    try reads as a retry."""
     node_up(enode)
     submitted(runctl, one_step())
     resp = runctl.status("example-command")
@@ -303,7 +303,7 @@ def test_runs_with_a_state_no_run_can_have_is_200_with_no_runs(
 ) -> None:
     """mirrors internal/runctl/client.go (RunsQuery{State: ...}: the client does not validate,
     the states are the original's vocabulary): a state no run can have lists no runs, 200
-    (SPEC §19.8)."""
+    (docs/api.md#get-v1runs--list-runs)."""
     node_up(enode)
     submitted(runctl, one_step())
     resp = runctl.runs(state=state)
@@ -388,7 +388,7 @@ def test_asks_shown_json_artifact_is_the_json_value(
 ) -> None:
     """mirrors internal/runctl/client.go (ShownArtifact.Content json.RawMessage, printed as is
     by runctl asks): a JSON artifact is inlined as the JSON value itself, not a string holding
-    it (SPEC §19.7)."""
+    it (docs/api.md#get-v1asks--the-open-asks)."""
     report = {"boot": "ok", "dmesg_errors": 0}
     asked(enode, runctl, "report.json", json.dumps(report).encode())
     [shown] = decode(ASKS, runctl.asks().content)["asks"][0]["shown"]
@@ -399,7 +399,7 @@ def test_asks_shown_json_artifact_is_the_json_value(
 
 def test_asks_shown_text_artifact_stays_a_string(enode: EnodeClient, runctl: RunctlClient) -> None:
     """mirrors internal/runctl/client.go (ShownArtifact): text that is not JSON goes as a JSON
-    string (SPEC §19.7)."""
+    string (docs/api.md#get-v1asks--the-open-asks)."""
     asked(enode, runctl, "report.txt", b"boot ok\n")
     [shown] = decode(ASKS, runctl.asks().content)["asks"][0]["shown"]
     assert json.loads(shown["content"]) == "boot ok\n"
@@ -409,8 +409,8 @@ def test_asks_shown_json_over_32_kib_goes_as_a_string_marked_truncated(
     enode: EnodeClient, runctl: RunctlClient
 ) -> None:
     """mirrors cmd/runctl/main.go (runctl asks prints "(truncated; see record/blob for the
-    full text)" when Truncated): a JSON artifact over 32 KiB goes cut, as a string (SPEC
-    §19.10)."""
+    full text)" when Truncated): a JSON artifact over 32 KiB goes cut, as a string
+    (docs/compatibility.md#differences-from-the-original-server)."""
     big = json.dumps({"lines": ["x" * 64] * 1000}).encode()
     asked(enode, runctl, "report.json", big)
     [shown] = decode(ASKS, runctl.asks().content)["asks"][0]["shown"]

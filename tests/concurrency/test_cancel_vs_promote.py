@@ -1,6 +1,7 @@
-"""SPEC §9 and §7: a cancel locks the run row and re-reads its state ("it may have been promoted a
-moment ago"); promotion is guarded by ``state = 'QUEUED'``. Whatever the interleaving, a cancel
-racing a promotion of the same run leaves it FAILED (cancelled) and holding no lease."""
+"""A cancel (docs/queue.md#leaving-the-queue) locks the run row and re-reads its state ("it may have
+been promoted a moment ago"); promotion is guarded by ``state = 'QUEUED'``. Whatever the
+interleaving, a cancel racing a promotion of the same run leaves it FAILED (cancelled) and holding
+no lease."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""SPEC §6.2 and §6.7: the run_id is the idempotency key. Submits of one run_id at the same moment
-make one run row (the ``runs`` primary key decides), one Record, and every request is answered
-with the same run — the winner 201/202, the others 200 — never a 500."""
+"""The run_id is the idempotency key (docs/contract.md#top-level,
+docs/design.md#submit-and-dry-run). Submits of one run_id at the same moment make one run row (the
+``runs`` primary key decides), one Record, and every request is answered with the same run — the
+winner 201/202, the others 200 — never a 500."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""SPEC §7 "A waiter that never scans": a session that holds the gate's waiting lock and never
-scans (its host lost power, its worker was killed, its process hangs) makes every other wake skip;
-a freed node's queued run is then promoted by the reaper within two reaper periods plus
-``gate.idle_seconds``, on one app server or across two of one database.
+"""A waiter that never scans (docs/design.md#the-scan-gate-and-wake-marks): a session that holds the
+gate's waiting lock and never scans (its host lost power, its worker was killed, its process hangs)
+makes every other wake skip; a freed node's queued run is then promoted by the reaper within two
+reaper periods plus ``gate.idle_seconds``, on one app server or across two of one database.
 
 The periods are counted, not timed: each reaper pass is called by the test, so "within two
 periods" is "by the second pass after the skip". Only the hung process's session is timed, by
@@ -131,7 +131,8 @@ def test_a_hung_scanner_loses_the_gate_after_idle_seconds_and_the_freed_run_is_p
             elapsed = time.monotonic() - started
             assert resp.status_code == 200 and resp.get_json()["state"] == "FAILED"
             assert states(sql, ["waiter"]) == {"waiter": "RUNNING"}
-            # SPEC §7's bound, from the configuration: two reaper periods plus idle_seconds.
+            # The bound of docs/queue.md#guarantees-their-bounds-and-the-tests-that-prove-them, from
+            # the configuration: two reaper periods plus idle_seconds.
             assert elapsed <= 2 * RENEW + IDLE + 30.0, elapsed  # + a safety net for a busy host
             await_condition(lambda: lock_holders(sql, SCANNING_LOCK) == 0, "the gate released")
             # Paid: the reaper on either server finds nothing owed.

@@ -1,7 +1,8 @@
-"""SPEC §1, §6.7, §7: two submits racing for one free node. ``leases.node_id`` is the primary key:
-never two leases on a node. The loser of the insert (``IntegrityError`` on ``pk_leases`` ->
-``NodeTaken``) rolls its whole transaction back and is then queued (202) like any QUEUED run: its
-steps exist exactly once, PENDING, bound to no node, and it holds nothing."""
+"""Two submits racing for one free node (docs/design.md#transactions-conflicts-and-retries,
+docs/design.md#submit-and-dry-run). ``leases.node_id`` is the primary key: never two leases on a
+node. The loser of the insert (``IntegrityError`` on ``pk_leases`` -> ``NodeTaken``) rolls its whole
+transaction back and is then queued (202) like any QUEUED run: its steps exist exactly once,
+PENDING, bound to no node, and it holds nothing."""
 
 from __future__ import annotations
 

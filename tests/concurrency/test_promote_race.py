@@ -1,6 +1,6 @@
-"""SPEC §7 promote(run): two scans that see the same QUEUED run — the second waits on the row
-lock, re-checks ``state = 'QUEUED'`` after the first commits and gets 0 rows. Exactly one promotion,
-exactly its leases, one event."""
+"""Promotion (docs/design.md#promotion): two scans that see the same QUEUED run — the second waits
+on the row lock, re-checks ``state = 'QUEUED'`` after the first commits and gets 0 rows. Exactly one
+promotion, exactly its leases, one event."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
-"""SPEC §7 the scan gate: a requester skips its scan only while another scan is *waiting* (it will
-start after the requester's commit); a scan that is *running* is waited for, never skipped; and no
-freeing commit is left without a scan that starts after it — so after a storm of frees no queued
-run is left next to a free node that fits it, with no reaper involved."""
+"""The scan gate (docs/design.md#the-scan-gate-and-wake-marks): a requester skips its scan only
+while another scan is *waiting* (it will start after the requester's commit); a scan that is
+*running* is waited for, never skipped; and no freeing commit is left without a scan that starts
+after it — so after a storm of frees no queued run is left next to a free node that fits it, with no
+reaper involved."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""SPEC §20.6: a run's stored files are counted in the database, so the caps hold when uploads of
-one run arrive at once through several worker processes (here two apps on one fresh database and
-one Record store): exactly as many blobs as fit are stored, every other one is 413, and the run's
-count is the bytes on disk."""
+"""A run's stored files (docs/security.md#runs-records-and-uploads) are counted in the database, so
+the caps hold when uploads of one run arrive at once through several worker processes (here two apps
+on one fresh database and one Record store): exactly as many blobs as fit are stored, every other
+one is 413, and the run's count is the bytes on disk."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""SPEC §7, closing the submit window: the reply is chosen by re-reading the run after the
-submit's own wake scan. A run that scan promoted and that ended at once (every step settled
-inside its promotion) was placed: it is answered 201 with its final view, never 202 (a 202 says
-"queued" and would carry a final state)."""
+"""Closing the submit window (docs/queue.md#on-submit-placed-queued-or-rejected): the reply is
+chosen by re-reading the run after the submit's own wake scan. A run that scan promoted and that
+ended at once (every step settled inside its promotion) was placed: it is answered 201 with its
+final view, never 202 (a 202 says "queued" and would carry a final state)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """A gunicorn worker killed with SIGKILL in the middle of a submit, a promotion, a result and a
-cancel (SPEC §1, §7 "Crash recovery", §8, §9, §12).
+cancel (docs/queue.md#crashes-and-restarts, docs/reliability.md#crashes).
 
 Each test starts gunicorn (2 workers) on a fresh database with ``MEDIATOR_FAULT=<point>@<file>``
 (app/faults.py): the first worker to reach that point dies there by SIGKILL, with its transaction
@@ -9,8 +9,8 @@ alive. Then:
 
 - the shared invariant checker holds (tests/invariants.py), and nothing is half-created: a crash
   inside a transaction leaves none of it, a crash after a commit leaves all of it;
-- what the crash left waiting is promoted by the replacement's start-up wake (SPEC §7 wake point
-  6), or by the reaper's pass when only the reaper can settle it;
+- what the crash left waiting is promoted by the replacement's start-up wake (wake point 6 of
+  docs/design.md#wake-points), or by the reaper's pass when only the reaper can settle it;
 - after one ``reap_pass`` every finished run is sealed, and every check holds.
 """
 
@@ -271,7 +271,8 @@ def test_a_worker_killed_before_a_result_commits_leaves_the_step_claimed_and_the
         assert run_row(sql, "holder")["state"] == "RUNNING"
         assert leases(sql) == [("n1", "holder")]
         assert check(sql) + check_quiet(sql) == []
-    # The agent retries its result until it gets an answer (SPEC §8).
+    # The agent retries its result until it gets an answer
+    # (docs/api.md#post-v1runsrun_idstepsseqresult--report-a-steps-result).
     assert crash.result(step, "n1").json()["run_state"] == "SUCCEEDED"
     with connect(fresh_db_url) as sql:
         assert run_row(sql, "waiter")["state"] == "RUNNING"

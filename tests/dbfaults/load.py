@@ -26,8 +26,9 @@ from tests.apps import ROOT, LiveServer
 
 REQUEST_TIMEOUT = 20.0
 
-# What each route may answer while its database comes and goes (SPEC §2, §15): its documented
-# outcomes, and 503 while the database is unreachable. Never a 500, never a hang.
+# What each route may answer while its database comes and goes (docs/api.md#conventions,
+# docs/reliability.md#database-faults): its documented outcomes, and 503 while the database is
+# unreachable. Never a 500, never a hang.
 ALLOWED = {
     "advert": {200, 503},
     "claim": {200, 204, 503},

@@ -1,5 +1,5 @@
 """A wake mark that could not be taken is owed, and paid at the process's next use of the
-database (docs/queue.md, "A mark that could not be taken"). The database (a server of the test's
+database (docs/queue.md#which-commit-frees-and-its-mark). The database (a server of the test's
 own) goes down right after a cancel's freeing commit, before its mark: the mark, the wake and the
 wake debt all fail. Once the server is back, the next request of that process, a plain read,
 pays what it owes: a mark, then a scan, which promotes the run waiting for the freed node."""

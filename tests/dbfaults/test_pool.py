@@ -1,7 +1,8 @@
-"""Pool exhaustion (SPEC §15): ``database.pool_size`` 1 and a short ``database.pool_timeout``;
-while the process's only connection is held, every request that needs the database answers 503
-``no database connection available in time`` within the time-out — never a hang, never a 500,
-nothing stored — and the next request after the connection is back is answered normally."""
+"""Pool exhaustion (docs/configuration.md#keys): ``database.pool_size`` 1 and a short
+``database.pool_timeout``; while the process's only connection is held, every request that needs the
+database answers 503 ``no database connection available in time`` within the time-out — never a
+hang, never a 500, nothing stored — and the next request after the connection is back is answered
+normally."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 itself: while the database is down every answer is a 503 within the pool's time-out (never a
 500, never a hang) and ``/readyz`` says so; once it is back the service recovers by itself — no
 restart of gunicorn, no reaper — and every run placed before the restart goes on to SUCCEEDED
-(SPEC §7 wake debt and scan gate, §15 pool time-out, §2 route 19)."""
+(docs/reliability.md#database-faults: wake debt and scan gate, the pool time-out, ``/readyz``)."""
 
 from __future__ import annotations
 
@@ -133,7 +133,8 @@ def test_a_restart_under_load_answers_503_meanwhile_and_every_run_placed_before_
     server: RestartablePostgres, db_url: str, live: LiveServer, tmp_path: Path
 ) -> None:
     """gunicorn and ``mediator reaper``, as deployed: a result whose step committed just before
-    the database went away may leave its run VERIFYING, which the reaper settles (SPEC §12)."""
+    the database went away may leave its run VERIFYING, which the reaper settles
+    (docs/reliability.md#what-these-tests-found)."""
     with reaper_of(live, tmp_path / "reaper.log"):
         restart_under_load(server, db_url, live)
 
@@ -222,9 +223,10 @@ def restart_under_load(server: RestartablePostgres, db_url: str, live: LiveServe
 def test_the_first_freeing_request_after_a_restart_promotes_the_queued_run_itself(
     server: RestartablePostgres, db_url: str, live: LiveServer, how: signal.Signals
 ) -> None:
-    """SPEC §7: promotion by the freeing request, not by the reaper. Every pooled connection and
-    the scan gate's session of both workers died with the server; the first requests after it
-    are answered normally, and the result that frees the node promotes the waiting run."""
+    """Promotion by the freeing request, not by the reaper
+    (docs/queue.md#promotion-the-request-that-frees-a-node-promotes). Every pooled connection and
+    the scan gate's session of both workers died with the server; the first requests after it are
+    answered normally, and the result that frees the node promotes the waiting run."""
     headers = {"X-Enode-Instance": "n1-instance-1"}
     advert = {
         "node_id": "n1",
@@ -252,7 +254,7 @@ def test_the_first_freeing_request_after_a_restart_promotes_the_queued_run_itsel
     resp = live.post("/v1/runs/run-a/steps/1/result", {"node": "n1", "exit_code": 0})
     assert resp.status_code == 200, resp.text
 
-    # The wake is synchronous, inside the result request (SPEC §7 wake point 1).
+    # The wake is synchronous, inside the result request (wake point 1, docs/design.md#wake-points).
     assert states(db_url, ["run-a", "run-b"]) == {"run-a": "SUCCEEDED", "run-b": "RUNNING"}
     assert wake_debt(db_url) == []
     with connect(db_url) as conn:

@@ -1,8 +1,8 @@
-"""A statement timeout inside a wake scan (SPEC §7: "the scan runs under a statement_timeout"; a
-wake that fails after its freeing commit sets the wake-debt marker, and the reaper's next pass
-scans and clears it). The lock the scan needs is held from a second connection, as a long
-operator transaction or a stuck process would hold it; the scan's statements run under a tiny
-``database.statement_timeout_seconds``.
+"""A statement timeout inside a wake scan (docs/design.md#the-scan-gate-and-wake-marks: the scan
+runs under a statement_timeout; a wake that fails after its freeing commit sets the wake-debt
+marker, and the reaper's next pass scans and clears it). The lock the scan needs is held from a
+second connection, as a long operator transaction or a stuck process would hold it; the scan's
+statements run under a tiny ``database.statement_timeout_seconds``.
 """
 
 from __future__ import annotations

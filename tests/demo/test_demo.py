@@ -86,7 +86,7 @@ def assert_story(out: str, runs: list[str]) -> None:
     answer, the verdicts, where the Records are."""
     build, sign_off, lint = runs
     assert re.search(r"Mediator serving on http://127\.0\.0\.1:\d+/ ", out), out
-    # SPEC §21: where a person signs in to the pages, and with which token.
+    # Where a person signs in to the pages, and with which token (docs/pages.md#signing-in).
     assert re.search(r"sign in at http://127\.0\.0\.1:\d+/signin with the token demo-token", out)
     assert f"run {build} RUNNING on builder=host-1 dut=board-1" in out, out
     assert (

@@ -1,6 +1,6 @@
 """The deployment files are what they say: the production configuration example loads and lists
 every key of the configuration with its default, the systemd units pass ``systemd-analyze
-verify``, start what the documentation says and are hardened (SPEC §20.8)."""
+verify``, start what the documentation says and are hardened (docs/security.md#the-deployment)."""
 
 from __future__ import annotations
 
@@ -83,7 +83,8 @@ def test_the_systemd_units_verify_and_start_gunicorn_and_the_reaper(tmp_path: Pa
     assert done.stderr.strip() == "" and done.stdout.strip() == ""
 
 
-# Each unit's hardening (SPEC §20.8): the directive and its value, exactly as the unit sets it.
+# Each unit's hardening (docs/security.md#the-deployment): the directive and its value, exactly as
+# the unit sets it.
 HARDENING = {
     "UMask": "0027",
     "NoNewPrivileges": "yes",

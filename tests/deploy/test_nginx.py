@@ -1,13 +1,14 @@
 """The documented ``deploy/nginx.conf`` in front of a real gunicorn configured by the production
-sample ``deploy/mediator.yaml`` (SPEC §15, §20.8), over HTTPS with a throwaway certificate made
-by the file's own self-signed example: a long-polling claim is held and answered with the step a
-freed node's promotion hands it, a blob of exactly ``max_blob_bytes`` (the default, 10 MiB) goes
-in and comes back byte for byte while one byte more is the Mediator's own 413, a sealed Record
-downloads through nginx exactly as it does directly, and the request id passes both ways. Port
-80 only redirects to HTTPS; every answer carries the security headers; the status page and the
-metrics ask for a token; requests without a token are limited by address, and sign-in whatever it
-carries, while requests with a token never are. Chromium, trusting the test's certificate, signs
-in, cancels a run and signs out through the pages' forms, adding nothing by hand."""
+sample ``deploy/mediator.yaml`` (docs/deploy.md#7-nginx, docs/security.md#the-deployment), over
+HTTPS with a throwaway certificate made by the file's own self-signed example: a long-polling claim
+is held and answered with the step a freed node's promotion hands it, a blob of exactly
+``max_blob_bytes`` (the default, 10 MiB) goes in and comes back byte for byte while one byte more is
+the Mediator's own 413, a sealed Record downloads through nginx exactly as it does directly, and the
+request id passes both ways. Port 80 only redirects to HTTPS; every answer carries the security
+headers; the status page and the metrics ask for a token; requests without a token are limited by
+address, and sign-in whatever it carries, while requests with a token never are. Chromium, trusting
+the test's certificate, signs in, cancels a run and signs out through the pages' forms, adding
+nothing by hand."""
 
 from __future__ import annotations
 
@@ -286,7 +287,8 @@ def test_the_production_sample_asks_a_token_for_the_pages_and_the_metrics(stack)
     asked = without.get("/metrics")
     assert asked.status_code == 401
     assert asked.get_json() == {"error": {"code": 401, "reason": "missing or invalid token"}}
-    # Pages take a signed-in session, never the bearer token (SPEC §21): both are sent to sign in.
+    # Pages take a signed-in session, never the bearer token (docs/pages.md#signing-in): both are
+    # sent to sign in.
     for client in (without, with_token):
         sent = client.get("/", allow_redirects=False)
         assert sent.status_code == 303

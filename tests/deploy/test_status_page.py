@@ -1,6 +1,7 @@
-"""The status page at / (SPEC §14) over the Flask test client: what it shows of the queue, the
-running runs, the nodes, open asks and recent verdicts, agreeing with the run view; every
-stored text escaped; no token by default, and ui.require_token asking for one (SPEC §13)."""
+"""The status page at / (docs/pages.md#overview-) over the Flask test client: what it shows of the
+queue, the running runs, the nodes, open asks and recent verdicts, agreeing with the run view; every
+stored text escaped; no token by default, and ui.require_token asking for one
+(docs/pages.md#overview-)."""
 
 from __future__ import annotations
 
@@ -115,8 +116,9 @@ def test_every_stored_text_is_escaped(app) -> None:
 
 
 def test_user_text_is_isolated_in_bdi_so_a_bidi_override_cannot_turn_the_page(app) -> None:
-    """SPEC §20.6: a principal, a prompt or a label holding U+202E (right-to-left override) is
-    shown inside <bdi>, so it cannot reorder the text around it."""
+    """A principal, a prompt or a label holding U+202E (right-to-left override) is
+    shown inside <bdi>, so it cannot reorder the text around it
+    (docs/security.md#input-and-load)."""
     client = client_of(app)
     flipped = "qa\u202eexe.txt"
     advertise(client, "board-1", cap("board"), label=flipped)
@@ -145,8 +147,9 @@ def guarded(db_url: str, tmp_path: Any) -> Any:
 
 
 def test_ui_require_token_sends_a_browser_to_the_sign_in_and_takes_no_credentials(guarded) -> None:
-    """SPEC §21: with ui.require_token the overview needs a signed-in session; a bearer token or
-    Basic credentials (what a browser sent after the old challenge) no longer open it."""
+    """With ui.require_token (docs/pages.md#overview-) the overview needs a signed-in session; a
+    bearer token or Basic credentials (what a browser sent after the old challenge) no longer open
+    it."""
     plain = guarded.test_client()
     asked = plain.get("/")
     assert asked.status_code == 303

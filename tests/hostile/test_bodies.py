@@ -1,7 +1,7 @@
-"""Huge and deeply nested bodies through the production stack, gunicorn (SPEC §2: over
-``max_body_bytes`` — or ``max_blob_bytes`` for logs, blobs and answers — is a 413 with nothing
-stored, whether the body has a Content-Length or comes chunked; §13: JSON depth is bounded, a
-body nested deeper is a 400, never a crash of the worker)."""
+"""Huge and deeply nested bodies through the production stack, gunicorn (docs/api.md#conventions:
+over ``max_body_bytes`` — or ``max_blob_bytes`` for logs, blobs and answers — is a 413 with nothing
+stored, whether the body has a Content-Length or comes chunked; docs/security.md#input-and-load:
+JSON depth is bounded, a body nested deeper is a 400, never a crash of the worker)."""
 
 from __future__ import annotations
 

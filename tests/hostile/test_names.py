@@ -1,9 +1,9 @@
-"""Hostile names in URLs (SPEC §13): run ids, step seqs, blob and log names that try to leave the
-Record directory (``..``, ``%2e%2e``, encoded slashes and backslashes), or hold NUL, control
-characters, overlong or invalid UTF-8, or too many characters. Every one is a 4xx — an id no run
-has is a 404 on GET and PUT, a ``{seq}`` that is not a positive integer a 400, a result or answer
-for nothing claimed or asked a 409 — never a 5xx; nothing is written outside the Record store and
-nothing outside it is ever served.
+"""Hostile names in URLs (docs/reliability.md#what-these-tests-found): run ids, step seqs, blob and
+log names that try to leave the Record directory (``..``, ``%2e%2e``, encoded slashes and
+backslashes), or hold NUL, control characters, overlong or invalid UTF-8, or too many characters.
+Every one is a 4xx — an id no run has is a 404 on GET and PUT, a ``{seq}`` that is not a positive
+integer a 400, a result or answer for nothing claimed or asked a 409 — never a 5xx; nothing is
+written outside the Record store and nothing outside it is ever served.
 """
 
 from __future__ import annotations
@@ -57,7 +57,8 @@ NAMES = [
     "x" * 5000,
 ]
 # Those of NAMES that hold a control character (C0, DEL, C1) once decoded: refused with a 400
-# naming the name, so no line of the sealed Record's SHA256SUMS can be split (SPEC §13, §18).
+# naming the name, so no line of the sealed Record's SHA256SUMS can be split
+# (docs/security.md#runs-records-and-uploads).
 CONTROL = {"%00", "a%00b", "run-a%00", "a%0ab", "a%0d%0ab", "a%09b", "a%1b%5b31m", "%7f", "%c2%85"}
 SEQS = ["0", "-1", "1.0", "1e3", "0x1", "%ef%bc%91", "%00", "1%00", "99999999999999999999", "%20"]
 
@@ -203,8 +204,8 @@ def test_names_that_are_valid_but_unknown_are_a_404(client: Any, claimed_run: st
 def test_a_run_whose_id_looks_like_a_path_keeps_its_record_inside_the_store(
     client: Any, area: Path, run_id: str
 ) -> None:
-    """Such ids are valid (SPEC §3's grammar allows dots); their Record directory is named so
-    that it cannot be the store's parent or the store itself."""
+    """Such ids are valid (the grammar of docs/contract.md#top-level allows dots); their Record
+    directory is named so that it cannot be the store's parent or the store itself."""
     before = files_outside_records(area)
     advertise(client, "n1", cap("board"))
     doc = contract(

@@ -1,8 +1,8 @@
-"""Hostile input, generated (SPEC §2, §13: "Bad input is a 4xx with a reason, never a 500"):
-contracts, adverts, step results, answers, query parameters and headers built by Hypothesis
-(``tests/hostile/strategies.py``) and sent to the app. Each answer is a 2xx or a 4xx — never a
-5xx — and every 4xx has the one JSON error body. The results and answers go to a step that really
-is claimed or asked, so they reach the code behind the first checks.
+"""Hostile input, generated (bad input is a 4xx with a reason, never a 500:
+docs/security.md#input-and-load): contracts, adverts, step results, answers, query parameters and
+headers built by Hypothesis (``tests/hostile/strategies.py``) and sent to the app. Each answer is a
+2xx or a 4xx — never a 5xx — and every 4xx has the one JSON error body. The results and answers go
+to a step that really is claimed or asked, so they reach the code behind the first checks.
 
 The number of inputs is the Hypothesis profile's (``ci`` by default; ``HYPOTHESIS_PROFILE=long``
 for many more, see docs/reliability.md).

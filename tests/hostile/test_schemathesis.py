@@ -1,6 +1,6 @@
 """Schemathesis against the Mediator's own OpenAPI document (``/v1/openapi.json``, route 21) on a
 live gunicorn: for every operation it documents, requests generated from the schema — valid ones
-and ones that break it — are answered without a 5xx (SPEC §13: never a 500).
+and ones that break it — are answered without a 5xx (never a 500: docs/security.md#input-and-load).
 
 Bounded for CI: a fixed number of generated requests per operation (``PER_OPERATION``; more with
 ``HYPOTHESIS_PROFILE=long``, see docs/reliability.md).

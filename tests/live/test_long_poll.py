@@ -1,6 +1,8 @@
-"""Long-polling claims against a real gunicorn (SPEC §8 "Claim", §15, §16 latency as a generous
-bound): two gthread workers, each with its own pool and its own LISTEN thread, so a claim waiting
-in one worker must be woken by a commit made in another process through PostgreSQL LISTEN/NOTIFY.
+"""Long-polling claims against a real gunicorn
+(docs/api.md#post-v1nodesnode_idclaim--the-next-step-for-a-node, the latency of
+docs/design.md#targets as a generous bound): two gthread workers, each with its own pool and its own
+LISTEN thread, so a claim waiting in one worker must be woken by a commit made in another process
+through PostgreSQL LISTEN/NOTIFY.
 
 A waiting claim is sent with http.client so the test knows when its request has left; it is then
 awaited in its thread. Nothing sleeps: what only the database can show (the listener's connection,
@@ -32,7 +34,9 @@ live_server_env = {
     "MEDIATOR_THREADS": "64",
 }
 
-BOUND = 1.0  # SPEC §16 targets 100 ms median; a timed test only asserts a generous bound
+# The targets (docs/design.md#targets) say 100 ms median; a timed test only asserts a generous
+# bound.
+BOUND = 1.0
 
 
 class HttpClaim:

@@ -1,6 +1,6 @@
-"""Logs (SPEC §15): records of the standard library (alembic, SQLAlchemy, Python warnings, any
-library) come out as the same JSON objects as the Mediator's own lines, once each however often
-logging is configured; ``/readyz`` turning 503 logs one line saying why — the database
+"""Logs (docs/metrics.md#logs): records of the standard library (alembic, SQLAlchemy, Python
+warnings, any library) come out as the same JSON objects as the Mediator's own lines, once each
+however often logging is configured; ``/readyz`` turning 503 logs one line saying why — the database
 unreachable or its schema behind — per transition, not per probe, and one line when it is ready
 again."""
 

@@ -1,4 +1,4 @@
-"""``GET /metrics`` in one process (SPEC §2 route 20, §15, §7a): the database's figures exact as
+"""``GET /metrics`` in one process (docs/metrics.md#get-metrics): the database's figures exact as
 runs move (placed, queued, promoted by a cancel's wake), the counters of submits, wake scans and
 queue waits moving with them, requests labelled by their URL rule, the token when
 ``metrics.require_token`` asks for one, and a database that cannot be read turned into a gauge,
@@ -107,7 +107,9 @@ def test_asks_reservations_idle_reserved_nodes_and_wake_debt_are_read_exactly(cl
     assert value(empty, "mediator_wake_debt") == 0
     leased = sql.execute("select node_id from leases").fetchone()[0]
     idle = "n2" if leased == "n1" else "n1"
-    # Rows as a scan would write them (SPEC §7a); the figures only read them.
+    # Rows as a scan would write them
+    # (docs/priorities.md#reservations-a-bound-on-how-long-a-wide-run-waits); the figures only read
+    # them.
     sql.execute(
         "insert into reservations (node_id, run_id) values (%s, 'a'), (%s, 'a')", (leased, idle)
     )

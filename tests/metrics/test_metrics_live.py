@@ -1,7 +1,7 @@
-"""``GET /metrics`` of a real gunicorn with two workers (SPEC §15): whichever worker answers a
-scrape, the counters are the sum over both workers (prometheus-client's multiprocess mode), and
-the database's figures are read once, never doubled. And every line gunicorn writes on stderr —
-its master's, its workers', the app's — is one JSON object."""
+"""``GET /metrics`` of a real gunicorn with two workers (docs/metrics.md#get-metrics): whichever
+worker answers a scrape, the counters are the sum over both workers (prometheus-client's
+multiprocess mode), and the database's figures are read once, never doubled. And every line gunicorn
+writes on stderr — its master's, its workers', the app's — is one JSON object."""
 
 from __future__ import annotations
 

@@ -1,9 +1,10 @@
-"""An operator's hold (drain) and quarantine from the nodes page (SPEC §22.4–5, §21; docs/pages.md):
-over Flask's test client, the Drain, Resume, Quarantine and Lift forms change what
-``GET /v1/nodes`` shows; the forms are shown to operators only and refused (403) to anyone else;
-a form without the CSRF token, or with a reason the service refuses, changes nothing. And in
-chromium against a live gunicorn: an operator drains a board with a reason and resumes it, the
-tile showing the hold and then none, and what they typed survives the page's live refresh."""
+"""An operator's hold (drain) and quarantine from the nodes page
+(docs/operators.md#holding-a-node-the-api-the-client-and-the-nodes-page, docs/pages.md#nodes-nodes):
+over Flask's test client, the Drain, Resume, Quarantine and Lift forms change what ``GET /v1/nodes``
+shows; the forms are shown to operators only and refused (403) to anyone else; a form without the
+CSRF token, or with a reason the service refuses, changes nothing. And in chromium against a live
+gunicorn: an operator drains a board with a reason and resumes it, the tile showing the hold and
+then none, and what they typed survives the page's live refresh."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""The pages for people (SPEC §21) over Flask's test client: sessions (the cookie, expiry,
-sign-out, a removed or changed token entry), /v1 never taking the cookie, CSRF refusals that
-change nothing, the API's roles on every page and form, the 404 page, escaping, the download
-routes' headers, and answers through the schema-made forms."""
+"""The pages for people (docs/pages.md#pages-for-people) over Flask's test client: sessions (the
+cookie, expiry, sign-out, a removed or changed token entry), /v1 never taking the cookie, CSRF
+refusals that change nothing, the API's roles on every page and form, the 404 page, escaping, the
+download routes' headers, and answers through the schema-made forms."""
 
 from __future__ import annotations
 
@@ -103,7 +103,8 @@ def test_a_wrong_token_is_refused_and_makes_no_session(app, sql) -> None:
 
 
 def test_wrong_tokens_at_the_sign_in_count_toward_the_addresss_limit(db_url, tmp_path, sql) -> None:
-    """SPEC §20.8: failed sign-ins are failed authentications; past the limit, 429."""
+    """Failed sign-ins are failed authentications; past the limit, 429
+    (docs/security.md#tokens-and-authentication)."""
     keys = {"auth.max_failures_per_minute": 2, "auth.limit_loopback": True}
     with app_on(db_url, tmp_path / "r", tokens=ENTRIES, **keys) as app:
         user = PageUser(app)
@@ -263,9 +264,9 @@ def test_a_node_token_reads_runs_and_nodes_but_not_the_asks(app) -> None:
 
 
 def test_cancel_is_shown_to_an_operator_and_to_the_submitting_token_only(app) -> None:
-    """The cancel's own rule (SPEC §9): an operator cancels any run, a submitter only the runs
-    submitted with its own token; Cancel is shown to exactly those (SPEC §21), never as a button
-    that answers 403."""
+    """The cancel's own rule (docs/security.md#authorisation): an operator cancels any run, a
+    submitter only the runs submitted with its own token; Cancel is shown to exactly those
+    (docs/pages.md#a-run-runsrun_id), never as a button that answers 403."""
     busy_board(app)  # "holder", submitted with the legacy token
     sub = client_of(app)
     sub.environ_base["HTTP_AUTHORIZATION"] = f"Bearer {SECRETS['submitter']}"
@@ -332,7 +333,8 @@ def test_every_page_escapes_what_users_wrote(app) -> None:
 
 
 def test_user_text_is_isolated_in_bdi_on_every_page(app) -> None:
-    """SPEC §20.6: a principal, a prompt or a label holding U+202E cannot turn the page."""
+    """A principal, a prompt or a label holding U+202E cannot turn the page
+    (docs/pages.md#safety)."""
     flipped = "qa\u202eexe.txt"
     api = client_of(app)
     advertise(api, "board-1", cap("board"), label=flipped)
@@ -343,7 +345,8 @@ def test_user_text_is_isolated_in_bdi_on_every_page(app) -> None:
     for path in ("/runs", "/runs/r1", "/asks", "/nodes"):
         html = user.page(path)
         shown = html.count(flipped)
-        assert shown >= (1 if path == "/nodes" else 2), path  # adverts get U+FFFD (§20.6)
+        # adverts get U+FFFD (docs/security.md#input-and-load)
+        assert shown >= (1 if path == "/nodes" else 2), path
         assert html.count(f"<bdi>{flipped}</bdi>") == shown, path
 
 

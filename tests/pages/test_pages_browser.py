@@ -1,8 +1,9 @@
-"""The pages in a real browser (SPEC §21): Debian's headless chromium, driven by selenium through
-chromium-driver, against a live gunicorn. A person signs in, answers an ask through its form and
-sees the run go on, sees a log line uploaded after the page loaded appear, cancels a queued run;
-a reader is refused an answer; a forged cross-site POST is refused and changes nothing. Each page
-is photographed on the way (tests/artifacts/pages; docs/pages with MEDIATOR_UPDATE_SCREENSHOTS=1).
+"""The pages in a real browser (docs/pages.md#pages-for-people): Debian's headless chromium, driven
+by selenium through chromium-driver, against a live gunicorn. A person signs in, answers an ask
+through its form and sees the run go on, sees a log line uploaded after the page loaded appear,
+cancels a queued run; a reader is refused an answer; a forged cross-site POST is refused and changes
+nothing. Each page is photographed on the way (tests/artifacts/pages; docs/pages with
+MEDIATOR_UPDATE_SCREENSHOTS=1).
 
 One gunicorn and one browser for the module: starting either costs seconds on a small machine."""
 

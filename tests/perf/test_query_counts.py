@@ -30,28 +30,30 @@ from tests.helpers import advertise, cap, contract, submit, two_steps
 # The most statements each request may issue. When a change makes a route cheaper, record its
 # lower count here in the same change: a limit only ever goes down.
 #
-# Every route that wakes the queue pays three statements for SPEC §7's wake marks (a waiter that
-# never scans must not strand a freed node): ``nextval('wake_mark')`` after the freeing commit,
-# the scan's read of the last mark before its first queue read, and its ``setval('wake_covered')``
-# when it succeeds. They were added with the marks, which is why those limits went up by three.
-# Every lease insert (a placed submit, a promotion, an acquire) pays two for SPEC §7a, with
-# reservations on: ``FOR SHARE`` on its nodes' rows, then one statement that re-checks no
-# reservation is held against the run and records the placements (the race with a reservation
-# written after the read is closed on the ``nodes`` rows); those limits went up by two. The two
-# travel in one round trip (pipelined), and count here as the two statements they are.
-# A request that notifies claims no longer sends the NOTIFY itself: it hands the nodes to the
-# process's notifier (SPEC §8, app/listener.py); those limits went down by one.
+# Every route that wakes the queue pays three statements for the wake marks of
+# docs/design.md#the-scan-gate-and-wake-marks (a waiter that never scans must not strand a freed
+# node): ``nextval('wake_mark')`` after the freeing commit, the scan's read of the last mark before
+# its first queue read, and its ``setval('wake_covered')`` when it succeeds. They were added with
+# the marks, which is why those limits went up by three. Every lease insert (a placed submit, a
+# promotion, an acquire) pays two for the reservations of
+# docs/priorities.md#reservations-a-bound-on-how-long-a-wide-run-waits, with them on: ``FOR SHARE``
+# on its nodes' rows, then one statement that re-checks no reservation is held against the run and
+# records the placements (the race with a reservation written after the read is closed on the
+# ``nodes`` rows); those limits went up by two. The two travel in one round trip (pipelined), and
+# count here as the two statements they are. A request that notifies claims no longer sends the
+# NOTIFY itself: it hands the nodes to the process's notifier
+# (docs/design.md#claims-and-the-long-poll, app/listener.py); those limits went down by one.
 MAX_STATEMENTS: dict[str, int] = {
     # The candidates, the insert (run, first event, steps), the nodes' lock, the reservation
     # check with the placements and then the leases (docs/queue.md, "Lock order"), and after the
     # commit, in its round trip, the claims' NOTIFY (which no other thread sends for it).
     "submit placed": 5,
-    # The candidates, the last wake mark and the candidates again (SPEC §7: only a run that
-    # queues pays these two), the insert, then its place in the queue with the marks and the
-    # candidates with their holders for the 202: no scan when nothing was freed since the read
-    # (it was 16 with the scan every queued submit ran). The 202's expected start adds two (it
-    # was 6): the steps of the candidates' holders and the medians of their recorded durations
-    # (docs/queue.md, "What a QUEUED run's view explains").
+    # The candidates, the last wake mark and the candidates again (only a run that queues
+    # pays these two: docs/queue.md#on-submit-placed-queued-or-rejected), the insert, then its place
+    # in the queue with the marks and the candidates with their holders for the 202: no scan when
+    # nothing was freed since the read (it was 16 with the scan every queued submit ran). The 202's
+    # expected start adds two (it was 6): the steps of the candidates' holders and the medians of
+    # their recorded durations (docs/queue.md, "What a QUEUED run's view explains").
     "submit queued": 8,
     # The next queued submit of a shape that queued last time reads the mark first: one read of
     # the candidates. Its expected start adds four (it was 5): the queued shapes, the runs of the
@@ -59,12 +61,13 @@ MAX_STATEMENTS: dict[str, int] = {
     "submit queued, its shape queued before": 9,
     "dry-run": 1,
     # One statement: the restart look, the node row's lock, the lease renewal and the upsert
-    # together (SPEC §16: an advert that changes nothing costs one small statement).
+    # together (an advert that changes nothing costs one small statement: docs/design.md#targets).
     "advert heartbeat": 1,
     "advert new node": 7,
     "claim with work": 5,
     # Its one look: the step its instance holds, the next claimable one, and whether the node has
-    # a live advert (a claim for a node without one waits at most 1 s, SPEC §20.6).
+    # a live advert (a claim for a node without one waits at most 1 s,
+    # docs/security.md#input-and-load).
     "claim empty": 3,
     "result, run goes on": 11,
     # One more (it was 24): the reporting node's drain, hold and strikes read in one statement
@@ -76,7 +79,8 @@ MAX_STATEMENTS: dict[str, int] = {
 
 one_app_per_module = True
 
-RECHECK_SECONDS = 0.2  # the safety net's period in this module's app (SPEC §8)
+# the safety net's period in this module's app (docs/design.md#claims-and-the-long-poll)
+RECHECK_SECONDS = 0.2
 
 
 @pytest.fixture(scope="module")
@@ -176,7 +180,8 @@ def test_an_advert_that_changes_nothing_is_one_round_trip_without_begin_or_commi
     app: Flask, client: Any
 ) -> None:
     """Its one statement commits by itself (autocommit), so no BEGIN goes ahead of it and no
-    COMMIT after it (SPEC §16: an advert that changes nothing costs one small statement)."""
+    COMMIT after it (an advert that changes nothing costs one small statement:
+    docs/design.md#targets)."""
     fleet_of_one(client)
     placed(client)
     with exchanges() as seen:
@@ -265,9 +270,10 @@ def test_a_heartbeat_of_a_node_without_leases_is_one_statement(app: Flask, clien
 def test_waiting_claims_cost_one_safety_net_statement_a_period_whatever_their_number(
     app: Flask, client: Any
 ) -> None:
-    """SPEC §8, §16: after its first look a waiting claim does no database work of its own; the
-    process's safety net asks once a period for all of them. Twelve claims wait over three
-    periods: at most one statement a period is sent, and no claim looks again."""
+    """After its first look a waiting claim does no database work of its own
+    (docs/design.md#claims-and-the-long-poll); the process's safety net asks once a period for all
+    of them. Twelve claims wait over three periods: at most one statement a period is sent, and no
+    claim looks again."""
     nodes = [f"w{i:02d}" for i in range(12)]
     for node in nodes:
         advertise(client, node, cap(), instance="boot-1")
@@ -362,8 +368,8 @@ def test_a_placed_submit_takes_three_round_trips_its_begin_going_with_its_write(
 ) -> None:
     """The candidate read before BEGIN (autocommit: its own snapshot, as in READ COMMITTED), then
     BEGIN with the insert and the reservation check in one batch, then COMMIT with the claims'
-    NOTIFY after it: no round trip of its own for BEGIN, nor for the NOTIFY (SPEC §16: a placed
-    submit costs little more than its SQL)."""
+    NOTIFY after it: no round trip of its own for BEGIN, nor for the NOTIFY (a placed submit
+    costs little more than its SQL: docs/design.md#targets)."""
     fleet_of_one(client)
     placed(client, "warm")
     client.post("/v1/runs/warm/cancel", json={})

@@ -1,9 +1,10 @@
-"""A wake scan's reads are bounded by shapes, not by the queue (SPEC §7 step 5, §7a "Cost"), and so
-are a queued submit's (SPEC §16: its place in the queue comes from kept counts):
-every read statement one scan sends is replayed under ``EXPLAIN (ANALYZE, BUFFERS)`` and the rows
-each plan node touched (returned plus removed by a filter, times its loops) are summed. With 1k
-and then 100k QUEUED runs of the same three shapes, no statement may touch more rows at 100k
-than at 1k, give or take a few (an index one level deeper, ties in the planner's estimates).
+"""A wake scan's reads are bounded by shapes, not by the queue (docs/design.md#the-queue,
+docs/design.md#priorities-and-reservations), and so are a queued submit's (its place in the queue
+comes from kept counts: docs/queue.md#what-a-queued-runs-view-explains): every read statement one
+scan sends is replayed under ``EXPLAIN (ANALYZE, BUFFERS)`` and the rows each plan node touched
+(returned plus removed by a filter, times its loops) are summed. With 1k and then 100k QUEUED runs
+of the same three shapes, no statement may touch more rows at 100k than at 1k, give or take a few
+(an index one level deeper, ties in the planner's estimates).
 
 The 100k rows are copies of real queued runs, made by one ``INSERT … SELECT generate_series``;
 every node is busy, so the scans promote nothing and the two measurements send the same
@@ -106,9 +107,10 @@ def _copy_queued(sql: Any, template: str, start: int, n: int, *, aged: bool) -> 
     sql.execute("analyze runs")
 
 
-# Runs wait this long before they count as aged (SPEC §7a): the aged shape's copies are an hour
-# old, and the others are far from aging however long the test takes on a slow machine (with
-# 60 s, the runs created at its start aged during it, and the aged read returned more of them
+# Runs wait this long before they count as aged
+# (docs/priorities.md#reservations-a-bound-on-how-long-a-wide-run-waits): the aged shape's copies
+# are an hour old, and the others are far from aging however long the test takes on a slow machine
+# (with 60 s, the runs created at its start aged during it, and the aged read returned more of them
 # at 100k than at 1k).
 RESERVE_AFTER_SECONDS = 1800
 
@@ -141,8 +143,9 @@ def test_a_scan_reads_no_more_rows_with_100k_queued_runs_than_with_1k(fresh_db_u
                     _copy_queued(sql, name, have, total // 3 - have, aged=(i == 0))
 
             def submitted(run_id: str) -> list[tuple[str, int]]:
-                """The reads of a queued submit (SPEC §16: its cost does not follow the queue
-                either), and its place in the queue checked against a count of the queue."""
+                """The reads of a queued submit (its cost does not follow the queue either:
+                docs/design.md#targets), and its place in the queue checked against a count of the
+                queue."""
                 doc = contract(run_id, role("m", "scope"))
                 sent = reads_sent(app, lambda: submit(client, doc, 202))
                 ahead = sql.execute(

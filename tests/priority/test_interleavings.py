@@ -1,15 +1,17 @@
-"""Seeded random schedules of the queue with priorities and reservations (SPEC §7, §7a), checked
-by :mod:`tests.invariants` after every operation: submits of several shapes and priorities,
-results, cancels, drains and their lifting, node loss and return, reaper passes and time passing
-(the queued runs' arrival moved back past ``queue.reserve_after_seconds``).
+"""Seeded random schedules of the queue with priorities and reservations
+(docs/queue.md#promotion-the-request-that-frees-a-node-promotes,
+docs/priorities.md#reservations-a-bound-on-how-long-a-wide-run-waits), checked by
+:mod:`tests.invariants` after every operation: submits of several shapes and priorities, results,
+cancels, drains and their lifting, node loss and return, reaper passes and time passing (the queued
+runs' arrival moved back past ``queue.reserve_after_seconds``).
 
 Every request here runs its own wake scan before it answers, so the system is quiet between two
 operations, and after each one: no node leased twice, no node leased while reserved against the
 run that took it (:func:`check`), and no QUEUED run that fits live, free, non-draining nodes not
 reserved against it (:func:`check_quiet`). At the end the submits stop, every node comes back and
 the runs are worked off: every queued run, reserving ones included, must start within a bounded
-number of results (the runs there are, plus one per board), which is the count form of SPEC §7a's
-bound.
+number of results (the runs there are, plus one per board), which is the count form of the bound of
+docs/priorities.md#reservations-a-bound-on-how-long-a-wide-run-waits.
 
 ``INTERLEAVING_SCHEDULES`` schedules (12 by default, the CI size; tests/README.md) of
 ``INTERLEAVING_OPERATIONS`` operations each (40); ``INTERLEAVING_SEED`` replays one schedule.

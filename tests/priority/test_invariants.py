@@ -1,6 +1,8 @@
-"""The invariant checker's rules about reservations (SPEC §7a, §16) find what they are for: a
-reservation of a run that is not QUEUED, a reserved node leased afterwards to a run of equal or
-lower priority, and a QUEUED run that fits nodes not reserved against it."""
+"""The invariant checker's rules about reservations
+(docs/priorities.md#reservations-a-bound-on-how-long-a-wide-run-waits,
+docs/reliability.md#the-invariant-checker) find what they are for: a reservation of a run that is
+not QUEUED, a reserved node leased afterwards to a run of equal or lower priority, and a QUEUED run
+that fits nodes not reserved against it."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """A run reserves at once, long before ``queue.reserve_after_seconds`` (the default 900 here), when
 a run of lower priority is placed on a node that could fill one of its roles while it waits
-(SPEC §7a): a high-priority wide run is not starved by low-priority narrow ones."""
+(docs/priorities.md#reservations-a-bound-on-how-long-a-wide-run-waits): a high-priority wide run is
+not starved by low-priority narrow ones."""
 
 from __future__ import annotations
 

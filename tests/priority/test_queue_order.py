@@ -1,6 +1,6 @@
-"""Priorities (SPEC §7a): the queue in (priority descending, created_at, run_id) order in the scan,
-in each shape's next run and in the queue position; a token's ``max_priority`` bounds what it may
-ask for; the run list keeps its own newest-first order."""
+"""Priorities (docs/priorities.md#priority): the queue in (priority descending, created_at, run_id)
+order in the scan, in each shape's next run and in the queue position; a token's ``max_priority``
+bounds what it may ask for; the run list keeps its own newest-first order."""
 
 from __future__ import annotations
 

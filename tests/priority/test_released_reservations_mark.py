@@ -1,6 +1,7 @@
-"""A scan that frees nodes from their reservations frees them like any freeing commit (SPEC §7):
-it takes a wake mark, and a fresh pass reads the queue after it. A submit that queued after the
-first pass read the queue, and saw no mark since its own read, is looked at by that pass."""
+"""A scan that frees nodes from their reservations frees them like any freeing commit
+(docs/queue.md#which-commit-frees-and-its-mark): it takes a wake mark, and a fresh pass reads the
+queue after it. A submit that queued after the first pass read the queue, and saw no mark since its
+own read, is looked at by that pass."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The client's one-line explanation of a wait names the priority and the reservations (SPEC §7a)."""
+"""The client's one-line explanation of a wait names the priority and the reservations
+(docs/priorities.md#what-you-see)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""SPEC §7a on a database of its own: the reservation/lease race closed on the ``nodes`` rows,
-"overtaken" read from the record of placements, and one undecodable ``requires`` that must not
-stall the reservation step of every scan."""
+"""Reservations (docs/priorities.md#reservations-a-bound-on-how-long-a-wide-run-waits) on a database
+of its own: the reservation/lease race closed on the ``nodes`` rows, "overtaken" read from the
+record of placements, and one undecodable ``requires`` that must not stall the reservation step of
+every scan."""
 
 from __future__ import annotations
 

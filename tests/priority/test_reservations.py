@@ -1,7 +1,8 @@
-"""Reservations (SPEC §7a) with ``queue.reserve_after_seconds`` = 1: a run that waited that long
-reserves the nodes it needs; reserved nodes are kept from runs of equal or lower priority at
-promotion, submit and dry-run; the reservation goes with the holder's promotion, cancel or queue
-timeout, and that same request (or reaper pass) hands the freed nodes on."""
+"""Reservations (docs/priorities.md#reservations-a-bound-on-how-long-a-wide-run-waits) with
+``queue.reserve_after_seconds`` = 1: a run that waited that long reserves the nodes it needs;
+reserved nodes are kept from runs of equal or lower priority at promotion, submit and dry-run; the
+reservation goes with the holder's promotion, cancel or queue timeout, and that same request (or
+reaper pass) hands the freed nodes on."""
 
 from __future__ import annotations
 
@@ -185,7 +186,7 @@ def test_the_reapers_next_pass_writes_the_reservation_of_a_run_that_crossed_the_
 
 
 def acquiring(run_id: str, priority: int = 0) -> dict[str, Any]:
-    """A host run whose second step grabs one more board (SPEC §8 acquire)."""
+    """A host run whose second step grabs one more board (docs/contract.md#acquire)."""
     doc = contract(
         run_id,
         role("host", "host"),

@@ -1,5 +1,6 @@
 """``queue.reserve_after_seconds`` = 0 turns reservations off: a scan writes the empty set, and a
-run that waited any time reserves nothing (SPEC §7a)."""
+run that waited any time reserves nothing
+(docs/priorities.md#reservations-a-bound-on-how-long-a-wide-run-waits)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""The wide-run problem (SPEC §7a), on a real gunicorn: one run needs both boards while a steady
-stream of single-board runs, each a few hundred milliseconds long, keeps them busy.
+"""The wide-run problem (docs/priorities.md#reservations-a-bound-on-how-long-a-wide-run-waits), on a
+real gunicorn: one run needs both boards while a steady stream of single-board runs, each a few
+hundred milliseconds long, keeps them busy.
 
 Without reservations each board is handed to the next single run by the very request that freed
 it, so the wide run never sees both free at once and waits for ever. With
@@ -176,11 +177,12 @@ def test_with_reservations_the_wide_run_starts_within_a_second_and_one_run_and_t
         assert stream.wide_done.wait(30), stream.state("w")
         with connect(fresh_db_url) as sql:
             waited = waited_seconds(sql, "w")
-        # SPEC §7a's bound, from the configuration: reserve_after_seconds (1), plus D (until a
-        # scan writes its reservation: here every result scans, and an older single run that
-        # aged first may hold a board for one run's length before it), plus T (the run still on
-        # its other board: one run's length). A busy machine stretches each run's length, so
-        # the bound is checked against the lengths the runs really took, read from the rows.
+        # The bound of docs/priorities.md#reservations-a-bound-on-how-long-a-wide-run-waits, from
+        # the configuration: reserve_after_seconds (1), plus D (until a scan writes its reservation:
+        # here every result scans, and an older single run that aged first may hold a board for one
+        # run's length before it), plus T (the run still on its other board: one run's length). A
+        # busy machine stretches each run's length, so the bound is checked against the lengths the
+        # runs really took, read from the rows.
         with connect(fresh_db_url) as sql:
             longest = longest_single_seconds(sql)
         assert 1.0 <= waited <= 1.0 + 3 * longest + 0.5, (waited, longest)

@@ -1,14 +1,16 @@
-"""SPEC §7a, takeover: a high-priority wide run is never starved behind a lower-priority
-reservation while narrow runs of a middle priority keep every board busy.
+"""Takeover (docs/priorities.md#reservations-a-bound-on-how-long-a-wide-run-waits): a high-priority
+wide run is never starved behind a lower-priority reservation while narrow runs of a middle priority
+keep every board busy.
 
 Four boards; ``low`` (priority 0, two boards) has waited ``queue.reserve_after_seconds`` and holds
 a reservation; a feeder keeps single-board runs of priority 5 on every board (each result submits
 the next one; priority 5 passes the priority-0 reservation); then ``top`` (priority 10, all four
 boards) arrives. A priority-5 run placed after it overtakes it, so it reserves at once, taking
-over ``low``'s nodes. Its bound (D + T of SPEC §7a, counted in results rather than seconds, since
-every result wakes the queue): one result places the run that overtakes it, the next one's scan
-writes its reservation (D), and each board then finishes the one run it had (T): at most
-2 + BOARDS results after its submit.
+over ``low``'s nodes. Its bound
+(docs/priorities.md#reservations-a-bound-on-how-long-a-wide-run-waits, counted in results rather
+than seconds, since every result wakes the queue): one result places the run that overtakes it, the
+next one's scan writes its reservation (D), and each board then finishes the one run it had (T): at
+most 2 + BOARDS results after its submit.
 
 The scenario repeats ``STARVATION_REPEAT`` times (3 in CI; ``STARVATION_REPEAT=20`` is the long
 mode of tests/README.md), each on a database of its own.

@@ -1,7 +1,8 @@
-"""The reaper's outage grace (SPEC §12): after a pass older than a lease window, every lease of an
-unfinished run ends no sooner than one window from now — a node that is alive has a full window to
-re-advertise, and one that really died is reaped one window after the outage, however long the
-outage was. Time passes only in the database: the last pass and the leases are moved with SQL."""
+"""The reaper's outage grace (docs/queue.md#crashes-and-restarts): after a pass older than a lease
+window, every lease of an unfinished run ends no sooner than one window from now — a node that is
+alive has a full window to re-advertise, and one that really died is reaped one window after the
+outage, however long the outage was. Time passes only in the database: the last pass and the leases
+are moved with SQL."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The reaper's pass (SPEC §12), called directly. Time passes only in the database: leases,
-deadlines, queue ages and the last pass are moved back with SQL."""
+"""The reaper's pass (docs/queue.md#the-reaper), called directly. Time passes only in the database:
+leases, deadlines, queue ages and the last pass are moved back with SQL."""
 
 from __future__ import annotations
 
@@ -151,7 +151,8 @@ def _left_in_verifying(client, sql, exit_code: int) -> None:
     advertise(client, "n1", cap("board"))
     doc = contract("run-a", success_when=[{"step": "use-dut", "exit_code": 0}])
     submit(client, doc, 201)
-    # A crash after VERIFYING committed and before the verdict (SPEC §8 settle).
+    # A crash after VERIFYING committed and before the verdict
+    # (docs/design.md#settle-and-the-verdict).
     sql.execute(
         "update steps set state = 'DONE', exit_code = %s, started_at = now(), ended_at = now()"
         " where run_id = 'run-a'",
@@ -224,7 +225,7 @@ def test_a_queued_run_within_its_queue_timeout_stays_queued(client, ctx, sql):
 def test_a_finished_run_whose_record_was_never_sealed_is_sealed_by_the_pass(client, ctx, sql):
     advertise(client, "n1", cap("board"))
     submit(client, contract("run-a"), 201)
-    # The final commit happened, then the process died before sealing (SPEC §11).
+    # The final commit happened, then the process died before sealing (docs/design.md#records).
     sql.execute("delete from leases where run_id = 'run-a'")
     sql.execute("update steps set state = 'DONE', exit_code = 0, ended_at = now()")
     sql.execute("update runs set state = 'SUCCEEDED', ended_at = now() where run_id = 'run-a'")

@@ -1,5 +1,5 @@
-"""Several reapers at once (SPEC §12): a pass that finds another reaper's pass running skips
-whole, and two passes racing leave every run handled exactly once."""
+"""Several reapers at once (docs/queue.md#the-reaper): a pass that finds another reaper's pass
+running skips whole, and two passes racing leave every run handled exactly once."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""SPEC §7 "Wake debt", amended: no path that frees a node can leave it with no scan and nothing
-owed — not a reaper wake that raises, not a pass that could not take the reaper's lock, not a
-settle that fails before its wake."""
+"""Wake debt (docs/design.md#wake-debt-and-what-is-owed): no path that frees a node can leave it
+with no scan and nothing owed — not a reaper wake that raises, not a pass that could not take the
+reaper's lock, not a settle that fails before its wake."""
 
 from __future__ import annotations
 

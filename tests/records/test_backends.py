@@ -1,6 +1,7 @@
-"""Every Record store backend behaves alike through ``RecordStore`` (SPEC §11): logs with a cap and a
-truncation note, progress chunks of live logs apart from them (SPEC §19.4), whole blobs, name
-checks, the seal and what it refuses and drops, the tar of a sealed Record.
+"""Every Record store backend behaves alike through ``RecordStore`` (docs/design.md#records): logs
+with a cap and a truncation note, progress chunks of live logs apart from them
+(docs/api.md#put-v1runsrun_idstepsseqlog--append-to-a-steps-log), whole blobs, name checks, the seal
+and what it refuses and drops, the tar of a sealed Record.
 
 A backend joins by adding a factory to ``BACKENDS``: a context manager that is given a fresh
 ``tmp_path`` and yields an empty store, cleaning up after it."""
@@ -321,8 +322,9 @@ def test_log_first_append_over_cap(rec: RecordStore) -> None:
 def test_a_log_with_a_budget_is_cut_where_the_budget_ends_and_never_grows_again(
     rec: RecordStore,
 ) -> None:
-    # The run's records.max_run_bytes leaves a log this much room (SPEC §20.6): the note names
-    # where the log was cut, and a later append, with room or without, adds nothing.
+    # The run's records.max_run_bytes leaves a log this much room
+    # (docs/security.md#runs-records-and-uploads): the note names where the log was cut, and a later
+    # append, with room or without, adds nothing.
     assert rec.append_log(RUN, 1, "s", b"0123456789", 1000, budget=100) == (10, 0, False)
     state = rec.append_log(RUN, 1, "s", b"abcdefghij", 1000, budget=4)
     expected = b"0123456789abcd" + NOTE % 14

@@ -1,6 +1,6 @@
-"""``RecordStore.delete`` (retention, SPEC §11) on every backend of the behaviour suite: a sealed
-Record, an open one and a missing one; nothing of the run is readable afterwards, other runs keep
-theirs, and a second delete is no error."""
+"""``RecordStore.delete`` (retention, docs/retention.md#what-is-pruned-and-what-is-kept) on every
+backend of the behaviour suite: a sealed Record, an open one and a missing one; nothing of the run
+is readable afterwards, other runs keep theirs, and a second delete is no error."""
 
 from __future__ import annotations
 

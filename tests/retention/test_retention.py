@@ -1,7 +1,8 @@
-"""Retention (SPEC §11) through the reaper and the prune function: what goes (sealed runs and
-rejected submits old enough, with every row and their Record), what stays (recent, unsealed and
-unfinished runs), the bound on each transaction and each pass, and what a pruned run looks like
-from outside (404, its id refused, the work ledger without it). Real PostgreSQL, real Records."""
+"""Retention (docs/retention.md#retention-pruning-old-runs) through the reaper and the prune
+function: what goes (sealed runs and rejected submits old enough, with every row and their Record),
+what stays (recent, unsealed and unfinished runs), the bound on each transaction and each pass, and
+what a pruned run looks like from outside (404, its id refused, the work ledger without it). Real
+PostgreSQL, real Records."""
 
 from __future__ import annotations
 
@@ -250,7 +251,8 @@ def test_retention_is_off_by_default_and_set_in_days():
 
 def test_the_batch_query_finds_old_runs_through_the_retention_index(ctx, sql):
     """The query's predicate is the partial index's, so a pass reads the oldest prunable runs
-    without reading the rest of a long history (SPEC §16: a pass does not grow with it)."""
+    without reading the rest of a long history (a pass does not grow with it:
+    docs/design.md#targets)."""
     from sqlalchemy import text
 
     from app.store import retention as retention_store

@@ -1,6 +1,7 @@
-"""One run across two hosts (SPEC §11, §12): submitted through A, promoted by a cancel on B, claimed,
-logged and uploaded through B, its end committed on B by a worker that then dies (no verdict, no
-seal), sealed by A's reaper; its Record downloaded from both hosts byte for byte the same."""
+"""One run across two hosts (docs/scaling.md#what-must-be-shared,
+docs/scaling.md#hosts-behind-nginx): submitted through A, promoted by a cancel on B, claimed, logged
+and uploaded through B, its end committed on B by a worker that then dies (no verdict, no seal),
+sealed by A's reaper; its Record downloaded from both hosts byte for byte the same."""
 
 from __future__ import annotations
 

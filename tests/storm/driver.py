@@ -35,8 +35,8 @@ import requests
 
 TOKEN_HEADER = "Authorization"
 
-# Documented statuses per route (SPEC §2). 503 is allowed everywhere: overload answers it
-# (a full pool, the database away) and it is counted apart.
+# Documented statuses per route (docs/api.md#conventions). 503 is allowed everywhere: overload
+# answers it (a full pool, the database away) and it is counted apart.
 ALLOWED: dict[str, set[int]] = {
     "advert": {200, 400},
     "claim": {200, 204},
@@ -381,7 +381,7 @@ class Submitter(Driver):
     def _contract(self, run_id: str) -> dict[str, Any]:
         doc = shapes(self.rng, run_id)
         if self.args.priorities:
-            # Mostly the default, some urgent, some background runs (SPEC §7a).
+            # Mostly the default, some urgent, some background runs (docs/priorities.md#priority).
             priority = self.rng.choice([-10, 0, 0, 0, 20])
             doc["queue"] = {**doc.get("queue", {}), "priority": priority}
         return doc
@@ -603,9 +603,10 @@ class Nodes(Driver):
             node.reported = report
             self.notes["reported"] += 1
         elif duplicate and resp is not None and resp.status_code == 200:
-            # A duplicate of an accepted result is 409 (SPEC §8): the step could be CLAIMED
-            # again only by this node's own claim, and a node sends duplicates only while it
-            # holds no claimed step.
+            # A duplicate of an accepted result is 409
+            # (docs/api.md#post-v1runsrun_idstepsseqresult--report-a-steps-result): the step could
+            # be CLAIMED again only by this node's own claim, and a node sends duplicates only while
+            # it holds no claimed step.
             self.errors.append(f"a duplicated result was accepted: {step['run_id']}#{step['seq']}")
 
 

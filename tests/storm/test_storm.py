@@ -1,4 +1,4 @@
-"""The storm (SPEC §1, §7, §8, §12): gunicorn with 4 workers and two reapers on one database,
+"""The storm (docs/reliability.md#storm): gunicorn with 4 workers and two reapers on one database,
 submitters, a canceller and node agents at once; the invariant checker sampled throughout and
 run in full once the storm is quiet; every answer a status its route documents; and
 ``pg_stat_database.deadlocks`` of the storm's database the same after it as before, read once

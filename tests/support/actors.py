@@ -144,8 +144,9 @@ class Actor:
 
 
 class Node(Actor):
-    """A node agent (SPEC §8): advertises its capabilities, claims steps, reports their results,
-    uploads their logs and blobs. ``instance`` goes in ``X-Enode-Instance`` when given."""
+    """A node agent (docs/api.md#node-agents): advertises its capabilities, claims steps, reports
+    their results, uploads their logs and blobs. ``instance`` goes in ``X-Enode-Instance`` when
+    given."""
 
     def __init__(self, caller: Any, node_id: str, instance: str | None = None) -> None:
         super().__init__(caller)
@@ -206,8 +207,8 @@ class Node(Actor):
 
 
 class Submitter(Actor):
-    """Someone with runs (SPEC §3, §9): submits contracts, cancels runs, reads and waits for a
-    run's state. ``principal`` goes in ``X-Enode-Principal`` when given."""
+    """Someone with runs (docs/api.md#submitters): submits contracts, cancels runs, reads and waits
+    for a run's state. ``principal`` goes in ``X-Enode-Principal`` when given."""
 
     def __init__(self, caller: Any, principal: str | None = None) -> None:
         super().__init__(caller)
@@ -260,8 +261,8 @@ class Submitter(Actor):
 
 
 class Answerer(Actor):
-    """Someone answering asks (SPEC §13): lists them and answers one. ``principal`` goes in
-    ``X-Enode-Principal`` when given."""
+    """Someone answering asks (docs/api.md#answerers): lists them and answers one. ``principal``
+    goes in ``X-Enode-Principal`` when given."""
 
     def __init__(self, caller: Any, principal: str | None = None) -> None:
         super().__init__(caller)

@@ -1,6 +1,7 @@
 """A person in a real browser: Debian's chromium, headless, driven by selenium through Debian's
-chromedriver (never a driver or browser fetched at run time). Finds elements by the hooks SPEC §21
-names (``data-ask``, input names, labels); waits for what a page shows, never for a time."""
+chromedriver (never a driver or browser fetched at run time). Finds elements by the hooks
+docs/pages.md#asks-asks names (``data-ask``, input names, labels); waits for what a page shows,
+never for a time."""
 
 from __future__ import annotations
 

@@ -127,8 +127,9 @@ class Background:
 @contextmanager
 def waiting_lock_held(sql: Any) -> Iterator[None]:
     """Hold the scan gate's *waiting* lock from an operator connection: every wake point then
-    skips its scan ("another scan is waiting", SPEC §7). Used only to build a starting picture
-    (a QUEUED run next to a free node) through the real API, without any scan promoting it."""
+    skips its scan ("another scan is waiting", docs/design.md#the-scan-gate-and-wake-marks). Used
+    only to build a starting picture (a QUEUED run next to a free node) through the real API,
+    without any scan promoting it."""
     assert sql.execute("select pg_try_advisory_lock(%s)", (WAITING_LOCK,)).fetchone()[0]
     try:
         yield
@@ -232,8 +233,8 @@ def lease_runs(sql: Any, run_id: str) -> list[str]:
 
 
 def queued_runs_that_fit_free_nodes(ctx: Any) -> list[str]:
-    """SPEC §16 invariant: after the storm has quiesced, no QUEUED run whose requirements fit the
-    free live nodes (the matcher itself decides "fits")."""
+    """The invariant of docs/reliability.md#the-invariant-checker: after the storm has quiesced, no
+    QUEUED run whose requirements fit the free live nodes (the matcher itself decides "fits")."""
     with ctx.db.read() as s:
         adverts = live_adverts(s)
         unavailable = unavailable_node_ids(s)

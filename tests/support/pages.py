@@ -1,5 +1,6 @@
-"""A person using the pages (SPEC §21) without a browser: signs in, reads pages, sends their
-forms with the CSRF token the page carries — over Flask's test client or HTTP to a live server."""
+"""A person using the pages (docs/pages.md#signing-in) without a browser: signs in, reads pages,
+sends their forms with the CSRF token the page carries — over Flask's test client or HTTP to a live
+server."""
 
 from __future__ import annotations
 

@@ -3,7 +3,8 @@
 ``DELETE`` rather than ``TRUNCATE``: on tables this small a ``TRUNCATE`` of fourteen tables costs
 tens of milliseconds (new files for every table and index, flushed at commit), a ``DELETE`` of each
 about one, and the suite empties them a few thousand times. The sequences the tables own go back to
-their start as ``RESTART IDENTITY`` would, and so do the wake marks (SPEC §7), which no table owns.
+their start as ``RESTART IDENTITY`` would, and so do the wake marks
+(docs/design.md#the-scan-gate-and-wake-marks), which no table owns.
 """
 
 from __future__ import annotations

@@ -64,8 +64,8 @@ def claimed_run(client: Any, sql: Any) -> None:
     assert ask == ("ASKED",)
 
 
-# Every /v1 route of SPEC §2 (1-18a), against a run and a step that exist, so that a 401 cannot be
-# mistaken for the route's own 404/409.
+# Every /v1 route of docs/design.md#routes (1-18a), against a run and a step that exist, so that a
+# 401 cannot be mistaken for the route's own 404/409.
 V1_ROUTES: list[tuple[str, str, Any]] = [
     ("POST", "/v1/nodes", {"node_id": "n1", "capabilities": [{"capability": "board"}]}),
     ("POST", "/v1/nodes/n1/claim?wait=0", None),

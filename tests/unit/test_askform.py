@@ -1,5 +1,5 @@
-"""An ask's form from its schema and the answer read back (SPEC §21; app/askform.py, pure), and
-a run's timeline (app/timeline.py, pure)."""
+"""An ask's form from its schema and the answer read back (docs/pages.md#asks-asks; app/askform.py,
+pure), and a run's timeline (app/timeline.py, pure)."""
 
 from __future__ import annotations
 

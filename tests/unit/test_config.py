@@ -1,6 +1,6 @@
-"""Configuration (SPEC §15): defaults, a YAML or TOML file, ``MEDIATOR_*`` variables that win over
-the file, the environment alone as a complete configuration, database URL forms, and invalid values
-that stop the process with one line naming the key."""
+"""Configuration (docs/configuration.md#keys): defaults, a YAML or TOML file, ``MEDIATOR_*``
+variables that win over the file, the environment alone as a complete configuration, database URL
+forms, and invalid values that stop the process with one line naming the key."""
 
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ from tests.apps import TOKEN
 ROOT = Path(__file__).resolve().parents[2]
 MIB = 1024 * 1024
 
-# SPEC §15 "Keys and defaults".
-SPEC_DEFAULTS: dict[str, Any] = {
+# The keys and defaults of docs/configuration.md#keys.
+DOC_DEFAULTS: dict[str, Any] = {
     "database.url": None,
     "database.pool_size": 5,
     "database.pool_timeout": 5,
@@ -42,7 +42,8 @@ SPEC_DEFAULTS: dict[str, Any] = {
     "ui.require_token": False,
 }
 
-# Every key of SPEC §15 has its variable: MEDIATOR_ + the key upper-cased, dots as underscores.
+# Every key of docs/configuration.md#keys has its variable: MEDIATOR_ + the key upper-cased, dots as
+# underscores.
 ENV_VALUES: list[tuple[str, str, str, Any]] = [
     (
         "MEDIATOR_DATABASE_URL",
@@ -152,7 +153,7 @@ def toml_file(tmp_path: Path) -> Path:
 
 def test_defaults_are_those_of_the_spec():
     cfg = load_config(env={})
-    assert {k: cfg[k] for k in SPEC_DEFAULTS} == SPEC_DEFAULTS
+    assert {k: cfg[k] for k in DOC_DEFAULTS} == DOC_DEFAULTS
     assert not cfg["contract.capabilities"]  # empty = any capability name
     assert not cfg["tokens"]
     assert cfg["records.root"]
@@ -320,7 +321,7 @@ def test_a_value_from_the_environment_governs_the_running_app(db_url, tmp_path, 
             headers={"Authorization": f"Bearer {TOKEN}"},
         )
         assert resp.get_json()["renew_seconds"] == 17
-        # the advert lives renew x factor = 51 s (SPEC §4)
+        # the advert lives renew x factor = 51 s (docs/queue.md#heartbeats-what-a-node-learns)
         (ttl,) = sql.execute(
             "SELECT extract(epoch FROM expires_at - seen_at) FROM nodes"
         ).fetchone()

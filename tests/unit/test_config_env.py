@@ -1,6 +1,7 @@
-"""Unknown ``MEDIATOR_*`` variables (SPEC §15): a variable that no configuration key and nothing
-else of the Mediator reads is a warning at start-up naming it (and the closest known variable), so
-a typo such as ``MEDIATOR_LEASE_TTL=0`` does not go unnoticed; it never stops the process."""
+"""Unknown ``MEDIATOR_*`` variables (docs/configuration.md#keys): a variable that no configuration
+key and nothing else of the Mediator reads is a warning at start-up naming it (and the closest known
+variable), so a typo such as ``MEDIATOR_LEASE_TTL=0`` does not go unnoticed; it never stops the
+process."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Contract validation and needs normalisation (SPEC §3). Pure: no database, no fixtures."""
+"""Contract validation and needs normalisation (docs/contract.md#validation-errors). Pure: no
+database, no fixtures."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from app.errors import BadRequest
 
 
 def spec_example() -> dict[str, Any]:
-    """The contract of SPEC §3, verbatim."""
+    """A contract like that of docs/contract.md#a-first-contract: two roles, a run, an ask."""
     return {
         "run_id": "kernel-4711-boot",
         "work": {"id": {"system": "gerrit", "change_id": "4711"}},
@@ -457,7 +458,7 @@ def test_warnings_about_ignored_fields_are_bounded():
         ("1d2h3m4s", 93784),
         ("0s", 0),
         ("90m", 5400),
-        # Go durations (SPEC §19.9), as time.ParseDuration reads them
+        # Go durations (docs/contract.md#top-level), as time.ParseDuration reads them
         ("1.5h", 5400),
         ("90s", 90),
         ("250ms", 0.25),
@@ -1492,7 +1493,7 @@ def test_collect_path_with_dots_in_names_is_fine():
     assert validate_contract(with_step(1, collect={"b.out": "out/..x/b..c/./f"}))
 
 
-# ------------------------------------------------------- steps: feedback, see (SPEC §19.9)
+# ---------------------------------------------------- steps: feedback, see (docs/contract.md#steps)
 
 
 def test_feedback_see_workspace_and_collect_are_kept_in_the_stored_step():

@@ -119,7 +119,7 @@ def test_a_lower_layer_never_imports_a_higher_one(layer, forbidden):
     assert wrong == []
 
 
-# The pure decision modules take plain data: no session, no request (STYLE.md, "Layers").
+# The pure decision modules take plain data: no session, no request (docs/design.md#code-layout).
 PURE = (
     "app.match",
     "app.contract",

@@ -1,4 +1,5 @@
-"""Unit tests of the matcher and the width cap (SPEC §5; the requires[] paragraph of §3).
+"""Unit tests of the matcher and the width cap (docs/design.md#matcher-and-width-cap; the roles of
+docs/contract.md#requirements-and-how-runs-are-placed).
 
 ``app.match`` is pure: these tests build plain data and assert exact outputs.
 """

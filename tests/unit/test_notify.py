@@ -1,6 +1,7 @@
-"""Claim notifications (SPEC §8): the NOTIFY payload names the nodes concerned and stays far below
-PostgreSQL's 8000-byte limit, falling back to ``"*"`` (wake every waiting claim) past its bound;
-the process's listener wakes only the named nodes' waiting claims, or every one for ``"*"``."""
+"""Claim notifications (docs/design.md#claims-and-the-long-poll): the NOTIFY payload names the nodes
+concerned and stays far below PostgreSQL's 8000-byte limit, falling back to ``"*"`` (wake every
+waiting claim) past its bound; the process's listener wakes only the named nodes' waiting claims, or
+every one for ``"*"``."""
 
 from __future__ import annotations
 

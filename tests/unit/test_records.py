@@ -1,6 +1,7 @@
-"""The filesystem Record store (SPEC §11) on disk: its directory layout, atomic writes, locks that hold
-across processes, a half-done seal, modes, the tar of the directory, and where progress chunks of
-live logs live (SPEC §19.4). What every backend does alike
+"""The filesystem Record store (docs/design.md#records) on disk: its directory layout, atomic
+writes, locks that hold across processes, a half-done seal, modes, the tar of the directory, and
+where progress chunks of live logs live
+(docs/api.md#put-v1runsrun_idstepsseqlog--append-to-a-steps-log). What every backend does alike
 through ``RecordStore`` is in tests/records."""
 
 from __future__ import annotations

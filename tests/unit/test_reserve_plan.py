@@ -1,5 +1,5 @@
-"""SPEC §7a, the reservation step's plan (pure): keep and add, a holder keeping the nodes that
-still fit, and takeover of lower-priority reservations."""
+"""The reservation step's plan (pure, docs/design.md#priorities-and-reservations): keep and add, a
+holder keeping the nodes that still fit, and takeover of lower-priority reservations."""
 
 from __future__ import annotations
 
@@ -85,7 +85,7 @@ def test_a_holder_left_short_by_a_takeover_fills_its_places_again_at_the_next_sc
 
 def test_under_the_width_cap_a_run_reserves_the_one_node_that_fills_both_its_roles():
     """a(x) and r(x, y), roles x and y, ``lease.max_per_run`` 1: r alone fills both, as a
-    promotion would place it (docs/contract.md, "How matching works")."""
+    promotion would place it (docs/contract.md#requirements-and-how-runs-are-placed)."""
     a = Advert("a", (Capability("x"),))
     r = Advert("r", (Capability("x"), Capability("y")))
     both = Reserving("both", "x+y", (Role("x", "x", 1, {}), Role("y", "y", 1, {})), 0)

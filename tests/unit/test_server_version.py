@@ -1,5 +1,6 @@
-"""PostgreSQL 14 is the minimum (the scan gate's ``idle_session_timeout``, SPEC §7): an older
-server is named in the readiness problem, a newer one is not."""
+"""PostgreSQL 14 is the minimum (the scan gate's ``idle_session_timeout``,
+docs/design.md#the-scan-gate-and-wake-marks): an older server is named in the readiness problem, a
+newer one is not."""
 
 from __future__ import annotations
 

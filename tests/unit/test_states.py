@@ -1,6 +1,6 @@
-"""The state machine of runs and steps (SPEC §8), walked pair by pair against ``app/states.py``,
-the database's CHECK constraints on the state columns, and the audit trail of real runs checked
-against the same machine."""
+"""The state machine of runs and steps (docs/design.md#states), walked pair by pair against
+``app/states.py``, the database's CHECK constraints on the state columns, and the audit trail of
+real runs checked against the same machine."""
 
 from __future__ import annotations
 
@@ -26,12 +26,13 @@ from app.store.steps import fail_step, update_step
 from tests.agent import claim, done
 from tests.helpers import advertise, cap, contract, role, submit
 
-# SPEC §8, written out from the text rather than copied from the code:
+# The run states of docs/design.md#states, written out from the text rather than copied from
+# the code:
 # "QUEUED -> RUNNING -> VERIFYING -> SUCCEEDED | FAILED; QUEUED -> FAILED (cancel);
 #  RUNNING -> FAILED (step failed, cancel, lease expired, node restarted); a rejected submit is born
-#  FAILED." A new run (None) is born QUEUED (§7), RUNNING (§6 placed) or FAILED (rejected).
-SPEC_RUN_STATES = {"QUEUED", "RUNNING", "VERIFYING", "SUCCEEDED", "FAILED"}
-SPEC_RUN_ALLOWED = {
+#  FAILED." A new run (None) is born QUEUED, RUNNING (placed) or FAILED (rejected).
+DOC_RUN_STATES = {"QUEUED", "RUNNING", "VERIFYING", "SUCCEEDED", "FAILED"}
+DOC_RUN_ALLOWED = {
     (None, "QUEUED"),
     (None, "RUNNING"),
     (None, "FAILED"),
@@ -46,10 +47,10 @@ SPEC_RUN_ALLOWED = {
 # "PENDING -> CLAIMED -> DONE | FAILED, PENDING -> ASKED -> DONE | FAILED (ask steps),
 #  PENDING -> DONE (acquire steps), PENDING -> SKIPPED (branch not taken), and back to PENDING with
 #  attempt + 1 on a rollback." Open steps (PENDING, CLAIMED, ASKED) become FAILED on cancel and in the
-#  reaper (§9, §12). The rollback clause is unconditional: any state a step reaches from PENDING may
+#  reaper. The rollback clause is unconditional: any state a step reaches from PENDING may
 #  be reset to PENDING.
-SPEC_STEP_STATES = {"PENDING", "CLAIMED", "ASKED", "DONE", "FAILED", "SKIPPED"}
-SPEC_STEP_ALLOWED = {
+DOC_STEP_STATES = {"PENDING", "CLAIMED", "ASKED", "DONE", "FAILED", "SKIPPED"}
+DOC_STEP_ALLOWED = {
     ("PENDING", "CLAIMED"),
     ("PENDING", "ASKED"),
     ("PENDING", "DONE"),
@@ -66,8 +67,8 @@ SPEC_STEP_ALLOWED = {
     ("SKIPPED", "PENDING"),
 }
 
-RUN_PAIRS = list(itertools.product([None, *sorted(SPEC_RUN_STATES)], sorted(SPEC_RUN_STATES)))
-STEP_PAIRS = list(itertools.product(sorted(SPEC_STEP_STATES), sorted(SPEC_STEP_STATES)))
+RUN_PAIRS = list(itertools.product([None, *sorted(DOC_RUN_STATES)], sorted(DOC_RUN_STATES)))
+STEP_PAIRS = list(itertools.product(sorted(DOC_STEP_STATES), sorted(DOC_STEP_STATES)))
 
 
 def _name(pair: tuple[str | None, str]) -> str:
@@ -75,42 +76,42 @@ def _name(pair: tuple[str | None, str]) -> str:
 
 
 def test_the_run_states_are_exactly_those_of_the_spec_with_no_cancelled_or_dry_run():
-    assert set(RUN_STATES) == SPEC_RUN_STATES
-    assert set(RUN_TRANSITIONS) == SPEC_RUN_STATES | {None}
+    assert set(RUN_STATES) == DOC_RUN_STATES
+    assert set(RUN_TRANSITIONS) == DOC_RUN_STATES | {None}
 
 
 def test_the_step_states_are_exactly_those_of_the_spec_with_no_cancelled():
-    assert set(STEP_STATES) == SPEC_STEP_STATES
-    assert set(STEP_TRANSITIONS) == SPEC_STEP_STATES
+    assert set(STEP_STATES) == DOC_STEP_STATES
+    assert set(STEP_TRANSITIONS) == DOC_STEP_STATES
 
 
 @pytest.mark.parametrize("pair", RUN_PAIRS, ids=_name)
 def test_a_run_transition_is_allowed_exactly_when_the_spec_allows_it(pair):
     old, new = pair
-    assert run_may_become(old, new) is (pair in SPEC_RUN_ALLOWED)
-    assert (new in RUN_TRANSITIONS[old]) is (pair in SPEC_RUN_ALLOWED)
+    assert run_may_become(old, new) is (pair in DOC_RUN_ALLOWED)
+    assert (new in RUN_TRANSITIONS[old]) is (pair in DOC_RUN_ALLOWED)
 
 
 @pytest.mark.parametrize("pair", STEP_PAIRS, ids=_name)
 def test_a_step_transition_is_allowed_exactly_when_the_spec_allows_it(pair):
     old, new = pair
-    assert step_may_become(old, new) is (pair in SPEC_STEP_ALLOWED)
-    assert (new in STEP_TRANSITIONS[old]) is (pair in SPEC_STEP_ALLOWED)
+    assert step_may_become(old, new) is (pair in DOC_STEP_ALLOWED)
+    assert (new in STEP_TRANSITIONS[old]) is (pair in DOC_STEP_ALLOWED)
 
 
 @pytest.mark.parametrize("old", ["SUCCEEDED", "FAILED"])
 def test_a_finished_run_never_changes_state_again(old):
     assert RUN_TRANSITIONS[old] == frozenset()
-    assert not any(run_may_become(old, new) for new in [*SPEC_RUN_STATES, "DRY_RUN"])
+    assert not any(run_may_become(old, new) for new in [*DOC_RUN_STATES, "DRY_RUN"])
 
 
 def test_dry_run_is_never_a_state_a_run_can_take():
-    assert not any(run_may_become(old, "DRY_RUN") for old in [None, *SPEC_RUN_STATES])
+    assert not any(run_may_become(old, "DRY_RUN") for old in [None, *DOC_RUN_STATES])
 
 
 def test_a_run_reaches_succeeded_only_through_verifying():
-    sources = {old for old, new in SPEC_RUN_ALLOWED if new == "SUCCEEDED"}
-    assert {old for old in [None, *SPEC_RUN_STATES] if run_may_become(old, "SUCCEEDED")} == sources
+    sources = {old for old, new in DOC_RUN_ALLOWED if new == "SUCCEEDED"}
+    assert {old for old in [None, *DOC_RUN_STATES] if run_may_become(old, "SUCCEEDED")} == sources
     assert sources == {"VERIFYING"}
 
 
@@ -148,9 +149,9 @@ def test_the_database_rejects_updating_a_run_to_an_unknown_state(sql):
 
 
 def test_the_database_accepts_every_run_state_of_the_machine(sql):
-    for state in sorted(SPEC_RUN_STATES):
+    for state in sorted(DOC_RUN_STATES):
         _insert_run(sql, f"r-{state}", state)
-    assert {r[0] for r in sql.execute("SELECT state FROM runs")} == SPEC_RUN_STATES
+    assert {r[0] for r in sql.execute("SELECT state FROM runs")} == DOC_RUN_STATES
 
 
 @pytest.mark.parametrize("state", ["CANCELLED", "RUNNING", "pending", ""])
@@ -171,9 +172,9 @@ def test_the_database_rejects_updating_a_step_to_an_unknown_state(sql):
 
 def test_the_database_accepts_every_step_state_of_the_machine(sql):
     _insert_run(sql, "r1", "RUNNING")
-    for seq, state in enumerate(sorted(SPEC_STEP_STATES), start=1):
+    for seq, state in enumerate(sorted(DOC_STEP_STATES), start=1):
         _insert_step(sql, "r1", seq, state)
-    assert {r[0] for r in sql.execute("SELECT state FROM steps")} == SPEC_STEP_STATES
+    assert {r[0] for r in sql.execute("SELECT state FROM steps")} == DOC_STEP_STATES
 
 
 # ------------------------------------------------------------------ the audit trail obeys the machine
@@ -205,7 +206,7 @@ def test_every_state_change_recorded_for_real_runs_is_a_transition_the_spec_allo
         "cancelled": [(None, "QUEUED"), ("QUEUED", "FAILED")],
         "rejected": [(None, "FAILED")],
     }
-    assert all((old, new) in SPEC_RUN_ALLOWED for old, new in itertools.chain(*trails.values()))
+    assert all((old, new) in DOC_RUN_ALLOWED for old, new in itertools.chain(*trails.values()))
 
 
 # Transitions are checked where they are written: a guarded write asking for a change the tables

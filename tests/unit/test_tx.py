@@ -1,4 +1,4 @@
-"""The retry of a service function's transaction (SPEC §1 "Lock order"): a deadlock or a
+"""The retry of a service function's transaction (docs/queue.md#lock-order): a deadlock or a
 serialisation failure (SQLSTATE 40P01, 40001) is retried, up to 3 times, by the function that owns
 the transaction; anything else is raised at once; what a failed attempt left for after commit is
 forgotten before the next attempt.

@@ -1,5 +1,5 @@
-"""Unit tests of the verdict rules (SPEC §8 "Settle"). ``app.verdict.evaluate`` is pure: step
-facts and the live fleet in, a verdict out."""
+"""Unit tests of the verdict rules (docs/contract.md#success_when). ``app.verdict.evaluate`` is
+pure: step facts and the live fleet in, a verdict out."""
 
 from __future__ import annotations
 
@@ -322,7 +322,7 @@ def test_within_attempts_holds_for_a_step_that_did_not_run_out():
     assert checks_of(verdict) == [("a", "within_attempts", True)]
 
 
-# ---------------------------------------------------------------- changed (SPEC §19.9)
+# ---------------------------------------------------------- changed (docs/contract.md#success_when)
 
 
 def test_changed_holds_when_every_listed_path_is_in_the_results_changed():

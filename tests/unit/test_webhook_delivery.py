@@ -1,6 +1,7 @@
-"""Webhooks leak nothing and hang nothing (SPEC §20.7): a delivery follows no redirect, uses no
-proxy from the environment, ends by an overall deadline however slowly the endpoint answers, and
-its log lines name only the scheme and host of the URL (its path and query carry secrets).
+"""Webhooks leak nothing and hang nothing (docs/security.md#outgoing-webhooks): a delivery follows
+no redirect, uses no proxy from the environment, ends by an overall deadline however slowly the
+endpoint answers, and its log lines name only the scheme and host of the URL (its path and query
+carry secrets).
 
 Every endpoint is a real HTTP server on 127.0.0.1 in a thread of this process."""
 

@@ -1,4 +1,5 @@
-"""The webhook queue (SPEC §10, §15: best-effort POSTs that never block a request): at most
+"""The webhook queue (best-effort POSTs that never block a request:
+docs/configuration.md#webhooks): at most
 ``notify.queue_size`` webhooks wait for a sender, so an endpoint that hangs cannot make memory grow
 while runs keep ending; what does not fit is dropped, logged and counted for the metrics. The
 endpoint is a real local HTTP server that takes each POST and holds it without replying."""
@@ -35,7 +36,8 @@ def test_a_full_queue_drops_the_overflow_counts_it_and_says_so_in_a_log_line(hoo
     lines = [e for e in logs if e["event"] == "webhook dropped: the queue is full"]
     assert len(lines) == 1  # one line for a burst, not one per webhook
     assert lines[0]["log_level"] == "warning"
-    # Only the scheme and host of the URL: its path may carry a secret (SPEC §20.7).
+    # Only the scheme and host of the URL: its path may carry a secret
+    # (docs/security.md#outgoing-webhooks).
     origin = hook.url.removesuffix("/hooks")
     assert (lines[0]["queue_size"], lines[0]["dropped"], lines[0]["url"]) == (3, 1, origin)
 
