@@ -38,6 +38,7 @@ import yaml
 
 from app.contract.fields import is_valid_id
 from app.errors import ConfigError
+from app.names import NAME_RULE
 from app.teams import NAME_RULE as TEAM_NAME_RULE
 from app.teams import check_entry, config_list, is_team_name
 from app.wire import parse_ts
@@ -348,7 +349,7 @@ def parse_token(where: str, entry: Any) -> Token:
     entry = check_entry(where, entry, FIELDS)
     name = entry.get("name")
     if not isinstance(name, str) or not is_valid_id(name):
-        raise ConfigError(f"{where}.name: must be 1-200 characters of [A-Za-z0-9._:@-]")
+        raise ConfigError(f"{where}.name: must be {NAME_RULE}")
     if name == LEGACY_NAME:
         raise ConfigError(f"{where}.name: {LEGACY_NAME!r} is the legacy token's name")
     roles = _roles(where, entry.get("roles"))
@@ -468,7 +469,7 @@ def _nodes(where: str, value: Any, roles: frozenset[str]) -> frozenset[str] | No
         raise ConfigError(f"{where}.nodes: must be a list of node ids (leave it out for any node)")
     for node in value:
         if not isinstance(node, str) or not is_valid_id(node):
-            raise ConfigError(f"{where}.nodes: node ids are 1-200 characters of [A-Za-z0-9._:@-]")
+            raise ConfigError(f"{where}.nodes: node ids are {NAME_RULE}")
     if not roles & {"node", "operator"}:
         raise ConfigError(f"{where}.nodes: only a token with the node role acts for nodes")
     return frozenset(value)

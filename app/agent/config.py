@@ -27,6 +27,7 @@ from app.config_loader import (
     one_of,
     read_mapping,
 )
+from app.names import CAPABILITY_RE, CAPABILITY_RULE, NAME_RE, NAME_RULE
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 # What a step's PATH is unless its contract names PATH among its ``env``: enough to find the
@@ -35,8 +36,8 @@ DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 # Node ids share the run id grammar (docs/contract.md#top-level); capability names
 # are those of docs/contract.md#requirements-and-how-runs-are-placed.
-NODE_ID = re.compile(r"[A-Za-z0-9._:@-]{1,200}")
-CAPABILITY = re.compile(r"[a-z][a-z0-9._-]*")
+NODE_ID = NAME_RE
+CAPABILITY = CAPABILITY_RE
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 FILE_KEYS = frozenset(
@@ -133,7 +134,7 @@ def parse_capability_flag(text: str) -> Capability:
     name = name.strip()
     if not CAPABILITY.fullmatch(name):
         raise AgentConfigError(
-            f"--capability {text!r}: the name must match [a-z][a-z0-9._-]*, got {name!r}"
+            f"--capability {text!r}: the name must match {CAPABILITY_RULE}, got {name!r}"
         )
     attrs: dict[str, str] = {}
     for part in rest.split(","):
@@ -156,7 +157,7 @@ def _capability(where: str, item: Any) -> Capability:
         raise AgentConfigError(f"{where}.{unknown[0]}: unknown key (attributes go in attrs)")
     name = item.get("capability")
     if not isinstance(name, str) or not CAPABILITY.fullmatch(name):
-        raise AgentConfigError(f"{where}.capability: must match [a-z][a-z0-9._-]*, got {name!r}")
+        raise AgentConfigError(f"{where}.capability: must match {CAPABILITY_RULE}, got {name!r}")
     attrs = item.get("attrs") or {}
     if not isinstance(attrs, Mapping):
         raise AgentConfigError(f"{where}.attrs: must be a mapping of strings")
@@ -264,9 +265,7 @@ def load_agent_config(
     if not node_id:
         raise AgentConfigError("node_id: missing (--node-id ID or node_id: in --config)")
     if not isinstance(node_id, str) or not NODE_ID.fullmatch(node_id):
-        raise AgentConfigError(
-            f"node_id: must be 1-200 characters of [A-Za-z0-9._:@-], got {node_id!r}"
-        )
+        raise AgentConfigError(f"node_id: must be {NAME_RULE}, got {node_id!r}")
     items = raw.get("capabilities")
     if items is None:
         items = []

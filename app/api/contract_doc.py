@@ -18,13 +18,8 @@ from typing import Any
 
 from marshmallow import INCLUDE, RAISE, Schema, fields, validate
 
-from app.contract.fields import (
-    CAPABILITY_FIRST,
-    CAPABILITY_REST,
-    FORMAT_CHARACTERS,
-    MAX_NAME,
-    NAME_CHARACTERS,
-)
+from app.contract.fields import FORMAT_CHARACTERS
+from app.names import CAPABILITY_PATTERN, MAX_NAME, NAME_CHARACTERS
 
 MAX_INT = 2**31 - 1  # integers of a contract fit a PostgreSQL integer
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -38,7 +33,7 @@ def _name() -> list[validate.Validator]:
 def _capability() -> list[validate.Validator]:
     return [
         validate.Length(min=1, max=MAX_NAME),
-        validate.Regexp(f"^{CAPABILITY_FIRST}{CAPABILITY_REST}*$"),
+        validate.Regexp(f"^{CAPABILITY_PATTERN}$"),
     ]
 
 

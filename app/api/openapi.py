@@ -19,6 +19,7 @@ from flask_smorest import Api
 from app.api.contract_doc import OneOf
 from app.api.schemas import ErrorBodySchema
 from app.contract.fields import FORMAT_CHARACTERS
+from app.names import NAME_SCHEMA
 
 BEARER = "bearer"
 # A route open by default that a configuration key can close to any valid token (/metrics).
@@ -28,7 +29,7 @@ REQUEST_ID = {"$ref": "#/components/headers/X-Request-Id"}
 # Path parameters: the grammar the handlers hold them to (docs/contract.md#top-level,
 # docs/api.md#conventions). An id outside its grammar names nothing: 404 on GET and PUT routes, 409
 # on result and answer, 400 on claim.
-ID_SCHEMA = {"type": "string", "minLength": 1, "maxLength": 200, "pattern": r"^[A-Za-z0-9._:@-]+$"}
+ID_SCHEMA = dict(NAME_SCHEMA)
 SEQ_SCHEMA = {"type": "integer", "minimum": 1, "maximum": 999_999_999}
 UPLOAD_NAME_SCHEMA = {
     "type": "string",

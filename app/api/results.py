@@ -34,9 +34,9 @@ from app.api.schemas import (
     ResultSchema,
 )
 from app.contract import is_valid_id
-from app.contract.fields import NAME_RULE
 from app.contract.violations import MAX_CHECKS
 from app.errors import BadRequest
+from app.names import NAME_RULE
 from app.records import LogState
 from app.services.records import append_log, get_blob, put_blob, put_progress, read_log
 from app.services.results import claim, report_result

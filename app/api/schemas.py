@@ -19,14 +19,17 @@ from marshmallow import (
 )
 
 from app.contract import is_valid_id
-from app.contract.fields import (
-    CAPABILITY_FIRST,
-    CAPABILITY_REST,
-    FORMAT_CHARACTERS,
+from app.contract.fields import FORMAT_CHARACTERS
+from app.estimate import BASES
+from app.names import (
+    CAPABILITY_PATTERN,
+    CAPABILITY_RE,
     MAX_NAME,
     NAME_CHARACTERS,
+    NAME_CHARACTERS_BUT_DOT,
+    NAME_RE,
+    NAME_RULE,
 )
-from app.estimate import BASES
 from app.teams import NAME_PATTERN as TEAM_NAME_PATTERN
 from app.teams import NAME_RULE as TEAM_NAME_RULE
 from app.wire import parse_ts
@@ -51,7 +54,7 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 INT64_ERROR = "must be a signed 64-bit integer, got {input}"
 CAPABILITY = [
     validate.Length(min=1, max=MAX_NAME),
-    Whole(f"^{CAPABILITY_FIRST}{CAPABILITY_REST}*$"),
+    Whole(f"^{CAPABILITY_PATTERN}$"),
 ]
 
 
@@ -168,8 +171,8 @@ class NodeAdvertSchema(AgentBody):
 
 _ADVERT_KEYS = frozenset({"node_id", "label", "instance", "capabilities", "policy"})
 # NAME and CAPABILITY as one full match each (their lengths included).
-_FAST_NAME = re.compile(f"{NAME_CHARACTERS}{{1,{MAX_NAME}}}")
-_FAST_CAPABILITY = re.compile(f"{CAPABILITY_FIRST}{CAPABILITY_REST}{{0,{MAX_NAME - 1}}}")
+_FAST_NAME = NAME_RE
+_FAST_CAPABILITY = CAPABILITY_RE
 
 
 def _plain_text(value: Any, max_length: int | None) -> bool:
@@ -534,7 +537,11 @@ class QueryLimit(fields.Integer):
 LOG_NAME_SCHEMA = {
     "type": "string",
     "maxLength": 200,
-    "pattern": r"^(|[A-Za-z0-9_:@-][A-Za-z0-9._:@-]*|\.[A-Za-z0-9_:@-][A-Za-z0-9._:@-]*|\.\.[A-Za-z0-9._:@-]+)$",
+    # Empty (the step's own), or a name that is neither "." nor "..".
+    "pattern": (
+        f"^(|{NAME_CHARACTERS_BUT_DOT}{NAME_CHARACTERS}*"
+        f"|\\.{NAME_CHARACTERS_BUT_DOT}{NAME_CHARACTERS}*|\\.\\.{NAME_CHARACTERS}+)$"
+    ),
     "default": "step",
 }
 
@@ -546,9 +553,7 @@ class LogName(fields.String):
     def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> Any:
         name = super()._deserialize(value, attr, data, **kwargs) or "step"
         if not is_valid_id(name) or name in {".", ".."}:
-            raise ValidationError(
-                Reason(f"{self.name} must be 1-200 characters of [A-Za-z0-9._:@-], got {name!r}")
-            )
+            raise ValidationError(Reason(f"{self.name} must be {NAME_RULE}, got {name!r}"))
         return name
 
 

@@ -17,23 +17,15 @@ from typing import Any, NoReturn, TypeVar
 
 from app.contract.types import Role
 from app.errors import BadRequest
+from app.names import CAPABILITY_RULE, MAX_NAME, NAME_RE, NAME_RULE, is_capability, is_name
 
 MAX_DEPTH = 32
-MAX_NAME = 200  # ids and names (docs/contract.md#limits)
 MAX_ATTR_BYTES = 1024  # attribute values (docs/contract.md#limits)
 MAX_INT = 2**31 - 1  # every integer must fit a PostgreSQL integer and a timedelta
 MIN_INT = -(2**31)
 
-# The one definition of an id's and a name's characters (run, node, step and token ids, roles)
-# and of a capability's, for the contract, the wire schemas (app/api/schemas.py) and the ids of
-# URLs alike. Always matched whole (``fullmatch``): ``re.match`` with ``^…$`` also
-# takes a trailing newline, since ``$`` matches before one.
-NAME_CHARACTERS = "[A-Za-z0-9._:@-]"
-CAPABILITY_FIRST, CAPABILITY_REST = "[a-z]", "[a-z0-9._-]"
-NAME_RULE = f"1-{MAX_NAME} characters of {NAME_CHARACTERS}"
 DURATION_RULE = 'a duration like "30m" or "4h"'
 
-_NAME_RE = re.compile(f"{NAME_CHARACTERS}{{1,{MAX_NAME}}}")
 _CONTROL_RE = re.compile("[\x00-\x1f\x7f-\x9f]")  # C0, DEL and C1
 # Unicode's format characters (category Cf, as of Unicode 15.1; a test checks them against the
 # running Python's own table): bidi controls such as U+202E, zero-width characters, the BOM, tags.
@@ -48,7 +40,6 @@ FORMAT_CHARACTERS = (
 _FORMAT_RE = re.compile(f"[{FORMAT_CHARACTERS}]")
 _SURROGATE_RE = re.compile("[\ud800-\udfff]")  # only a lone one survives json.loads
 _UNSTORABLE_RE = re.compile("[\x00\ud800-\udfff]")
-_CAPABILITY_RE = re.compile(f"{CAPABILITY_FIRST}{CAPABILITY_REST}{{0,{MAX_NAME - 1}}}")
 # One term of a duration as Go's time.ParseDuration reads it ("1.5h", "250ms", ".5s"), plus the
 # day that this server took before Go durations were. Longer units first: "ms" before "m".
 _DURATION_TERM_RE = re.compile(r"([0-9]*)(?:\.([0-9]*))?(ns|us|\u00b5s|\u03bcs|ms|s|m|h|d)")
@@ -162,7 +153,7 @@ def ignored_fields(obj: dict[str, Any], allowed: Collection[str], path: str) -> 
 def field_path(path: str, key: object) -> str:
     """``path.key``, or ``path["odd key"]`` for a key that is not a plain name; ``path`` may be
     empty (a top-level field)."""
-    if isinstance(key, str) and _NAME_RE.fullmatch(key):
+    if isinstance(key, str) and NAME_RE.fullmatch(key):
         return f"{path}.{key}" if path else key
     return f"{path}[{quote(key)}]" if path else quote(key)
 
@@ -201,12 +192,8 @@ def check_str_list(value: object, path: str, what: str) -> list[str]:
 # ------------------------------------------------------------------------------------- names
 
 
-def is_name(value: object) -> bool:
-    return isinstance(value, str) and _NAME_RE.fullmatch(value) is not None
-
-
 def is_valid_id(value: str) -> bool:
-    """A run_id or node_id (docs/contract.md#top-level; 1-200 of ``[A-Za-z0-9._:@-]``). An id from a
+    """A run_id or node_id (docs/contract.md#top-level; :data:`app.names.NAME_RULE`). An id from a
     URL that is not one names nothing; a NUL byte would even be refused by PostgreSQL."""
     return is_name(value)
 
@@ -271,7 +258,7 @@ def check_artifact_names(value: object, path: str) -> list[str]:
 
 
 def subpath(path: str, key: str) -> str:
-    return f"{path}.{key}" if _NAME_RE.fullmatch(key) else f"{path}[{quote(key)}]"
+    return f"{path}.{key}" if NAME_RE.fullmatch(key) else f"{path}[{quote(key)}]"
 
 
 def is_relative_path(rel: object) -> bool:
@@ -474,11 +461,8 @@ def parse_requirement(
     elif need_as:
         fail(f"{path}.as is required")
     capability = require(req, "capability", f"{path}.capability")
-    if not isinstance(capability, str) or _CAPABILITY_RE.fullmatch(capability) is None:
-        fail(
-            f"{path}.capability must match [a-z][a-z0-9._-]* (at most 200 characters), "
-            f"got {quote(capability)}"
-        )
+    if not is_capability(capability):
+        fail(f"{path}.capability must match {CAPABILITY_RULE}, got {quote(capability)}")
     if known and capability not in known:
         fail(f"unknown capability: {quote(capability)}")
     # A count of 0 means 1, as the original system reads it

@@ -16,8 +16,6 @@ import jsonschema
 from jsonschema.exceptions import SchemaError
 
 from app.contract.fields import (
-    MAX_NAME,
-    NAME_RULE,
     article,
     check_artifact_names,
     check_dict,
@@ -30,7 +28,6 @@ from app.contract.fields import (
     check_str_list,
     fail,
     ignored_fields,
-    is_name,
     is_relative_path,
     parse_requirement,
     quote,
@@ -38,6 +35,7 @@ from app.contract.fields import (
     subpath,
 )
 from app.contract.types import Role
+from app.names import MAX_NAME, NAME_RULE, is_name
 
 MAX_STEPS = 500  # docs/contract.md#limits
 

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from app.errors import Unavailable
+from app.names import NAME_CHARACTERS
 
 # A run id that is its Record's location as it is: one file name in the run-id alphabet
 # (docs/contract.md#top-level, which has no "_"), short enough for any filesystem, and never a dot
@@ -25,7 +26,7 @@ HASHED_DIR = "_h"
 _HASHED = re.compile(r"_h/[0-9a-f]{64}")
 # The rule before locations were kept on the row: plain names (this alphabet, a "_" included),
 # else "run-" and the first 40 hex digits of the id's sha256 -- which a run id can be itself.
-_LEGACY_PLAIN = re.compile(r"[A-Za-z0-9._:@-]{1,120}")
+_LEGACY_PLAIN = re.compile(f"{NAME_CHARACTERS}{{1,120}}")
 _LEGACY_HASHED = re.compile(r"run-[0-9a-f]{40}")
 
 

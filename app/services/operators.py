@@ -16,9 +16,9 @@ from sqlalchemy.orm import Session
 
 from app.context import Caller, Context
 from app.contract import is_valid_id
-from app.contract.fields import NAME_RULE
 from app.errors import BadRequest, NotFound
 from app.models import Run, Step
+from app.names import NAME_RULE
 from app.services.nodechanges import MEDIATOR, lift_quarantine, note_change
 from app.services.notify import AfterCommit
 from app.services.settle_and_wake import settle_and_wake
