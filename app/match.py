@@ -6,6 +6,7 @@ plain data in, a decision out, no I/O.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
@@ -49,11 +50,21 @@ class Assignment:
         return dict(self.roles)
 
 
+class Why(enum.Enum):
+    """Why a role cannot be filled now."""
+
+    NEVER = "never"  # the live fleet has too few nodes that fit it: the run can never be placed
+    NOT_NOW = "not_now"  # enough fit, but too few are free: the run waits
+
+
+NEVER, NOT_NOW = Why.NEVER, Why.NOT_NOW
+
+
 @dataclass(frozen=True)
 class Reject:
-    """``code`` 422: the live fleet can never satisfy the role; 409: all candidates occupied."""
+    """A role that cannot be filled, ``why``, and the reason as the run's view shows it."""
 
-    code: int
+    why: Why
     role: str
     reason: str
 
@@ -96,14 +107,14 @@ def match(
     for role, nodes in zip(requires, satisfying):
         if len(nodes) < role.count:
             return Reject(
-                422, role.name, f"need {role.count}, fleet has {len(nodes)} - {describe(role)}"
+                NEVER, role.name, f"need {role.count}, fleet has {len(nodes)} - {describe(role)}"
             )
     chosen: list[tuple[str, tuple[str, ...]]] = []
     for role, nodes in zip(requires, satisfying):
         free = [a.node_id for a in nodes if a.node_id not in unavailable]
         if len(free) < role.count:
             return Reject(
-                409, role.name, f"need {role.count}, currently {len(free)} - {describe(role)}"
+                NOT_NOW, role.name, f"need {role.count}, currently {len(free)} - {describe(role)}"
             )
         # Distinct within a role (the list has no repeats); several roles may share a node.
         chosen.append((role.name, tuple(free[: role.count])))
@@ -325,13 +336,15 @@ def match_firsts(requires: Sequence[Role], firsts: Sequence[Firsts]) -> Assignme
     for role, got in zip(requires, firsts):
         if got.found < role.count:
             return Reject(
-                422, role.name, f"need {role.count}, fleet has {got.found} - {describe(role)}"
+                NEVER, role.name, f"need {role.count}, fleet has {got.found} - {describe(role)}"
             )
     chosen: list[tuple[str, tuple[str, ...]]] = []
     for role, got in zip(requires, firsts):
         if len(got.free) < role.count:
             return Reject(
-                409, role.name, f"need {role.count}, currently {len(got.free)} - {describe(role)}"
+                NOT_NOW,
+                role.name,
+                f"need {role.count}, currently {len(got.free)} - {describe(role)}",
             )
         chosen.append((role.name, got.free[: role.count]))
     return Assignment(tuple(chosen))
@@ -351,9 +364,9 @@ def match_pinned(
     first, rest = requires[0], list(requires[1:])
     pin = next((a for a in adverts if a.node_id == pinned), None)
     if pin is None or not satisfies(pin, first):
-        return Reject(409, first.name, f"the pinned node {pinned} is not live or does not fit")
+        return Reject(NOT_NOW, first.name, f"the pinned node {pinned} is not live or does not fit")
     if pinned in unavailable and not pinned_free:
-        return Reject(409, first.name, f"the pinned node {pinned} is busy or draining")
+        return Reject(NOT_NOW, first.name, f"the pinned node {pinned} is busy or draining")
     if not rest:
         return Assignment(((first.name, (pinned,)),))
     outcome = match(rest, adverts, set(unavailable) | {pinned}, ordered=True)

@@ -72,6 +72,7 @@ from app.services.ui_sessions import (
     sign_in,
     sign_out,
 )
+from app import states
 from app.states import NODE_KINDS, QUEUED, RUN_ALIVE
 from app.teamchart import team_chart
 from app.timeline import timeline
@@ -148,6 +149,8 @@ def init_pages(app: Flask) -> None:
         SESSION_COOKIE_SECURE=secure,
     )
     app.session_interface = PageCookieSession()
+    # The run and step states as app/states.py names them: templates never spell one out.
+    app.jinja_env.globals["states"] = states
     csrf.init_app(app)
     app.register_blueprint(blp)
 

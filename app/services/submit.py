@@ -16,6 +16,8 @@ from app.errors import BadRequest, Conflict, Forbidden, MediatorError, NoCandida
 from app.faults import fault
 from app.healthcheck import HEALTH_PREFIX
 from app.match import (
+    NEVER,
+    NOT_NOW,
     Assignment,
     Reject,
     fit_within_cap,
@@ -191,13 +193,13 @@ def _place(
             return _Refused(wide)
         mark = last_mark(s) if ctx.queued_shapes.get(contract.requires_key) else None
         found, outcome = look()
-        if isinstance(outcome, Reject) and outcome.code == 409 and mark is None:
+        if isinstance(outcome, Reject) and outcome.why is NOT_NOW and mark is None:
             mark = last_mark(s)
             found, outcome = look()
         _remember_shape(
-            ctx, contract.requires_key, isinstance(outcome, Reject) and outcome.code == 409
+            ctx, contract.requires_key, isinstance(outcome, Reject) and outcome.why is NOT_NOW
         )
-        if isinstance(outcome, Reject) and outcome.code == 422:
+        if isinstance(outcome, Reject) and outcome.why is NEVER:
             reason = outcome.reason
             create_run(s, contract, state=FAILED, reject=_reject_body(outcome.role, reason), **who)
             return _Refused(reason)

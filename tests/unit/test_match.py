@@ -14,6 +14,8 @@ from hypothesis import strategies as st
 from app.contract.types import Role
 from app.match import (
     FIT_TRIES,
+    NEVER,
+    NOT_NOW,
     Advert,
     Assignment,
     Capability,
@@ -208,7 +210,7 @@ def test_satisfies_nothing_for_an_advert_without_capabilities() -> None:
 def test_match_never_assigns_a_node_whose_attr_sits_on_another_entry() -> None:
     split = adv("a", ("board", {"soc": "imx8mp"}), ("board", {"rev": "b"}))
     result = match([role("dut", soc="imx8mp", rev="b")], [split], set())
-    assert result == Reject(422, "dut", "need 1, fleet has 0 - board rev=b soc=imx8mp")
+    assert result == Reject(NEVER, "dut", "need 1, fleet has 0 - board rev=b soc=imx8mp")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -238,30 +240,32 @@ def test_describe_does_not_mention_count() -> None:
 
 def test_pass_one_rejects_422_when_fleet_has_no_satisfying_node() -> None:
     result = match([role("dut", soc="imx8mp")], [board("n1", soc="imx8mq")], set())
-    assert result == Reject(422, "dut", "need 1, fleet has 0 - board soc=imx8mp")
+    assert result == Reject(NEVER, "dut", "need 1, fleet has 0 - board soc=imx8mp")
 
 
 def test_pass_one_rejects_422_on_an_empty_fleet() -> None:
-    assert match([role("dut", "gpu")], [], set()) == Reject(422, "dut", "need 1, fleet has 0 - gpu")
+    assert match([role("dut", "gpu")], [], set()) == Reject(
+        NEVER, "dut", "need 1, fleet has 0 - gpu"
+    )
 
 
 def test_pass_one_rejects_422_when_fleet_has_fewer_than_count() -> None:
     adverts = [board("n1", soc="imx8mp"), board("n2", soc="imx8mp"), board("n3", soc="other")]
     result = match([role("dut", count=3, soc="imx8mp")], adverts, set())
-    assert result == Reject(422, "dut", "need 3, fleet has 2 - board soc=imx8mp")
+    assert result == Reject(NEVER, "dut", "need 3, fleet has 2 - board soc=imx8mp")
 
 
 def test_pass_one_reason_lists_attrs_sorted_by_key() -> None:
     r = Role("dut", "board", 1, {"soc": "imx8mp", "arch": "arm64"})
     assert match([r], [], set()) == Reject(
-        422, "dut", "need 1, fleet has 0 - board arch=arm64 soc=imx8mp"
+        NEVER, "dut", "need 1, fleet has 0 - board arch=arm64 soc=imx8mp"
     )
 
 
 def test_pass_one_counts_unavailable_nodes_as_part_of_the_fleet() -> None:
     adverts = [board("n1"), board("n2")]
     result = match([role("dut", count=3)], adverts, {"n1", "n2"})
-    assert result == Reject(422, "dut", "need 3, fleet has 2 - board")
+    assert result == Reject(NEVER, "dut", "need 3, fleet has 2 - board")
 
 
 def test_pass_one_rejects_422_before_any_role_is_checked_for_busy_nodes() -> None:
@@ -269,20 +273,20 @@ def test_pass_one_rejects_422_before_any_role_is_checked_for_busy_nodes() -> Non
     adverts = [board("b1"), board("b2")]
     requires = [role("dut"), role("gpu", "gpu")]
     result = match(requires, adverts, {"b1", "b2"})
-    assert result == Reject(422, "gpu", "need 1, fleet has 0 - gpu")
+    assert result == Reject(NEVER, "gpu", "need 1, fleet has 0 - gpu")
 
 
 def test_pass_one_reports_the_first_impossible_role_in_contract_order() -> None:
     requires = [role("ok"), role("first", "gpu"), role("second", "host")]
     result = match(requires, [board("b1")], set())
-    assert result == Reject(422, "first", "need 1, fleet has 0 - gpu")
+    assert result == Reject(NEVER, "first", "need 1, fleet has 0 - gpu")
 
 
 def test_one_node_does_not_count_twice_within_a_role() -> None:
     # A node with two matching entries is still one node.
     double = adv("n1", ("board", {"soc": "x"}), ("board", {"soc": "x", "rev": "b"}))
     result = match([role("dut", count=2, soc="x")], [double], set())
-    assert result == Reject(422, "dut", "need 2, fleet has 1 - board soc=x")
+    assert result == Reject(NEVER, "dut", "need 2, fleet has 1 - board soc=x")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -291,40 +295,40 @@ def test_one_node_does_not_count_twice_within_a_role() -> None:
 
 def test_pass_two_rejects_409_when_every_candidate_is_unavailable() -> None:
     result = match([role("dut", soc="imx8mp")], [board("n1", soc="imx8mp")], {"n1"})
-    assert result == Reject(409, "dut", "need 1, currently 0 - board soc=imx8mp")
+    assert result == Reject(NOT_NOW, "dut", "need 1, currently 0 - board soc=imx8mp")
 
 
 def test_pass_two_rejects_409_when_fewer_than_count_are_free() -> None:
     adverts = [board("n1", soc="x"), board("n2", soc="x"), board("n3", soc="x")]
     result = match([role("dut", count=3, soc="x")], adverts, {"n2"})
-    assert result == Reject(409, "dut", "need 3, currently 2 - board soc=x")
+    assert result == Reject(NOT_NOW, "dut", "need 3, currently 2 - board soc=x")
 
 
 def test_pass_two_reason_lists_attrs_sorted_by_key() -> None:
     r = Role("dut", "board", 2, {"soc": "imx8mp", "arch": "arm64"})
     adverts = [board("n1", soc="imx8mp", arch="arm64"), board("n2", arch="arm64", soc="imx8mp")]
     result = match([r], adverts, {"n1"})
-    assert result == Reject(409, "dut", "need 2, currently 1 - board arch=arm64 soc=imx8mp")
+    assert result == Reject(NOT_NOW, "dut", "need 2, currently 1 - board arch=arm64 soc=imx8mp")
 
 
 def test_pass_two_counts_only_satisfying_free_nodes() -> None:
     # A free node that does not satisfy the role does not help.
     adverts = [board("n1", soc="imx8mp"), board("n2", soc="other")]
     result = match([role("dut", soc="imx8mp")], adverts, {"n1"})
-    assert result == Reject(409, "dut", "need 1, currently 0 - board soc=imx8mp")
+    assert result == Reject(NOT_NOW, "dut", "need 1, currently 0 - board soc=imx8mp")
 
 
 def test_pass_two_reports_the_first_short_role_in_contract_order() -> None:
     adverts = [board("b1"), adv("g1", ("gpu", {})), adv("h1", ("host", {}))]
     requires = [role("dut"), role("gpu", "gpu"), role("host", "host")]
     result = match(requires, adverts, {"g1", "h1"})
-    assert result == Reject(409, "gpu", "need 1, currently 0 - gpu")
+    assert result == Reject(NOT_NOW, "gpu", "need 1, currently 0 - gpu")
 
 
 def test_pass_two_rejects_a_later_role_after_earlier_roles_fit() -> None:
     adverts = [board("b1"), adv("g1", ("gpu", {}))]
     result = match([role("dut"), role("gpu", "gpu")], adverts, {"g1"})
-    assert result == Reject(409, "gpu", "need 1, currently 0 - gpu")
+    assert result == Reject(NOT_NOW, "gpu", "need 1, currently 0 - gpu")
 
 
 def test_unknown_ids_in_unavailable_are_harmless() -> None:
@@ -508,10 +512,10 @@ def test_within_the_cap_the_answer_is_the_matchers_even_where_a_narrower_one_exi
 def test_a_reject_of_the_matcher_is_the_answer_under_a_cap_too() -> None:
     requires = [role("x", "x"), role("y", "y")]
     assert match_within_cap(requires, [caps("a", "x")], set(), 1) == Reject(
-        422, "y", "need 1, fleet has 0 - y"
+        NEVER, "y", "need 1, fleet has 0 - y"
     )
     assert match_within_cap(requires, [caps("r", "x", "y")], {"r"}, 1) == Reject(
-        409, "x", "need 1, currently 0 - x"
+        NOT_NOW, "x", "need 1, currently 0 - x"
     )
 
 
@@ -783,12 +787,14 @@ def test_property_outcome_follows_the_two_passes(case) -> None:
         i = impossible[0]
         r = requires[i]
         assert result == Reject(
-            422, r.name, f"need {r.count}, fleet has {in_fleet[i]} - {describe(r)}"
+            NEVER, r.name, f"need {r.count}, fleet has {in_fleet[i]} - {describe(r)}"
         )
     elif short:
         i = short[0]
         r = requires[i]
-        assert result == Reject(409, r.name, f"need {r.count}, currently {free[i]} - {describe(r)}")
+        assert result == Reject(
+            NOT_NOW, r.name, f"need {r.count}, currently {free[i]} - {describe(r)}"
+        )
     else:
         assert isinstance(result, Assignment)
 
@@ -862,10 +868,10 @@ def test_property_match_on_a_bounded_read_decides_as_match_on_the_whole_fleet(ca
 def test_match_firsts_names_the_exact_fleet_and_free_counts_below_the_limit() -> None:
     need_two = [role("dut", count=2, soc="a")]
     assert match_firsts(need_two, [Firsts(("n1",), 1, 2)]) == Reject(
-        422, "dut", "need 2, fleet has 1 - board soc=a"
+        NEVER, "dut", "need 2, fleet has 1 - board soc=a"
     )
     assert match_firsts(need_two, [Firsts(("n1",), 2, 2)]) == Reject(
-        409, "dut", "need 2, currently 1 - board soc=a"
+        NOT_NOW, "dut", "need 2, currently 1 - board soc=a"
     )
     assert match_firsts(need_two, [Firsts(("n1", "n2"), 2, 2)]) == Assignment(
         (("dut", ("n1", "n2")),)

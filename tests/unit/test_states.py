@@ -246,3 +246,23 @@ def test_check_run_change_follows_the_table(old, new):
     else:
         with pytest.raises(IllegalTransition):
             check_run_change([old], new)
+
+
+def test_templates_take_the_states_from_app_states() -> None:
+    """The pages name a state only through ``states`` (app/states.py, a Jinja global): a renamed
+    or added state cannot be missed by a template that spelled it out."""
+    import re
+    from pathlib import Path
+
+    from app.states import RUN_STATES, STEP_STATES
+
+    names = "|".join(sorted(set(RUN_STATES) | set(STEP_STATES)))
+    spelled = re.compile(rf"""["' ]({names})["' ]""")
+    templates = Path(__file__).resolve().parents[2] / "app" / "templates"
+    found = [
+        f"{path.name}:{n}"
+        for path in sorted(templates.rglob("*.html"))
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if spelled.search(line)
+    ]
+    assert found == []
