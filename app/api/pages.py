@@ -37,6 +37,7 @@ from flask.sessions import SecureCookieSessionInterface
 from flask_wtf.csrf import CSRFError, CSRFProtect
 from werkzeug.wrappers import Response as BaseResponse
 
+from app import states
 from app.api.asks import ANSWER_RULE
 from app.api.auth import ROUTES, caller_of, may_call, verified_token
 from app.api.common import ctx, query_args
@@ -72,7 +73,6 @@ from app.services.ui_sessions import (
     sign_in,
     sign_out,
 )
-from app import states
 from app.states import NODE_KINDS, QUEUED, RUN_ALIVE
 from app.teamchart import team_chart
 from app.timeline import timeline
