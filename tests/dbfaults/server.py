@@ -19,11 +19,11 @@ class RestartablePostgres:
     """``start()`` once; then ``down()`` and ``up()`` as often as a test likes; ``close()``
     shuts it down for good and removes its directory."""
 
-    def __init__(self) -> None:
+    def __init__(self, settings: dict[str, str] | None = None) -> None:
         # A commit must survive the server's crash, as on a real server: the embedded default
         # (synchronous_commit off) may lose the last commits to an immediate shutdown. fsync may
         # stay off: the machine itself does not crash, so what reached the OS survives.
-        self.pg = EmbeddedPostgres(settings={"synchronous_commit": "on"})
+        self.pg = EmbeddedPostgres(settings={"synchronous_commit": "on", **(settings or {})})
         self._bin: Path | None = None
 
     def start(self) -> RestartablePostgres:

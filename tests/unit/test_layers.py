@@ -130,6 +130,7 @@ PURE = (
     "app.askform",
     "app.teamchart",
     "app.teams",
+    "app.names",
     "app.estimate",
 )
 FRAMEWORKS = ("sqlalchemy", "flask", "werkzeug", "psycopg")
