@@ -28,7 +28,6 @@ class PrimaryAndStandby:
                 "full_page_writes": "on",  # a base backup needs it
                 "wal_level": "replica",
                 "max_wal_senders": "4",
-                "synchronous_standby_names": STANDBY_NAME,
             }
         )
         self.standby_port: int | None = None
@@ -72,6 +71,7 @@ class PrimaryAndStandby:
                 "-X",
                 "stream",
                 "--no-sync",
+                "--checkpoint=fast",  # not a spread checkpoint of minutes first
             ],
             check=True,
             env=self.primary.pg._child_env(),
@@ -109,6 +109,11 @@ class PrimaryAndStandby:
             **creds,
         )
         log.close()
+        # Synchronous from now on: a commit waits for the standby (set before, every commit,
+        # the base backup's own included, would wait for a standby that is not there yet).
+        with psycopg.connect(self.primary.admin_url, autocommit=True) as conn:
+            conn.execute(f"alter system set synchronous_standby_names = '{STANDBY_NAME}'")
+            conn.execute("select pg_reload_conf()")
         deadline = time.monotonic() + 60
         while not self._in_sync():
             if self._standby.poll() is not None:
