@@ -16,6 +16,7 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import psycopg
+import psycopg.errors
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from sqlalchemy import Connection, Engine, create_engine, event, pool
 from sqlalchemy.engine import ExceptionContext
@@ -46,6 +47,39 @@ CONNECT_DEFAULTS = {
 DEAD_SQLSTATES = frozenset({"25006", "57P01", "57P02", "57P03"})
 
 
+# psycopg's own timeout of a wait (private; app/store/driver.py's start-up check looks for it).
+_WaitTimeout: type[Exception] = getattr(psycopg.errors, "_WaitTimeout", psycopg.OperationalError)
+
+
+class BoundedConnection(psycopg.Connection[Any]):
+    """A psycopg connection whose every wait on its server (a statement, a COMMIT, a lock) has a
+    deadline on the client side, ``deadline`` seconds (None: none). A server that stopped
+    answering (its processes stopped, its host frozen) enforces no timeout of its own, and its
+    kernel keeps acknowledging keepalives, so without one a request would wait for ever
+    (docs/deploy.md#11-a-database-with-a-standby). A wait past it closes the connection, which
+    then counts as dead (the pool is invalidated), and raises ``OperationalError``."""
+
+    deadline: float | None = None
+
+    def wait(self, gen: Any, interval: float = 0.1, timeout: float | None = None) -> Any:
+        if timeout is not None or not self.deadline:
+            return super().wait(gen, interval, timeout)
+        try:
+            return super().wait(gen, interval, self.deadline)
+        except _WaitTimeout:
+            self.close()  # half a protocol exchange: nothing can bring it back
+            raise psycopg.OperationalError(
+                f"the database did not answer within {self.deadline:g} s"
+            ) from None
+
+
+def bounded_connect(info: str, *, deadline: float | None, **kwargs: Any) -> BoundedConnection:
+    """:class:`BoundedConnection` to ``info`` (:func:`conninfo`'s) with ``deadline``."""
+    conn = BoundedConnection.connect(info, **kwargs)
+    conn.deadline = deadline
+    return conn
+
+
 def conninfo(url: str) -> str:
     """libpq's connection string for ``url`` (``database.url``): a URL, one host or several
     (``postgresql://h1:5432,h2:5432/db``), or a keyword string (``host=h1,h2 port=5432,5432
@@ -70,12 +104,14 @@ def engine_for(
     name: str,
     options: str | None = None,
     on_dead: Callable[[], None] | None = None,
+    deadline: float | None = None,
     **kwargs: Any,
 ) -> Engine:
     """An engine whose connections psycopg opens from :func:`conninfo` of ``url`` (SQLAlchemy's
     own URL parser takes one host only), named ``name`` (``application_name``), with libpq's
     server-side ``options`` when given; ``on_dead`` is called when a connection of it is found
-    dead; ``kwargs`` go to ``create_engine`` (pool settings).
+    dead; ``deadline``: every wait of its connections on the server, seconds
+    (:class:`BoundedConnection`); ``kwargs`` go to ``create_engine`` (pool settings).
 
     No statement is prepared by psycopg itself: the statements that run often are prepared by
     ``app.store.driver`` under names of its own, which live as long as the connection; psycopg
@@ -87,7 +123,7 @@ def engine_for(
         extra["options"] = options
 
     def connect() -> psycopg.Connection[Any]:
-        return psycopg.connect(info, **extra)
+        return bounded_connect(info, deadline=deadline, **extra)
 
     def dead(context: ExceptionContext) -> None:
         mark_dead_connections(context)
@@ -165,6 +201,8 @@ class Database:
                 self.config.database_url,
                 name="mediator",
                 on_dead=self.met_dead,
+                # A statement's own timeout, and a while for its answer to come back.
+                deadline=self.config["database.statement_timeout_seconds"] + 5,
                 pool_size=self.config["database.pool_size"],
                 max_overflow=0,
                 # A request that gets no connection in time is a 503, never a hang
@@ -248,6 +286,7 @@ class Database:
             name=name,
             options=options,
             on_dead=self.met_dead,
+            deadline=self.config["gate.idle_seconds"],
             poolclass=pool.NullPool,
         )
         return engine.connect().execution_options(isolation_level="AUTOCOMMIT")

@@ -31,11 +31,10 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-import psycopg
 from sqlalchemy import Connection
 
 from app.config import Config
-from app.db import conninfo
+from app.db import bounded_connect, conninfo
 from app.logs import log
 from app.store.server import notify_each
 
@@ -226,8 +225,9 @@ class ClaimListener:
         while not self._stop.is_set():
             try:
                 deaths = self._deaths()
-                with psycopg.connect(
+                with bounded_connect(
                     conninfo(self.config["database.url"]),
+                    deadline=self.config["gate.idle_seconds"],
                     autocommit=True,
                     application_name="mediator-listener",
                 ) as conn:

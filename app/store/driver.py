@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import select
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
 import psycopg
+import psycopg.errors
 from psycopg import adapt, pq
 from psycopg._queries import PostgresQuery
 from psycopg.abc import Transformer
@@ -225,8 +227,10 @@ def exchange(
                 pgconn.send_query_prepared(name, query.params, param_formats=query.formats)
             commands.append((True, None))
         pgconn.pipeline_sync()
-        _flush(pgconn)
-        results = _read_until_sync(pgconn, len(commands))
+        seconds = getattr(driver, "deadline", None)  # app.db.BoundedConnection's
+        deadline = time.monotonic() + seconds if seconds else None
+        _flush(pgconn, deadline)
+        results = _read_until_sync(pgconn, len(commands), deadline)
     except BaseException:
         # Part of a batch on the wire and its results unread (the connection failed, or the
         # thread was interrupted): nothing can bring the session back to a known state. Closed,
@@ -264,18 +268,18 @@ def _rows(loaders: Transformer, result: PGresult) -> list[Row]:
     return loaders.load_rows(0, result.ntuples, tuple)
 
 
-def _flush(pgconn: PGconn) -> None:
+def _flush(pgconn: PGconn, deadline: float | None) -> None:
     while pgconn.flush():
-        _wait(pgconn, select.POLLOUT)
+        _wait(pgconn, select.POLLOUT, deadline)
 
 
-def _read_until_sync(pgconn: PGconn, count: int) -> list[PGresult]:
+def _read_until_sync(pgconn: PGconn, count: int, deadline: float | None) -> list[PGresult]:
     """The results of ``count`` commands sent before a sync, then the sync's: every result of
     the batch is read, whatever failed."""
     results: list[PGresult] = []
     while True:
         while pgconn.is_busy():
-            _wait(pgconn, select.POLLIN)
+            _wait(pgconn, select.POLLIN, deadline)
             pgconn.consume_input()
         result = pgconn.get_result()
         if result is None:  # the end of one command's results
@@ -287,12 +291,22 @@ def _read_until_sync(pgconn: PGconn, count: int) -> list[PGresult]:
         results.append(result)
 
 
-def _wait(pgconn: PGconn, events: int) -> None:
-    """Until the connection's socket is ready (poll: any descriptor number, unlike select)."""
+def _wait(pgconn: PGconn, events: int, deadline: float | None) -> None:
+    """Until the connection's socket is ready (poll: any descriptor number, unlike select), at
+    most until ``deadline`` (``time.monotonic()``; None: no end): a server that stopped
+    answering enforces no timeout of its own (app.db.BoundedConnection)."""
     poller = select.poll()
     poller.register(pgconn.socket, events)
-    while not poller.poll():
-        pass
+    while True:
+        if deadline is None:
+            ready = poller.poll()
+        else:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise psycopg.OperationalError("the database did not answer in time")
+            ready = poller.poll(max(1, int(left * 1000)))
+        if ready:
+            return
 
 
 @dataclass
@@ -334,7 +348,8 @@ TESTED = {"psycopg": "3.3", "sqlalchemy": "2.1"}
 def driver_problem() -> str | None:
     """None when the installed psycopg and SQLAlchemy still have the parts of their private API
     this module uses (psycopg's ``PostgresQuery`` and a connection's ``_get_tx_start_command``,
-    SQLAlchemy's ``Connection._handle_dbapi_exception``), else one line saying what is missing
+    SQLAlchemy's ``Connection._handle_dbapi_exception``; and psycopg's ``_WaitTimeout``, which
+    app/db.py's deadlines catch), else one line saying what is missing
     and what to install. Checked when the app is built: a newer release that moved one fails
     at start-up, not inside a submit."""
     import inspect
@@ -352,6 +367,9 @@ def driver_problem() -> str | None:
         missing.append(f"psycopg._queries.PostgresQuery ({type(exc).__name__})")
     if not callable(getattr(psycopg.Connection, "_get_tx_start_command", None)):
         missing.append("psycopg.Connection._get_tx_start_command")
+    # app.db.BoundedConnection's deadline: psycopg's own timeout of a wait.
+    if getattr(psycopg.errors, "_WaitTimeout", None) is None:
+        missing.append("psycopg.errors._WaitTimeout")
     handle = getattr(Connection, "_handle_dbapi_exception", None)
     if handle is None:
         missing.append("sqlalchemy.Connection._handle_dbapi_exception")

@@ -8,6 +8,8 @@ writes again the next request is answered normally. On a server of the tests' ow
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -138,3 +140,42 @@ def test_a_server_that_takes_no_writes_is_a_dead_connection_answered_503_with_re
     resp = client.post("/v1/runs", json=one_step("run-b"))
     assert resp.status_code == 201, resp.get_json()
     assert not ctx.owed.is_set()
+
+
+def _server_processes(postmaster: int) -> list[int]:
+    """The postmaster and its children (each backend is a session of its own: a signal to the
+    postmaster's group would miss them)."""
+    found = [postmaster]
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        if int(fields[1]) == postmaster:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def test_a_server_that_stops_answering_is_given_up_at_the_clients_deadline(
+    own_server: RestartablePostgres, clean_db: str, tmp_path: Path
+) -> None:
+    """Its processes stopped (SIGSTOP), the server enforces no timeout and its kernel still
+    acknowledges: the request ends at the client's own deadline (the statement timeout, 1 s
+    here, plus 5 s) with 503, not never; once the server answers again, so does the next."""
+    keys = {"database.pool_size": 1, "database.statement_timeout_seconds": 1}
+    with app_on(clean_db, tmp_path / "records", **keys) as app:
+        client = client_of(app)
+        advertise(client, "n1", cap("board"))  # the pool's one session is open
+        assert own_server.pg._proc is not None
+        server = _server_processes(own_server.pg._proc.pid)
+        for pid in server:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            resp = client.post("/v1/runs", json=one_step("run-a"))
+        finally:
+            for pid in server:
+                os.kill(pid, signal.SIGCONT)
+        assert resp.status_code == 503, resp.get_json()
+        assert resp.headers["Retry-After"] == "1"
+        resp = client.post("/v1/runs", json=one_step("run-b"))
+        assert resp.status_code == 201, resp.get_json()
