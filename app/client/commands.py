@@ -1,10 +1,7 @@
 """The client commands of ``mediator``: what each does, over :mod:`app.client.http`.
 
-Exit codes, for every command: 0 done (with ``--wait``: the run SUCCEEDED), 1 the run FAILED,
-2 refused (any 4xx, input that the server would refuse, a wrong option or client configuration:
-the reason is printed), 3 the Mediator could not be reached or failed (5xx), 4 ``--wait
---timeout`` passed before the run finished, 130 Ctrl-C while watching (the run goes on). Output
-is for people (tables, lines); ``--json`` (after ``mediator`` or after the command) prints the
+Exit codes, for every command: :mod:`app.client.exits` (``mediator help exit-codes``). Output is
+for people (tables, lines); ``--json`` (after ``mediator`` or after the command) prints the
 answer's own JSON for scripts instead.
 """
 
@@ -23,21 +20,21 @@ import click
 from click.shell_completion import CompletionItem
 
 from app.client import render
-from app.client.http import (
+from app.client.exits import (
+    EXIT_CREDENTIALS,
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_REFUSED,
     EXIT_TIMEOUT,
-    Client,
-    ClientError,
-    Refused,
-    quote,
+    EXIT_USAGE,
 )
+from app.client.http import Client, ClientError, Refused, quote
 from app.client.settings import (
     DEFAULT_URL,
     Settings,
     SettingsError,
+    TokenError,
     config_path,
     read_profiles,
     resolve,
@@ -143,7 +140,8 @@ def _git_email() -> str | None:
 
 def settings_of(ctx: click.Context) -> Settings:
     """The client settings of this command (its options, the environment, the profile); a
-    configuration file the client cannot use ends the command with exit 2 and one line."""
+    configuration the client cannot use ends the command with one line and exit 2, or 5 when it
+    is the token that cannot be read or sent."""
     obj = ctx.obj or {}
     try:
         found = resolve(
@@ -152,7 +150,7 @@ def settings_of(ctx: click.Context) -> Settings:
             obj.get("profile"),
         )
     except SettingsError as exc:
-        _fail(ctx, str(exc), EXIT_REFUSED)
+        _fail(ctx, str(exc), EXIT_CREDENTIALS if isinstance(exc, TokenError) else EXIT_USAGE)
     for warning in found.warnings:
         click.echo(f"warning: {warning}", err=True)
     return found
@@ -665,18 +663,18 @@ def _typed(name: str, text: str, prop: object) -> Any:
 
 
 def _answer_from_sets(client: Client, run: str, seq: int, pairs: tuple[str, ...]) -> dict[str, Any]:
+    """The answer of ``--set NAME=VALUE ...``, each value typed by the ask's schema; a pair
+    without ``=`` is a usage error, found before anything is asked of the Mediator."""
+    fields = [pair.partition("=") for pair in pairs]
+    for pair, (name, sep, _) in zip(pairs, fields):
+        if not sep or not name:
+            raise click.UsageError(f"--set takes NAME=VALUE, got {pair!r}")
     schema: dict[str, Any] = {}
     for ask in client.get("/v1/asks").get("asks") or []:
         if ask.get("run_id") == run and ask.get("seq") == seq:
             schema = ask.get("schema") or {}
     props = schema.get("properties") or {}
-    doc: dict[str, Any] = {}
-    for pair in pairs:
-        name, sep, text = pair.partition("=")
-        if not sep or not name:
-            raise Refused(f"--set takes name=value, got {pair!r}", exit_code=EXIT_REFUSED)
-        doc[name] = _typed(name, text, props.get(name))
-    return doc
+    return {name: _typed(name, text, props.get(name)) for name, _, text in fields}
 
 
 def _read_answer(source: str) -> Any:
@@ -817,7 +815,7 @@ def validate(ctx: click.Context, file: str) -> None:
             (ctx.obj or {}).get("config_path"), only=("max_body_bytes", "contract.capabilities")
         )
     except ConfigError as exc:
-        _fail(ctx, f"invalid configuration: {exc}", EXIT_REFUSED)
+        _fail(ctx, f"invalid configuration: {exc}", EXIT_USAGE)
     try:
         if len(raw) > cfg["max_body_bytes"]:
             raise MediatorError(f"{len(raw)} bytes, over max_body_bytes ({cfg['max_body_bytes']})")
@@ -846,7 +844,7 @@ def profiles(ctx: click.Context) -> None:
     try:
         named, default = read_profiles(path)
     except SettingsError as exc:  # settings_of read no file: everything was given elsewhere
-        _fail(ctx, str(exc), EXIT_REFUSED)
+        _fail(ctx, str(exc), EXIT_USAGE)
     principal, principal_from = found.principal, found.sources.get("principal")
     if principal is None:
         principal, principal_from = _git_email(), "git config user.email"
