@@ -345,7 +345,14 @@ def submit(
     interval: float,
     timeout: float | None,
 ) -> None:
-    """Submit the contract in FILE (JSON, or YAML by its extension; - reads stdin)."""
+    """Submit the contract in FILE (JSON, or YAML by its extension; - reads stdin).
+
+    \b
+    Examples:
+      mediator submit boot.yaml --wait
+      mediator submit boot.json --dry-run
+      mediator submit boot.json --wait --timeout 600 --json
+    """
     _check_timeout(wait, timeout)
     client = _client(ctx)
     _, raw = read_contract(file)
@@ -384,7 +391,14 @@ def submit(
 def status(
     ctx: click.Context, run: str, wait: bool, interval: float, timeout: float | None
 ) -> None:
-    """A run: its state, what it waits for while QUEUED, its steps and its verdict."""
+    """A run: its state, what it waits for while QUEUED, its steps and its verdict.
+
+    \b
+    Examples:
+      mediator status kernel-4711-boot
+      mediator status kernel-4711-boot --wait
+      mediator status kernel-4711-boot --json
+    """
     _check_timeout(wait, timeout)
     client = _client(ctx)
     view = client.get(f"/v1/runs/{quote(run)}")
@@ -430,7 +444,14 @@ def runs(
     every: bool,
     page_size: int,
 ) -> None:
-    """Runs, newest first, following the server's pages (``next``) until --limit or the end."""
+    """Runs, newest first, following the server's pages (``next``) until --limit or the end.
+
+    \b
+    Examples:
+      mediator runs --state QUEUED
+      mediator runs --work gerrit:4711 --all
+      mediator runs --since 2026-12-01T00:00:00Z --limit 20 --json
+    """
     client = _client(ctx)
     query: dict[str, str | int | None] = {"state": state, "work": work, "since": since}
     found: list[Any] = []
@@ -457,7 +478,13 @@ def runs(
 @click.pass_context
 @handled
 def nodes(ctx: click.Context) -> None:
-    """The fleet: live nodes, their capabilities, leases and drains."""
+    """The fleet: live nodes, their capabilities, leases and drains.
+
+    \b
+    Examples:
+      mediator nodes
+      mediator nodes --json
+    """
     _fleet(ctx, render.nodes_table)
 
 
@@ -489,7 +516,14 @@ def complete_nodes(
 @click.group()
 def node() -> None:
     """The fleet with each node's hold and health; an operator holds (drains), resumes,
-    quarantines and lifts a node."""
+    quarantines and lifts a node.
+
+    \b
+    Examples:
+      mediator node list
+      mediator node drain board-1 --reason "rewiring rack 3"
+      mediator node lift board-2
+    """
 
 
 def _node_change(
@@ -510,7 +544,13 @@ def _node_change(
 @click.pass_context
 @handled
 def node_list(ctx: click.Context) -> None:
-    """The fleet: each node's lease, drain, an operator's hold and its health."""
+    """The fleet: each node's lease, drain, an operator's hold and its health.
+
+    \b
+    Examples:
+      mediator node list
+      mediator node list --json
+    """
     _fleet(ctx, render.node_lines_table)
 
 
@@ -529,7 +569,13 @@ REASON_HELP = "Why (1 byte to 1 KiB): kept with the change and shown with the no
 @click.pass_context
 @handled
 def node_drain(ctx: click.Context, node_id: str, reason: str, at_boundary: bool) -> None:
-    """Hold NODE: it takes no new run until `mediator node resume` (operators only)."""
+    """Hold NODE: it takes no new run until `mediator node resume` (operators only).
+
+    \b
+    Examples:
+      mediator node drain board-1 --reason "rewiring rack 3"
+      mediator node drain board-1 --reason "new firmware" --at-boundary
+    """
     body = {"mode": "at-boundary" if at_boundary else "graceful", "reason": reason}
     _node_change(ctx, "POST", node_id, "drain", body)
 
@@ -540,7 +586,12 @@ def node_drain(ctx: click.Context, node_id: str, reason: str, at_boundary: bool)
 @click.pass_context
 @handled
 def node_resume(ctx: click.Context, node_id: str) -> None:
-    """Lift an operator's hold of NODE (nothing held: nothing changes)."""
+    """Lift an operator's hold of NODE (nothing held: nothing changes).
+
+    \b
+    Examples:
+      mediator node resume board-1
+    """
     _node_change(ctx, "DELETE", node_id, "drain")
 
 
@@ -551,7 +602,12 @@ def node_resume(ctx: click.Context, node_id: str) -> None:
 @click.pass_context
 @handled
 def node_quarantine(ctx: click.Context, node_id: str, reason: str) -> None:
-    """Quarantine NODE: no run but its health run until the quarantine is lifted."""
+    """Quarantine NODE: no run but its health run until the quarantine is lifted.
+
+    \b
+    Examples:
+      mediator node quarantine board-2 --reason "flaky USB hub"
+    """
     _node_change(ctx, "POST", node_id, "quarantine", {"reason": reason})
 
 
@@ -561,7 +617,12 @@ def node_quarantine(ctx: click.Context, node_id: str, reason: str) -> None:
 @click.pass_context
 @handled
 def node_lift(ctx: click.Context, node_id: str) -> None:
-    """Lift NODE's quarantine, reset its strikes and cancel its open health run."""
+    """Lift NODE's quarantine, reset its strikes and cancel its open health run.
+
+    \b
+    Examples:
+      mediator node lift board-2
+    """
     _node_change(ctx, "DELETE", node_id, "quarantine")
 
 
@@ -571,7 +632,13 @@ def node_lift(ctx: click.Context, node_id: str) -> None:
 @handled
 def teams(ctx: click.Context) -> None:
     """The teams sharing the fleet: weight, share, usage, factor, what they hold and queue, their
-    limits; then each team's usage in each hour of the last day."""
+    limits; then each team's usage in each hour of the last day.
+
+    \b
+    Examples:
+      mediator teams
+      mediator teams --json
+    """
     client = _client(ctx)
     listing = client.get("/v1/teams")
     usage = client.get("/v1/teams/usage")
@@ -593,7 +660,12 @@ def teams(ctx: click.Context) -> None:
 @click.pass_context
 @handled
 def cancel(ctx: click.Context, run: str) -> None:
-    """Cancel a run (queued or running); a finished run keeps its state."""
+    """Cancel a run (queued or running); a finished run keeps its state.
+
+    \b
+    Examples:
+      mediator cancel kernel-4711-boot
+    """
     client = _client(ctx)
     answer = client.post(f"/v1/runs/{quote(run)}/cancel").json()
     if _json_wanted(ctx):
@@ -612,7 +684,13 @@ def cancel(ctx: click.Context, run: str) -> None:
 @click.pass_context
 @handled
 def asks(ctx: click.Context) -> None:
-    """Open asks: questions that running steps wait on, and whether you may answer them."""
+    """Open asks: questions that running steps wait on, and whether you may answer them.
+
+    \b
+    Examples:
+      mediator asks
+      mediator --principal qa@lab.example asks --json
+    """
     answer = _client(ctx).get("/v1/asks")
     if _json_wanted(ctx):
         _print_json(answer)
@@ -718,7 +796,14 @@ def answer(
     pairs: tuple[str, ...],
     source: str | None,
 ) -> None:
-    """Answer the ask of step SEQ of RUN, field by field (--set) or whole (--input)."""
+    """Answer the ask of step SEQ of RUN, field by field (--set) or whole (--input).
+
+    \b
+    Examples:
+      mediator answer kernel-4711-boot 3 --set verdict=approve --set ok=true
+      mediator answer kernel-4711-boot 3 --input @answer.json
+      mediator answer kernel-4711-boot 3 --input '{"verdict": "approve"}'
+    """
     if bool(pairs) == (source is not None):
         raise click.UsageError("give the answer with --set NAME=VALUE ... or with --input @FILE|-")
     client = _client(ctx)
@@ -744,7 +829,13 @@ def answer(
 @click.pass_context
 @handled
 def record(ctx: click.Context, run: str, output: str) -> None:
-    """Download the sealed Record of RUN (a tar of run-<id>/...)."""
+    """Download the sealed Record of RUN (a tar of run-<id>/...).
+
+    \b
+    Examples:
+      mediator record kernel-4711-boot -o kernel-4711-boot.tar
+      mediator record kernel-4711-boot -o - | tar -tvf -
+    """
     chunks = _client(ctx).stream(f"/v1/runs/{quote(run)}/record")
     if output == "-":
         for chunk in chunks:
@@ -784,7 +875,13 @@ def record(ctx: click.Context, run: str, output: str) -> None:
 @handled
 def logs(ctx: click.Context, run: str, seq: int, follow: bool, name: str, interval: float) -> None:
     """Print the log of step SEQ of RUN (Ctrl-C stops --follow with exit 130; the step goes
-    on)."""
+    on).
+
+    \b
+    Examples:
+      mediator logs kernel-4711-boot 1
+      mediator logs kernel-4711-boot 1 --follow
+    """
     client = _client(ctx)
     out = sys.stdout.buffer
     try:
@@ -801,7 +898,13 @@ def logs(ctx: click.Context, run: str, seq: int, follow: bool, name: str, interv
 @click.pass_context
 def validate(ctx: click.Context, file: str) -> None:
     """Check the contract in FILE offline, by the server's own rules (with the configured
-    contract.capabilities, when a configuration names them)."""
+    contract.capabilities, when a configuration names them).
+
+    \b
+    Examples:
+      mediator validate boot.yaml
+      mediator validate boot.json --json
+    """
     from app.config import load_config
     from app.contract import validate_contract
     from app.errors import ConfigError, MediatorError
@@ -838,7 +941,13 @@ def validate(ctx: click.Context, file: str) -> None:
 @click.pass_context
 def profiles(ctx: click.Context) -> None:
     """The client configuration file's profiles, and the url, token and principal the client
-    commands would use here, with where each comes from (the token itself is never shown)."""
+    commands would use here, with where each comes from (the token itself is never shown).
+
+    \b
+    Examples:
+      mediator profiles
+      mediator --profile lab profiles --json
+    """
     found = settings_of(ctx)
     path = config_path(os.environ)
     try:

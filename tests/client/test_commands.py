@@ -658,6 +658,7 @@ def test_the_client_options_leave_the_server_commands_as_they_are(live_server):
         "http://127.0.0.1:9",
         "--principal",
         "me@lab.test",
+        "server",
         "db",
         "check",
         MEDIATOR_DATABASE_URL=live_server.env["MEDIATOR_DATABASE_URL"],
