@@ -175,7 +175,7 @@ def serve(ctx: click.Context, host: str, port: int) -> None:
     \b
     Examples:
       mediator server serve
-      mediator server serve --host 0.0.0.0 --port 8080
+      mediator server serve --port 8081
     """
     import threading
 
