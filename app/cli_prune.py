@@ -1,4 +1,4 @@
-"""``mediator prune --before DATE [--dry-run]``: retention on demand
+"""``mediator server prune --before DATE [--dry-run]``: retention on demand
 (docs/retention.md#what-is-pruned-and-what-is-kept). The work is ``app.services.retention.prune``,
 the same the reaper does with ``retention.days``."""
 
@@ -38,12 +38,19 @@ def parse_before(text: str) -> datetime:
 def prune_command(ctx: click.Context, before_text: str, dry_run: bool, verbose: bool) -> None:
     """Delete finished runs that ended before DATE, with their steps, events, artifacts and
     Records: sealed runs and rejected submits. Runs not finished, or finished but not sealed yet,
-    are kept. A pruned run's id cannot be submitted again."""
+    are kept. A pruned run's id cannot be submitted again.
+
+    \b
+    Examples:
+      mediator server prune --before 2026-01-01 --dry-run
+      mediator server prune --before 2026-01-01
+      mediator server prune --before 2026-01-01T12:00:00Z -v
+    """
     try:
         before = parse_before(before_text)
     except ValueError:
         click.echo(
-            f"mediator prune: --before must be an RFC 3339 time or a date YYYY-MM-DD, "
+            f"{ctx.command_path}: --before must be an RFC 3339 time or a date YYYY-MM-DD, "
             f"got {before_text!r}",
             err=True,
         )
@@ -65,7 +72,7 @@ def prune_command(ctx: click.Context, before_text: str, dry_run: bool, verbose: 
     configure_logging(cfg["log.format"], cfg["log.level"])
     problem = database_problem(url)
     if problem:
-        click.echo(f"mediator prune: {problem}", err=True)
+        click.echo(f"{ctx.command_path}: {problem}", err=True)
         sys.exit(1)
     try:
         context = Context(cfg)

@@ -1,4 +1,5 @@
-"""``mediator token new``: a new secret, shown once, and the configuration entry with its hash."""
+"""``mediator server token new`` and ``upgrade``: a new secret, shown once, and the configuration
+entry with its hash."""
 
 from __future__ import annotations
 
@@ -11,7 +12,13 @@ from app.tokens import PRIORITY_RANGE, ROLES, NewToken, new_token, reissued
 
 @click.group()
 def token() -> None:
-    """Bearer tokens of the Mediator's API."""
+    """Bearer tokens of the Mediator's API: a new one, or a configured one reissued with an id.
+
+    \b
+    Examples:
+      mediator server token new --name ci-bot --role submitter
+      mediator server token upgrade --name ci-bot
+    """
 
 
 @token.command("new")
@@ -45,7 +52,14 @@ def token_new(
 ) -> None:
     """Print a new secret (shown this once: only its argon2 hash is kept) and the entry to add
     to the configuration's ``tokens`` list, as YAML for the file and as JSON for
-    MEDIATOR_TOKENS."""
+    MEDIATOR_TOKENS.
+
+    \b
+    Examples:
+      mediator server token new --name ci-bot --role submitter
+      mediator server token new --name board-1 --role node --node board-1
+      mediator server token new --name ops --role operator --role reader --max-priority 100
+    """
     try:
         made = new_token(
             name,
@@ -67,7 +81,13 @@ def token_upgrade(ctx: click.Context, name: str) -> None:
     and the entry that replaces the old one, with the same roles, nodes, principal, priority and
     expiry. Its secret is then checked against its own entry only: unknown secrets no longer
     cost an argon2 verification for it. The old secret stops working once the old entry is
-    replaced and the workers reloaded."""
+    replaced and the workers reloaded.
+
+    \b
+    Examples:
+      mediator server token upgrade --name ci-bot
+      mediator --config /etc/mediator/mediator.yaml server token upgrade --name ci-bot
+    """
     config_path = (ctx.obj or {}).get("config_path")
     try:
         tokens = load_config(config_path)["tokens"]

@@ -88,13 +88,13 @@ def warn_about_tokens(config: Config, tokens: TokenSet) -> None:
     if legacy and config["tokens.legacy_argon2"]:
         log.warning(
             "argon2 tokens without an id: every unknown secret is tried against them;"
-            " reissue each with `mediator token upgrade --name NAME`",
+            " reissue each with `mediator server token upgrade --name NAME`",
             tokens=legacy,
         )
     elif legacy:
         log.warning(
             "argon2 tokens without an id are refused (tokens.legacy_argon2 is false);"
-            " reissue each with `mediator token upgrade --name NAME`",
+            " reissue each with `mediator server token upgrade --name NAME`",
             tokens=legacy,
         )
     if config["token"] and config["token_allow_short"] and len(config["token"]) < 32:

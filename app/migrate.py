@@ -1,5 +1,5 @@
-"""Alembic from code: ``mediator db upgrade``/``check``, the tests, and the schema check that keeps
-the app from serving on a schema older than its code (docs/deploy.md#4-schema)."""
+"""Alembic from code: ``mediator server db upgrade``/``check``, the tests, and the schema check
+that keeps the app from serving on a schema older than its code (docs/deploy.md#4-schema)."""
 
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ def database_problem(url: str) -> str | None:
 def server_reached(url: str) -> str:
     """Which server a connection of the Mediator reaches from ``url`` (every connection it opens
     uses the same string: the pools, the gate, the listeners, the reaper, the migrations), and
-    its role, as one line for ``mediator db check``."""
+    its role, as one line for ``mediator server db check``."""
     with psycopg.connect(conninfo(url), application_name="mediator-check") as conn:
         row = conn.execute(
             "SELECT pg_is_in_recovery(), current_setting('server_version')"
@@ -99,8 +99,8 @@ def schema_problem(engine: Engine) -> str | None:
     if current == head_revision():
         return None
     if current is None:
-        return "the database has no Mediator schema: run `mediator db upgrade`"
+        return "the database has no Mediator schema: run `mediator server db upgrade`"
     return (
         f"the database schema ({current}) is not this Mediator's ({head_revision()}): "
-        "run `mediator db upgrade`"
+        "run `mediator server db upgrade`"
     )

@@ -70,7 +70,14 @@ def _given_to_mediator(ctx: click.Context, name: str) -> Any:
 def agent(ctx: click.Context, config_file: str | None, **flags: Any) -> None:
     """The reference node agent: advertises this node's capabilities, claims steps, runs them
     as subprocesses with $IN and $OUT, uploads their logs and outputs and reports their results.
-    SIGTERM drains: the running step finishes, then the agent exits 0."""
+    SIGTERM drains: the running step finishes, then the agent exits 0.
+
+    \b
+    Examples:
+      mediator agent --config agent.yaml
+      mediator agent --node-id board-1 --capability board:soc=imx8mp,rev=b
+      mediator agent --url http://mediator.lab:8080 --node-id host-1 --capability build
+    """
     for name in ("url", "token", "principal"):
         if flags.get(name) is None:
             flags[name] = _given_to_mediator(ctx, name)

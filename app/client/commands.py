@@ -1,10 +1,7 @@
 """The client commands of ``mediator``: what each does, over :mod:`app.client.http`.
 
-Exit codes, for every command: 0 done (with ``--wait``: the run SUCCEEDED), 1 the run FAILED,
-2 refused (any 4xx, input that the server would refuse, a wrong option or client configuration:
-the reason is printed), 3 the Mediator could not be reached or failed (5xx), 4 ``--wait
---timeout`` passed before the run finished, 130 Ctrl-C while watching (the run goes on). Output
-is for people (tables, lines); ``--json`` (after ``mediator`` or after the command) prints the
+Exit codes, for every command: :mod:`app.client.exits` (``mediator help exit-codes``). Output is
+for people (tables, lines); ``--json`` (after ``mediator`` or after the command) prints the
 answer's own JSON for scripts instead.
 """
 
@@ -23,21 +20,21 @@ import click
 from click.shell_completion import CompletionItem
 
 from app.client import render
-from app.client.http import (
+from app.client.exits import (
+    EXIT_CREDENTIALS,
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_REFUSED,
     EXIT_TIMEOUT,
-    Client,
-    ClientError,
-    Refused,
-    quote,
+    EXIT_USAGE,
 )
+from app.client.http import Client, ClientError, Refused, quote
 from app.client.settings import (
     DEFAULT_URL,
     Settings,
     SettingsError,
+    TokenError,
     config_path,
     read_profiles,
     resolve,
@@ -143,7 +140,8 @@ def _git_email() -> str | None:
 
 def settings_of(ctx: click.Context) -> Settings:
     """The client settings of this command (its options, the environment, the profile); a
-    configuration file the client cannot use ends the command with exit 2 and one line."""
+    configuration the client cannot use ends the command with one line and exit 2, or 5 when it
+    is the token that cannot be read or sent."""
     obj = ctx.obj or {}
     try:
         found = resolve(
@@ -152,7 +150,7 @@ def settings_of(ctx: click.Context) -> Settings:
             obj.get("profile"),
         )
     except SettingsError as exc:
-        _fail(ctx, str(exc), EXIT_REFUSED)
+        _fail(ctx, str(exc), EXIT_CREDENTIALS if isinstance(exc, TokenError) else EXIT_USAGE)
     for warning in found.warnings:
         click.echo(f"warning: {warning}", err=True)
     return found
@@ -347,7 +345,14 @@ def submit(
     interval: float,
     timeout: float | None,
 ) -> None:
-    """Submit the contract in FILE (JSON, or YAML by its extension; - reads stdin)."""
+    """Submit the contract in FILE (JSON, or YAML by its extension; - reads stdin).
+
+    \b
+    Examples:
+      mediator submit boot.yaml --wait
+      mediator submit boot.json --dry-run
+      mediator submit boot.json --wait --timeout 600 --json
+    """
     _check_timeout(wait, timeout)
     client = _client(ctx)
     _, raw = read_contract(file)
@@ -386,7 +391,14 @@ def submit(
 def status(
     ctx: click.Context, run: str, wait: bool, interval: float, timeout: float | None
 ) -> None:
-    """A run: its state, what it waits for while QUEUED, its steps and its verdict."""
+    """A run: its state, what it waits for while QUEUED, its steps and its verdict.
+
+    \b
+    Examples:
+      mediator status kernel-4711-boot
+      mediator status kernel-4711-boot --wait
+      mediator status kernel-4711-boot --json
+    """
     _check_timeout(wait, timeout)
     client = _client(ctx)
     view = client.get(f"/v1/runs/{quote(run)}")
@@ -432,7 +444,14 @@ def runs(
     every: bool,
     page_size: int,
 ) -> None:
-    """Runs, newest first, following the server's pages (``next``) until --limit or the end."""
+    """Runs, newest first, following the server's pages (``next``) until --limit or the end.
+
+    \b
+    Examples:
+      mediator runs --state QUEUED
+      mediator runs --work gerrit:4711 --all
+      mediator runs --since 2026-12-01T00:00:00Z --limit 20 --json
+    """
     client = _client(ctx)
     query: dict[str, str | int | None] = {"state": state, "work": work, "since": since}
     found: list[Any] = []
@@ -459,7 +478,13 @@ def runs(
 @click.pass_context
 @handled
 def nodes(ctx: click.Context) -> None:
-    """The fleet: live nodes, their capabilities, leases and drains."""
+    """The fleet: live nodes, their capabilities, leases and drains.
+
+    \b
+    Examples:
+      mediator nodes
+      mediator nodes --json
+    """
     _fleet(ctx, render.nodes_table)
 
 
@@ -491,7 +516,14 @@ def complete_nodes(
 @click.group()
 def node() -> None:
     """The fleet with each node's hold and health; an operator holds (drains), resumes,
-    quarantines and lifts a node."""
+    quarantines and lifts a node.
+
+    \b
+    Examples:
+      mediator node list
+      mediator node drain board-1 --reason "rewiring rack 3"
+      mediator node lift board-2
+    """
 
 
 def _node_change(
@@ -512,7 +544,13 @@ def _node_change(
 @click.pass_context
 @handled
 def node_list(ctx: click.Context) -> None:
-    """The fleet: each node's lease, drain, an operator's hold and its health."""
+    """The fleet: each node's lease, drain, an operator's hold and its health.
+
+    \b
+    Examples:
+      mediator node list
+      mediator node list --json
+    """
     _fleet(ctx, render.node_lines_table)
 
 
@@ -531,7 +569,13 @@ REASON_HELP = "Why (1 byte to 1 KiB): kept with the change and shown with the no
 @click.pass_context
 @handled
 def node_drain(ctx: click.Context, node_id: str, reason: str, at_boundary: bool) -> None:
-    """Hold NODE: it takes no new run until `mediator node resume` (operators only)."""
+    """Hold NODE: it takes no new run until `mediator node resume` (operators only).
+
+    \b
+    Examples:
+      mediator node drain board-1 --reason "rewiring rack 3"
+      mediator node drain board-1 --reason "new firmware" --at-boundary
+    """
     body = {"mode": "at-boundary" if at_boundary else "graceful", "reason": reason}
     _node_change(ctx, "POST", node_id, "drain", body)
 
@@ -542,7 +586,12 @@ def node_drain(ctx: click.Context, node_id: str, reason: str, at_boundary: bool)
 @click.pass_context
 @handled
 def node_resume(ctx: click.Context, node_id: str) -> None:
-    """Lift an operator's hold of NODE (nothing held: nothing changes)."""
+    """Lift an operator's hold of NODE (nothing held: nothing changes).
+
+    \b
+    Examples:
+      mediator node resume board-1
+    """
     _node_change(ctx, "DELETE", node_id, "drain")
 
 
@@ -553,7 +602,12 @@ def node_resume(ctx: click.Context, node_id: str) -> None:
 @click.pass_context
 @handled
 def node_quarantine(ctx: click.Context, node_id: str, reason: str) -> None:
-    """Quarantine NODE: no run but its health run until the quarantine is lifted."""
+    """Quarantine NODE: no run but its health run until the quarantine is lifted.
+
+    \b
+    Examples:
+      mediator node quarantine board-2 --reason "flaky USB hub"
+    """
     _node_change(ctx, "POST", node_id, "quarantine", {"reason": reason})
 
 
@@ -563,7 +617,12 @@ def node_quarantine(ctx: click.Context, node_id: str, reason: str) -> None:
 @click.pass_context
 @handled
 def node_lift(ctx: click.Context, node_id: str) -> None:
-    """Lift NODE's quarantine, reset its strikes and cancel its open health run."""
+    """Lift NODE's quarantine, reset its strikes and cancel its open health run.
+
+    \b
+    Examples:
+      mediator node lift board-2
+    """
     _node_change(ctx, "DELETE", node_id, "quarantine")
 
 
@@ -573,7 +632,13 @@ def node_lift(ctx: click.Context, node_id: str) -> None:
 @handled
 def teams(ctx: click.Context) -> None:
     """The teams sharing the fleet: weight, share, usage, factor, what they hold and queue, their
-    limits; then each team's usage in each hour of the last day."""
+    limits; then each team's usage in each hour of the last day.
+
+    \b
+    Examples:
+      mediator teams
+      mediator teams --json
+    """
     client = _client(ctx)
     listing = client.get("/v1/teams")
     usage = client.get("/v1/teams/usage")
@@ -595,7 +660,12 @@ def teams(ctx: click.Context) -> None:
 @click.pass_context
 @handled
 def cancel(ctx: click.Context, run: str) -> None:
-    """Cancel a run (queued or running); a finished run keeps its state."""
+    """Cancel a run (queued or running); a finished run keeps its state.
+
+    \b
+    Examples:
+      mediator cancel kernel-4711-boot
+    """
     client = _client(ctx)
     answer = client.post(f"/v1/runs/{quote(run)}/cancel").json()
     if _json_wanted(ctx):
@@ -614,7 +684,13 @@ def cancel(ctx: click.Context, run: str) -> None:
 @click.pass_context
 @handled
 def asks(ctx: click.Context) -> None:
-    """Open asks: questions that running steps wait on, and whether you may answer them."""
+    """Open asks: questions that running steps wait on, and whether you may answer them.
+
+    \b
+    Examples:
+      mediator asks
+      mediator --principal qa@lab.example asks --json
+    """
     answer = _client(ctx).get("/v1/asks")
     if _json_wanted(ctx):
         _print_json(answer)
@@ -665,18 +741,18 @@ def _typed(name: str, text: str, prop: object) -> Any:
 
 
 def _answer_from_sets(client: Client, run: str, seq: int, pairs: tuple[str, ...]) -> dict[str, Any]:
+    """The answer of ``--set NAME=VALUE ...``, each value typed by the ask's schema; a pair
+    without ``=`` is a usage error, found before anything is asked of the Mediator."""
+    fields = [pair.partition("=") for pair in pairs]
+    for pair, (name, sep, _) in zip(pairs, fields):
+        if not sep or not name:
+            raise click.UsageError(f"--set takes NAME=VALUE, got {pair!r}")
     schema: dict[str, Any] = {}
     for ask in client.get("/v1/asks").get("asks") or []:
         if ask.get("run_id") == run and ask.get("seq") == seq:
             schema = ask.get("schema") or {}
     props = schema.get("properties") or {}
-    doc: dict[str, Any] = {}
-    for pair in pairs:
-        name, sep, text = pair.partition("=")
-        if not sep or not name:
-            raise Refused(f"--set takes name=value, got {pair!r}", exit_code=EXIT_REFUSED)
-        doc[name] = _typed(name, text, props.get(name))
-    return doc
+    return {name: _typed(name, text, props.get(name)) for name, _, text in fields}
 
 
 def _read_answer(source: str) -> Any:
@@ -720,7 +796,14 @@ def answer(
     pairs: tuple[str, ...],
     source: str | None,
 ) -> None:
-    """Answer the ask of step SEQ of RUN, field by field (--set) or whole (--input)."""
+    """Answer the ask of step SEQ of RUN, field by field (--set) or whole (--input).
+
+    \b
+    Examples:
+      mediator answer kernel-4711-boot 3 --set verdict=approve --set ok=true
+      mediator answer kernel-4711-boot 3 --input @answer.json
+      mediator answer kernel-4711-boot 3 --input '{"verdict": "approve"}'
+    """
     if bool(pairs) == (source is not None):
         raise click.UsageError("give the answer with --set NAME=VALUE ... or with --input @FILE|-")
     client = _client(ctx)
@@ -747,7 +830,13 @@ def answer(
 @click.pass_context
 @handled
 def record(ctx: click.Context, run: str, output: str) -> None:
-    """Download the sealed Record of RUN (a tar of run-<id>/...)."""
+    """Download the sealed Record of RUN (a tar of run-<id>/...).
+
+    \b
+    Examples:
+      mediator record kernel-4711-boot -o kernel-4711-boot.tar
+      mediator record kernel-4711-boot -o - | tar -tvf -
+    """
     chunks = _client(ctx).stream(f"/v1/runs/{quote(run)}/record")
     if output == "-":
         for chunk in chunks:
@@ -787,7 +876,13 @@ def record(ctx: click.Context, run: str, output: str) -> None:
 @handled
 def logs(ctx: click.Context, run: str, seq: int, follow: bool, name: str, interval: float) -> None:
     """Print the log of step SEQ of RUN (Ctrl-C stops --follow with exit 130; the step goes
-    on)."""
+    on).
+
+    \b
+    Examples:
+      mediator logs kernel-4711-boot 1
+      mediator logs kernel-4711-boot 1 --follow
+    """
     client = _client(ctx)
     out = sys.stdout.buffer
     try:
@@ -804,7 +899,13 @@ def logs(ctx: click.Context, run: str, seq: int, follow: bool, name: str, interv
 @click.pass_context
 def validate(ctx: click.Context, file: str) -> None:
     """Check the contract in FILE offline, by the server's own rules (with the configured
-    contract.capabilities, when a configuration names them)."""
+    contract.capabilities, when a configuration names them).
+
+    \b
+    Examples:
+      mediator validate boot.yaml
+      mediator validate boot.json --json
+    """
     from app.config import load_config
     from app.contract import validate_contract
     from app.errors import ConfigError, MediatorError
@@ -818,7 +919,7 @@ def validate(ctx: click.Context, file: str) -> None:
             (ctx.obj or {}).get("config_path"), only=("max_body_bytes", "contract.capabilities")
         )
     except ConfigError as exc:
-        _fail(ctx, f"invalid configuration: {exc}", EXIT_REFUSED)
+        _fail(ctx, f"invalid configuration: {exc}", EXIT_USAGE)
     try:
         if len(raw) > cfg["max_body_bytes"]:
             raise MediatorError(f"{len(raw)} bytes, over max_body_bytes ({cfg['max_body_bytes']})")
@@ -841,13 +942,19 @@ def validate(ctx: click.Context, file: str) -> None:
 @click.pass_context
 def profiles(ctx: click.Context) -> None:
     """The client configuration file's profiles, and the url, token and principal the client
-    commands would use here, with where each comes from (the token itself is never shown)."""
+    commands would use here, with where each comes from (the token itself is never shown).
+
+    \b
+    Examples:
+      mediator profiles
+      mediator --profile lab profiles --json
+    """
     found = settings_of(ctx)
     path = config_path(os.environ)
     try:
         named, default = read_profiles(path)
     except SettingsError as exc:  # settings_of read no file: everything was given elsewhere
-        _fail(ctx, str(exc), EXIT_REFUSED)
+        _fail(ctx, str(exc), EXIT_USAGE)
     principal, principal_from = found.principal, found.sources.get("principal")
     if principal is None:
         principal, principal_from = _git_email(), "git config user.email"

@@ -2,8 +2,9 @@
 kept-alive connection a command.
 
 Every answer outside 2xx becomes a :class:`ClientError` carrying the exit code the commands end
-with and one line that names what to fix: the server's own ``error.reason`` for a 4xx (exit 2),
-and for no answer at all or a 5xx (exit 3) where the client tried to reach it.
+with (:mod:`app.client.exits`) and one line that names what to fix: the server's own
+``error.reason`` for a 4xx (a 401 or 403 exits 5, another 4xx 6), and for no answer at all or a
+5xx (exit 3) where the client tried to reach it.
 """
 
 from __future__ import annotations
@@ -15,15 +16,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.client.exits import EXIT_CREDENTIALS, EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE
 from app.httpclient import Connection, ConnectionFailed, Query, with_query
 from app.httpclient import quote as quote  # the commands quote path segments with it
-
-EXIT_OK = 0
-EXIT_FAILED = 1  # the run's verdict is FAILED
-EXIT_REFUSED = 2  # the Mediator refused the request (any 4xx), or the input is invalid
-EXIT_UNREACHABLE = 3  # no answer, or the Mediator failed (5xx)
-EXIT_TIMEOUT = 4  # --wait --timeout passed before the run finished (it goes on)
-EXIT_INTERRUPTED = 130  # Ctrl-C while watching (128 + SIGINT, as shells report it); it goes on
 
 CHUNK = 64 * 1024
 
@@ -43,11 +38,15 @@ class ClientError(Exception):
 
 
 class Refused(ClientError):
-    """A 4xx answer: the request needs fixing (exit 2)."""
+    """A 4xx answer, or input the client refuses itself: the request, its credentials or the
+    client's configuration need fixing (the exit code says which)."""
 
 
 class Unreachable(ClientError):
     """No answer, or a 5xx: the Mediator is not there or not well (exit 3)."""
+
+
+CREDENTIALS_REFUSED = frozenset({401, 403})  # who calls, not what is asked, is refused
 
 
 @dataclass
@@ -113,7 +112,7 @@ class Client:
         except ValueError:
             raise Refused(
                 f"the Mediator's URL must be http://HOST[:PORT] or https://..., got {url!r}",
-                exit_code=EXIT_REFUSED,
+                exit_code=EXIT_USAGE,
             ) from None
 
     # ------------------------------------------------------------------------------ requests
@@ -163,7 +162,10 @@ class Client:
                 body=doc,
             )
         raise Refused(
-            f"{reason}{_hint(resp.status)}", exit_code=EXIT_REFUSED, status=resp.status, body=doc
+            f"{reason}{_hint(resp.status)}",
+            exit_code=EXIT_CREDENTIALS if resp.status in CREDENTIALS_REFUSED else EXIT_REFUSED,
+            status=resp.status,
+            body=doc,
         )
 
     def _read(self, resp: http.client.HTTPResponse, size: int = -1) -> bytes:

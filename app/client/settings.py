@@ -22,7 +22,9 @@ The file, in TOML::
     token_file = "~/.config/mediator/lab.token"   # or token = "..."
     principal = "me@lab.example"
 
-A mistake in it is a :class:`SettingsError` whose one line names the file and the key.
+A mistake in it is a :class:`SettingsError` whose one line names the file and the key; a token
+that cannot be read or sent (its file, its characters) is a :class:`TokenError`, which names
+where the token came from and never the token.
 """
 
 from __future__ import annotations
@@ -51,6 +53,16 @@ CONFIG_VARIABLE = "MEDIATOR_CLIENT_CONFIG"
 
 class SettingsError(Exception):
     """A client configuration the commands cannot use; the message names the file and key."""
+
+
+class TokenError(SettingsError):
+    """A token the client cannot read (its file) or send (a character no HTTP header carries)."""
+
+
+def sendable(token: str) -> bool:
+    """Whether ``token`` can go in an ``Authorization`` header as the Mediator reads it: printable
+    ASCII only (no control character, no line break, nothing beyond ASCII)."""
+    return all(" " <= c <= "~" for c in token)
 
 
 @dataclass(frozen=True)
@@ -126,10 +138,12 @@ def _token_of_file(path: Path, where: str) -> str:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise SettingsError(f"{where}: cannot read {path}: {exc.strerror}") from None
+        raise TokenError(f"{where}: cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise TokenError(f"{where}: {path} is not UTF-8 text") from None
     lines = text.strip().splitlines()
     if not lines or not lines[0].strip():
-        raise SettingsError(f"{where}: {path} is empty")
+        raise TokenError(f"{where}: {path} is empty")
     return lines[0].strip()
 
 
@@ -174,6 +188,12 @@ def resolve(
             holder = _fill_from_profile(values, sources, profiles[chosen], where, path)
     if not values.get("url"):
         values["url"], sources["url"] = DEFAULT_URL, "default"
+    token = values.get("token")
+    if token is not None and not sendable(token):
+        raise TokenError(
+            f"{sources['token']}: the token holds a character an HTTP header cannot carry "
+            "(a control character or line break, or one beyond ASCII)"
+        )
     return Settings(
         url=str(values["url"]),
         token=values.get("token"),

@@ -1,8 +1,8 @@
 """``mediator demo``: a Mediator, real node agents and the contracts of ``examples/``, told as it
 happens.
 
-A database (the one given, else a throwaway embedded PostgreSQL), ``mediator serve`` on a free
-port of 127.0.0.1 (the API, its reaper thread), and three ``mediator agent`` processes:
+A database (the one given, else a throwaway embedded PostgreSQL), ``mediator server serve`` on a
+free port of 127.0.0.1 (the API, its reaper thread), and three ``mediator agent`` processes:
 ``board-1`` (a board), ``host-1`` (a build host wired to that board) and ``board-2`` (another
 board, whose host keeps hanging). Three runs are submitted at once:
 
@@ -302,8 +302,8 @@ def _ready(base: str) -> bool:
 def start_server(
     children: Children, db_url: str, directory: Path, port: int, examples: Path
 ) -> tuple[str, Child]:
-    """``mediator serve`` (the development server and its reaper thread) on 127.0.0.1; returns
-    its base URL once /readyz answers 200. A free port taken meanwhile by someone else is
+    """``mediator server serve`` (the development server and its reaper thread) on 127.0.0.1;
+    returns its base URL once /readyz answers 200. A free port taken meanwhile by someone else is
     tried again on another one."""
     env = child_env(
         MEDIATOR_DATABASE_URL=db_url,
@@ -325,7 +325,7 @@ def start_server(
     log = directory / "logs" / "server.log"
     for _attempt in range(3):
         chosen = port or _free_port()
-        argv = mediator_argv("serve", "--host", "127.0.0.1", "--port", str(chosen))
+        argv = mediator_argv("server", "serve", "--host", "127.0.0.1", "--port", str(chosen))
         child = children.start("server", argv, env, log)
         base = f"http://127.0.0.1:{chosen}"
         deadline = time.monotonic() + START_SECONDS

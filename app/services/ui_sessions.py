@@ -80,7 +80,7 @@ def page_secret(ctx: Context) -> str:
     with ctx.db.read() as s:
         key = csrf_key(s)
     if key is None:  # a database migrated before 0011 never serves: the schema check refuses it
-        raise RuntimeError("ui_secret has no key: run `mediator db upgrade`")
+        raise RuntimeError("ui_secret has no key: run `mediator server db upgrade`")
     return key
 
 

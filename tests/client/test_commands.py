@@ -1,7 +1,8 @@
 """The ``mediator`` client commands against a real gunicorn
 (docs/client.md#following-a-run-answering-listing): each command run as a process of its own
 (``python -m app.cli``) over real HTTP, its output for people and with ``--json``, and its exit
-codes: 0 done or SUCCEEDED, 1 FAILED, 2 refused (a 4xx, with the server's reason), 3 unreachable.
+codes: 0 done or SUCCEEDED, 1 FAILED, 2 a usage error, 3 unreachable, 5 credentials refused (401,
+403), 6 any other refusal (a 4xx, with the server's reason, or input the client refuses itself).
 Node agents are played by the test over HTTP."""
 
 from __future__ import annotations
@@ -121,7 +122,7 @@ def test_validate_checks_a_contract_offline_and_takes_the_servers_reason(tmp_pat
     assert (valid.returncode, valid.stdout) == (0, f"{good}: valid, run ok-1, 1 roles, 1 steps\n")
     server_reason = live_server.post("/v1/runs", json=bad_doc).json()["error"]["reason"]
     assert server_reason == 'step "boot" uses undeclared role "dutt"'
-    assert invalid.returncode == 2
+    assert invalid.returncode == 6
     assert invalid.stderr == f"mediator: {bad}: {server_reason}\n"
 
 
@@ -137,7 +138,7 @@ def test_validate_reads_yaml_and_says_where_a_json_file_is_broken(tmp_path):
 
     assert yaml_ok.returncode == 0
     assert json.loads(yaml_ok.stdout) == {"valid": True, "run_id": "y-1", "warnings": []}
-    assert broken.returncode == 2
+    assert broken.returncode == 6
     assert broken.stderr.startswith(f"mediator: {tmp_path / 'broken.json'} is not valid JSON: ")
     assert "line 2" in broken.stderr
 
@@ -147,7 +148,7 @@ def test_validate_names_a_capability_the_configuration_does_not_list(tmp_path):
 
     result = mediator(None, "validate", path, MEDIATOR_CONTRACT_CAPABILITIES="board,host")
 
-    assert result.returncode == 2
+    assert result.returncode == 6
     assert result.stderr == f'mediator: {path}: unknown capability: "bord"\n'
 
 
@@ -169,7 +170,8 @@ def test_validate_reads_none_of_the_servers_configuration_but_what_it_checks_by(
 
     assert (result.returncode, result.stderr) == (0, "")
     assert result.stdout == f"{path}: valid, run off-1, 1 roles, 1 steps\n"
-    assert capped.returncode == 2 and "over max_body_bytes (10)" in capped.stderr
+    assert capped.returncode == 6 and "over max_body_bytes (10)" in capped.stderr
+    # A configuration that cannot be used is the usage's code, as for the server's commands.
     assert bad_cap.returncode == 2 and "max_body_bytes" in bad_cap.stderr
 
 
@@ -221,7 +223,7 @@ def test_a_run_no_node_can_take_is_refused_with_the_matchers_reason(tmp_path, li
 
     result = mediator(live_server, "submit", path)
 
-    assert result.returncode == 2
+    assert result.returncode == 6
     assert result.stderr == "mediator: need 1, fleet has 0 - board soc=am62\n"
     assert result.stdout == ""
 
@@ -233,15 +235,15 @@ def test_an_invalid_contract_is_refused_with_the_servers_reason(tmp_path, live_s
     as_json = mediator(live_server, "submit", path, "--json")
 
     reason = live_server.post("/v1/runs", json=json.loads(Path(path).read_text())).json()
-    assert result.returncode == 2
+    assert result.returncode == 6
     assert result.stderr == f"mediator: {reason['error']['reason']}\n"
-    assert as_json.returncode == 2 and json.loads(as_json.stdout) == reason
+    assert as_json.returncode == 6 and json.loads(as_json.stdout) == reason
 
 
 def test_a_wrong_token_is_refused_and_says_which_option_sets_it(tmp_path, live_server):
     result = mediator(live_server, "--token", "not-the-token", "runs")
 
-    assert result.returncode == 2
+    assert result.returncode == 5
     assert result.stderr == (
         "mediator: missing or invalid token (set --token, MEDIATOR_CLIENT_TOKEN or a profile's "
         "token)\n"
@@ -421,7 +423,7 @@ def test_status_of_a_queued_run_says_what_it_waits_for(tmp_path, live_server):
 def test_status_of_an_unknown_run_is_refused(live_server):
     result = mediator(live_server, "status", "nope-1")
 
-    assert (result.returncode, result.stderr) == (2, "mediator: no such run: nope-1\n")
+    assert (result.returncode, result.stderr) == (6, "mediator: no such run: nope-1\n")
 
 
 def test_runs_lists_runs_newest_first_and_filters_them(live_server):
@@ -449,7 +451,7 @@ def test_runs_with_a_bad_filter_is_refused_with_the_servers_reason(live_server):
     result = mediator(live_server, "runs", "--since", "yesterday")
 
     reason = live_server.get("/v1/runs?since=yesterday").json()["error"]["reason"]
-    assert (result.returncode, result.stderr) == (2, f"mediator: {reason}\n")
+    assert (result.returncode, result.stderr) == (6, f"mediator: {reason}\n")
 
 
 def test_nodes_shows_the_fleet_with_leases(live_server):
@@ -490,7 +492,7 @@ def test_cancel_cancels_a_run_and_leaves_a_finished_one_as_it_is(tmp_path, live_
         0,
         "done-1: had already finished, SUCCEEDED\n",
     )
-    assert unknown.returncode == 2
+    assert unknown.returncode == 6
     assert json.loads(unknown.stdout) == {"error": {"code": 404, "reason": "no such run: nope-1"}}
     assert unknown.stderr == "mediator: no such run: nope-1\n"
 
@@ -565,18 +567,18 @@ def test_answer_with_a_json_document_and_the_refusals_of_answer(tmp_path, live_s
         MEDIATOR_CLIENT_PRINCIPAL="qa@lab.test",
     )
 
-    assert not_allowed.returncode == 2
+    assert not_allowed.returncode == 5  # a 403: this principal may not answer it
     assert not_allowed.stderr.startswith("mediator: principal is not an allowed answerer")
     assert (bad_enum.returncode, bad_enum.stderr) == (
-        2,
+        6,
         'mediator: verdict must be one of "approve", "reject", got \'maybe\'\n',
     )
-    assert schema.returncode == 2
+    assert schema.returncode == 6
     assert schema.stderr.startswith("mediator: schema violation: $: 'ok' is a required property")
     assert neither.returncode == 2 and "give the answer with --set" in neither.stderr
     assert answered.returncode == 0, answered.stderr
     assert json.loads(answered.stdout)["run_id"] == "ask-2"
-    assert (again.returncode, again.stderr) == (2, "mediator: step is not awaiting an answer\n")
+    assert (again.returncode, again.stderr) == (6, "mediator: step is not awaiting an answer\n")
 
 
 def test_record_writes_the_sealed_record_and_refuses_before_the_seal(tmp_path, live_server):
@@ -590,7 +592,7 @@ def test_record_writes_the_sealed_record_and_refuses_before_the_seal(tmp_path, l
     report(live_server, "rec-1", 1, "board-1")
     written = mediator(live_server, "record", "rec-1", "-o", str(target))
 
-    assert (early.returncode, early.stderr) == (2, "mediator: run is not sealed yet\n")
+    assert (early.returncode, early.stderr) == (6, "mediator: run is not sealed yet\n")
     assert written.returncode == 0, written.stderr
     size = target.stat().st_size
     assert written.stdout == f"rec-1: Record written to {target} ({size} bytes)\n"
@@ -642,7 +644,7 @@ def test_logs_prints_a_steps_log_and_follow_goes_on_until_the_step_ends(live_ser
     assert code == 0, err
     assert lines == ["line one", "line two", "line three"]
     assert (no_step.returncode, no_step.stderr) == (
-        2,
+        6,
         "mediator: run log-1 has no step 7 (its steps are 1 to 1)\n",
     )
 
@@ -657,6 +659,7 @@ def test_the_client_options_leave_the_server_commands_as_they_are(live_server):
         "http://127.0.0.1:9",
         "--principal",
         "me@lab.test",
+        "server",
         "db",
         "check",
         MEDIATOR_DATABASE_URL=live_server.env["MEDIATOR_DATABASE_URL"],
@@ -720,7 +723,7 @@ def test_answer_input_reads_stdin_and_the_old_json_spelling_still_works_with_a_w
         MEDIATOR_CLIENT_PRINCIPAL="qa@lab.test",
     )
 
-    assert broken.returncode == 2
+    assert broken.returncode == 6
     assert broken.stderr.startswith("mediator: stdin is not valid JSON: ")
     assert (from_stdin.returncode, from_stdin.stdout) == (
         0,

@@ -2,7 +2,7 @@
 each a process of its own over real HTTP. An operator holds a board and resumes it, quarantines
 it and lifts it, each command printing the node's line afterwards (``--json``: the server's
 answer); ``node list`` shows the hold and the health; a token without the operator role gets
-the server's 403 reason and exit 2, and nothing changes."""
+the server's 403 reason and exit 5, and nothing changes."""
 
 from __future__ import annotations
 
@@ -126,7 +126,7 @@ def test_node_commands_print_the_servers_line_with_json(live_server) -> None:
     ],
     ids=lambda a: a[0],
 )
-def test_a_token_without_the_operator_role_gets_the_servers_403_and_exit_2(
+def test_a_token_without_the_operator_role_gets_the_servers_403_and_exit_5(
     live_server, args
 ) -> None:
     advertise(live_server, "board-1", cap("board"))
@@ -137,7 +137,7 @@ def test_a_token_without_the_operator_role_gets_the_servers_403_and_exit_2(
 
     refused = mediator(live_server, "node", *args, MEDIATOR_CLIENT_TOKEN=SECRETS["reader"])
 
-    assert refused.returncode == 2 and refused.stdout == ""
+    assert refused.returncode == 5 and refused.stdout == ""
     assert refused.stderr == (
         f"mediator: {reason} (use a token with that role, or --principal / "
         "MEDIATOR_CLIENT_PRINCIPAL)\n"
@@ -158,17 +158,17 @@ def requests_reason(server: Any, secret: str) -> str:
     return str(resp.json()["error"]["reason"])
 
 
-def test_the_servers_refusals_of_a_reason_and_a_node_exit_2_with_its_reason(live_server) -> None:
+def test_the_servers_refusals_of_a_reason_and_a_node_exit_6_with_its_reason(live_server) -> None:
     advertise(live_server, "board-1", cap("board"))
 
     empty = mediator(live_server, "node", "quarantine", "board-1", "--reason", "")
     unknown = mediator(live_server, "node", "drain", "board-9", "--reason", "x")
     missing = mediator(live_server, "node", "drain", "board-1")
 
-    assert empty.returncode == 2 and empty.stdout == ""
+    assert empty.returncode == 6 and empty.stdout == ""
     assert empty.stderr.startswith("mediator: ") and "reason" in empty.stderr
-    assert (unknown.returncode, unknown.stderr) == (2, "mediator: no such node: board-9\n")
-    assert missing.returncode == 2 and "Missing option '--reason'" in missing.stderr
+    assert (unknown.returncode, unknown.stderr) == (6, "mediator: no such node: board-9\n")
+    assert missing.returncode == 2 and "Missing option '--reason'" in missing.stderr  # usage
     assert line(live_server, "board-1")["health"]["state"] == "ok"
     assert line(live_server, "board-1")["hold"] is None
 

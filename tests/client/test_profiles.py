@@ -140,7 +140,7 @@ def test_the_command_line_wins_over_the_variables_which_win_over_the_profile(tmp
         "by-client": "env@lab.test",
         "by-option": "cli@lab.test",
     }
-    assert wrong_env.returncode == 2 and "missing or invalid token" in wrong_env.stderr
+    assert wrong_env.returncode == 5 and "missing or invalid token" in wrong_env.stderr
     assert right_option.returncode == 0, right_option.stderr
 
 

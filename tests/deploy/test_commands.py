@@ -1,6 +1,6 @@
 """What an operator runs: gunicorn's settings from the environment (one line and a non-zero exit
 on a bad value, ``WEB_CONCURRENCY`` honoured), the worker closing its context when it exits,
-``mediator --version`` and ``mediator db check``'s exit codes."""
+``mediator --version`` and ``mediator server db check``'s exit codes."""
 
 from __future__ import annotations
 
@@ -141,7 +141,7 @@ def test_mediator_version_names_the_installed_package() -> None:
 
 def test_db_check_with_the_database_unreachable_says_so_in_one_line_with_its_own_code() -> None:
     done = _mediator(
-        "db", "check", MEDIATOR_DATABASE_URL="postgresql://postgres:s3cret@127.0.0.1:1/x"
+        "server", "db", "check", MEDIATOR_DATABASE_URL="postgresql://postgres:s3cret@127.0.0.1:1/x"
     )
     assert done.returncode == DB_CHECK_UNREACHABLE
     assert DB_CHECK_UNREACHABLE != DB_CHECK_BEHIND
@@ -159,20 +159,20 @@ def test_db_check_tells_a_schema_behind_from_a_current_one(
 
     from app.config import to_libpq_url
 
-    current = _mediator("db", "check", MEDIATOR_DATABASE_URL=fresh_db_url)
+    current = _mediator("server", "db", "check", MEDIATOR_DATABASE_URL=fresh_db_url)
     assert current.returncode == 0, current.stderr
     first, server = current.stdout.splitlines()
     assert first == f"database is at {head_revision()}"
     assert server.startswith("server ") and server.endswith(")") and ", the primary (" in server
     with psycopg.connect(to_libpq_url(fresh_db_url), autocommit=True) as conn:
         conn.execute("UPDATE alembic_version SET version_num = 'an-older-one'")
-    behind = _mediator("db", "check", MEDIATOR_DATABASE_URL=fresh_db_url)
+    behind = _mediator("server", "db", "check", MEDIATOR_DATABASE_URL=fresh_db_url)
     assert behind.returncode == DB_CHECK_BEHIND
-    assert "run `mediator db upgrade`" in behind.stderr
+    assert "run `mediator server db upgrade`" in behind.stderr
 
 
 def test_db_check_help_documents_its_exit_codes() -> None:
-    done = _mediator("db", "check", "--help")
+    done = _mediator("server", "db", "check", "--help")
     assert done.returncode == 0
     text = " ".join(done.stdout.split())
     for line in (

@@ -71,7 +71,7 @@ def test_the_systemd_units_verify_and_start_gunicorn_and_the_reaper(tmp_path: Pa
     }
     assert exec_start == {
         "mediator.service": ["/opt/mediator/.venv/bin/gunicorn -c gunicorn.conf.py wsgi:app"],
-        "mediator-reaper.service": ["/opt/mediator/.venv/bin/mediator reaper"],
+        "mediator-reaper.service": ["/opt/mediator/.venv/bin/mediator server reaper"],
     }
     done = subprocess.run(
         [analyze, "verify", *(str(tmp_path / n) for n in units)],

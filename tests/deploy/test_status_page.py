@@ -180,4 +180,4 @@ def test_on_a_schema_not_this_codes_the_page_is_a_503(fresh_db_url: str, tmp_pat
     with app_on(fresh_db_url, tmp_path / "records") as application:
         resp = application.test_client().get("/")
     assert resp.status_code == 503
-    assert "run `mediator db upgrade`" in resp.get_data(as_text=True)
+    assert "run `mediator server db upgrade`" in resp.get_data(as_text=True)

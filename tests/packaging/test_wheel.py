@@ -218,7 +218,7 @@ def test_the_installed_mediator_migrates_and_checks_a_database(
 
     before = _mediator(installed, empty_db, "db", "check")
     assert before.returncode == 1, before.stderr
-    assert "the database has no Mediator schema: run `mediator db upgrade`" in before.stderr
+    assert "the database has no Mediator schema: run `mediator server db upgrade`" in before.stderr
 
     upgraded = _mediator(installed, empty_db, "db", "upgrade")
     assert upgraded.returncode == 0, upgraded.stderr
