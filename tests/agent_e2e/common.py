@@ -20,8 +20,8 @@ from typing import Any, TypeVar
 
 import requests
 
-from tests.apps import TOKEN, LiveServer
 from tests.support.actors import Submitter
+from tests.support.apps import TOKEN, LiveServer
 
 MEDIATOR = Path(sys.executable).parent / "mediator"  # .venv/bin/mediator
 T = TypeVar("T")

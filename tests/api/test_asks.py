@@ -17,11 +17,12 @@ from typing import Any
 import pytest
 
 from app.services.reaper import reap_pass
-from tests.agent import claim, claimed, report, run_step
-from tests.apps import app_on, client_of
-from tests.helpers import advertise, cap, contract, role, state_of, submit
-from tests.rows import attempts, step_row
-from tests.support.actors import Answerer
+from tests.support.actors import Answerer, cap
+from tests.support.agent import advertise, claim, claimed, report, run_step
+from tests.support.apps import app_on, client_of
+from tests.support.contracts import contract, role
+from tests.support.rows import attempts, step_row
+from tests.support.submitter import state_of, submit
 from tests.support.webhooks import Endpoint, Request
 
 MAX_BLOB = 64 * 1024

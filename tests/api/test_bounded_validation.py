@@ -22,10 +22,12 @@ import pytest
 
 from app.config import to_libpq_url
 from app.contract.violations import MAX_CHECKS
-from tests.agent import claimed
-from tests.apps import client_of
-from tests.helpers import advertise, cap, contract, role, submit
-from tests.rows import one, scalar
+from tests.support.actors import cap
+from tests.support.agent import advertise, claimed
+from tests.support.apps import client_of
+from tests.support.contracts import contract, role
+from tests.support.rows import one, scalar
+from tests.support.submitter import submit
 
 MAX_BLOB = 16 * 1024 * 1024
 WRONG_ITEMS = 500_000

@@ -14,19 +14,12 @@ from typing import Any
 
 import pytest
 
-from tests.agent import WaitingClaim, claim, claimed, report
-from tests.helpers import (
-    advertise,
-    build_then_test,
-    cap,
-    chain_over_two_nodes,
-    contract,
-    role,
-    submit,
-    two_steps,
-)
-from tests.rows import leases_of, step_row
+from tests.support.actors import cap
+from tests.support.agent import WaitingClaim, advertise, claim, claimed, report
 from tests.support.concurrency import apps_on, connect, race, waiting_lock_held
+from tests.support.contracts import build_then_test, chain_over_two_nodes, contract, role, two_steps
+from tests.support.rows import leases_of, step_row
+from tests.support.submitter import submit
 
 # The slow re-check is a safety net for a lost notification; set far above every bound asserted
 # below so that a waiting claim answered in time can only have been woken by a notification.

@@ -9,9 +9,11 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from tests.agent import claimed, done
-from tests.helpers import advertise, cap, contract, role, submit
-from tests.rows import find_run, run_row, step_row
+from tests.support.actors import cap
+from tests.support.agent import advertise, claimed, done
+from tests.support.contracts import contract, role
+from tests.support.rows import find_run, run_row, step_row
+from tests.support.submitter import submit
 
 
 def error(status: int, reason: str) -> dict[str, Any]:

@@ -15,9 +15,11 @@ from urllib.parse import quote
 import pytest
 
 import app.contract.fields
-from tests.agent import claimed
-from tests.helpers import advertise, cap, contract, contract_naming, role, submit
-from tests.rows import find_run, one, scalar, step_row
+from tests.support.actors import cap
+from tests.support.agent import advertise, claimed
+from tests.support.contracts import contract, contract_naming, role
+from tests.support.rows import find_run, one, scalar, step_row
+from tests.support.submitter import submit
 
 one_app_per_module = True
 

@@ -23,7 +23,7 @@ from app import create_app
 from app.config import to_libpq_url
 from app.dev.embedded import create_database, drop_database
 from app.migrate import alembic_config, head_revision, upgrade
-from tests.apps import TOKEN, make_config
+from tests.support.apps import TOKEN, make_config
 
 ROOT = Path(__file__).resolve().parents[2]
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

@@ -21,9 +21,11 @@ from hypothesis import strategies as st
 
 from app.config import to_libpq_url
 from app.migrate import alembic_config
-from tests.agent import claimed, done, report
-from tests.helpers import advertise, cap, contract, contract_naming, role, submit
-from tests.rows import find_run, one, scalar, step_row
+from tests.support.actors import cap
+from tests.support.agent import advertise, claimed, done, report
+from tests.support.contracts import contract, contract_naming, role
+from tests.support.rows import find_run, one, scalar, step_row
+from tests.support.submitter import submit
 
 one_app_per_module = True
 

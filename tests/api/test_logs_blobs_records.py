@@ -16,9 +16,11 @@ import pytest
 
 from app.services.reaper import reap_pass
 from app.services.records import seal_run
-from tests.agent import claimed, done
-from tests.helpers import advertise, cap, contract, role, submit
-from tests.rows import scalar
+from tests.support.actors import cap
+from tests.support.agent import advertise, claimed, done
+from tests.support.contracts import contract, role
+from tests.support.rows import scalar
+from tests.support.submitter import submit
 
 # Above 1 MiB, so a log can be longer than one GET reply; small enough to cross quickly.
 MAX_BLOB = 1_200_000

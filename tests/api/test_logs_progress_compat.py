@@ -18,10 +18,12 @@ import pytest
 
 from app.config import to_libpq_url
 from app.store.logs import LOG_LOCK_CLASS, log_lock_key
-from tests.agent import claimed, done, put_blob
-from tests.apps import client_of
-from tests.helpers import advertise, cap, contract, role, submit
-from tests.rows import scalar
+from tests.support.actors import cap
+from tests.support.agent import advertise, claimed, done, put_blob
+from tests.support.apps import client_of
+from tests.support.contracts import contract, role
+from tests.support.rows import scalar
+from tests.support.submitter import submit
 
 one_app_per_module = True
 

@@ -19,9 +19,11 @@ import pytest
 
 from app import listener as claim_listener
 from app.services import results as results_service
-from tests.agent import WaitingClaim, claim
-from tests.helpers import advertise, cap, contract, role, submit
+from tests.support.actors import cap
+from tests.support.agent import WaitingClaim, advertise, claim
 from tests.support.concurrency import await_condition
+from tests.support.contracts import contract, role
+from tests.support.submitter import submit
 
 WINDOW = 30.0  # what each claim asks to wait; answered long before it, or the rule failed
 PROMPT = 10.0  # a loose bound for "at once" on a loaded machine, far below WINDOW

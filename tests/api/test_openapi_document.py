@@ -20,8 +20,8 @@ from jsonschema import Draft202012Validator
 from app import create_app
 from app.contract import validate_contract
 from app.errors import BadRequest
-from tests.apps import ROOT, make_config
 from tests.hostile import strategies
+from tests.support.apps import ROOT, make_config
 
 # One gunicorn for the module, its tables emptied before each test (tests/conftest.py).
 one_server_per_module = True
@@ -96,7 +96,7 @@ def _is_builder(value: Any) -> bool:
     ``with_step``, ...): not a test, taking no fixture, and about runs."""
     if not inspect.isfunction(value) or value.__name__.startswith("test_"):
         return False
-    if not (value.__module__ or "").startswith(("tests.helpers", "contracts_of_")):
+    if not (value.__module__ or "").startswith(("tests.support.contracts", "contracts_of_")):
         return False
     if FIXTURE_NAMES & set(inspect.signature(value).parameters):
         return False

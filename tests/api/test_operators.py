@@ -9,10 +9,11 @@ from typing import Any
 import pytest
 
 from app.services.reaper import reap_pass
-from tests.agent import claimed, done, report
 from tests.auth.common import sha256_entry, token_client
-from tests.helpers import advertise, cap, contract, one_step, role, two_steps
 from tests.reaper.common import expire_leases
+from tests.support.actors import cap
+from tests.support.agent import advertise, claimed, done, report
+from tests.support.contracts import contract, one_step, role, two_steps
 
 one_app_per_module = True
 
@@ -166,7 +167,7 @@ def test_an_at_boundary_hold_over_a_claimed_step_cancels_at_its_result(app, sql)
 
 
 def test_the_hold_outlives_a_restart_of_the_mediator(app, sql, fresh_db_url, tmp_path):
-    from tests.apps import app_on, client_of
+    from tests.support.apps import app_on, client_of
 
     with app_on(fresh_db_url, tmp_path / "r") as first:
         c = client_of(first)

@@ -14,8 +14,11 @@ import pytest
 
 from app.config import to_libpq_url
 from app.services.reaper import reap_pass
-from tests.helpers import advertise, cap, contract, one_step, role, state_of, submit
-from tests.rows import leases, scalar
+from tests.support.actors import cap
+from tests.support.agent import advertise
+from tests.support.contracts import contract, one_step, role
+from tests.support.rows import leases, scalar
+from tests.support.submitter import state_of, submit
 
 
 def crossing_acquires(run_id: str) -> dict[str, Any]:

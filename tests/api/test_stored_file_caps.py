@@ -17,9 +17,11 @@ from alembic import command
 from app.config import load_config, to_libpq_url
 from app.errors import ConfigError
 from app.migrate import alembic_config
-from tests.agent import claimed, done
-from tests.helpers import advertise, cap, contract, role, submit
-from tests.rows import one, rows, scalar
+from tests.support.actors import cap
+from tests.support.agent import advertise, claimed, done
+from tests.support.contracts import contract, role
+from tests.support.rows import one, rows, scalar
+from tests.support.submitter import submit
 
 MAX_RUN_BYTES = 1000
 MAX_STEP_FILES = 3

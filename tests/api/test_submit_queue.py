@@ -26,15 +26,18 @@ from app.match import candidate_order
 from app.services.queue import Outcome, promote
 from app.store.nodes import live_adverts
 from app.store.queue import queued_shape_heads
-from tests.apps import client_of
-from tests.helpers import advertise, cap, contract, role, submit
-from tests.rows import attempts, find_run, leases, one, run_row, scalar
+from tests.support.actors import cap
+from tests.support.agent import advertise
+from tests.support.apps import client_of
 from tests.support.concurrency import (
     JOIN_TIMEOUT,
     await_condition,
     backends_waiting_on_locks,
     connect,
 )
+from tests.support.contracts import contract, role
+from tests.support.rows import attempts, find_run, leases, one, run_row, scalar
+from tests.support.submitter import submit
 
 HEX32 = re.compile(r"[0-9a-f]{32}")
 DRAINING = {"policy": {"drain": "graceful"}}

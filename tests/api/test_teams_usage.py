@@ -12,7 +12,9 @@ import pytest
 from app.services.reaper import reap_pass
 from app.wire import parse_ts
 from tests.auth.common import sha256_entry, token_client
-from tests.helpers import advertise, cap, contract
+from tests.support.actors import cap
+from tests.support.agent import advertise
+from tests.support.contracts import contract
 
 one_app_per_module = True
 

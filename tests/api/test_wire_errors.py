@@ -17,7 +17,10 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from tests.helpers import advertise, cap, contract, role, submit
+from tests.support.actors import cap
+from tests.support.agent import advertise
+from tests.support.contracts import contract, role
+from tests.support.submitter import submit
 from tests.support.wire import V1_ROUTES, claimed_run, snapshot
 
 MAX_BODY = 4096

@@ -9,7 +9,7 @@ from typing import Any
 from flask import Flask
 from flask.testing import FlaskClient
 
-from tests.apps import TOKEN
+from tests.support.apps import TOKEN
 
 
 def sha256_entry(name: str, secret: str, *roles: str, **extra: Any) -> dict[str, Any]:

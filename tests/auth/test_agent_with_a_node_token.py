@@ -9,7 +9,7 @@ import sys
 
 from app.tokens import new_token
 from tests.agent_e2e.common import agent_on, await_state, await_value
-from tests.apps import gunicorn_on
+from tests.support.apps import gunicorn_on
 
 PY = sys.executable
 

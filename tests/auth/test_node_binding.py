@@ -10,8 +10,11 @@ from typing import Any
 import pytest
 
 from tests.auth.common import ENTRIES, as_role, forbidden, records_root
-from tests.helpers import advertise, cap, contract, role, submit
-from tests.rows import rows, step_row
+from tests.support.actors import cap
+from tests.support.agent import advertise
+from tests.support.contracts import contract, role
+from tests.support.rows import rows, step_row
+from tests.support.submitter import submit
 from tests.support.wire import WORK_STEP, claimed_run, snapshot
 
 one_app_per_module = True

@@ -16,7 +16,7 @@ one_app_per_module = True
 
 @pytest.fixture(scope="module")
 def module_config() -> dict[str, Any]:
-    return {"tokens": ENTRIES}  # beside the legacy token of tests/apps.py
+    return {"tokens": ENTRIES}  # beside the legacy token of tests/support/apps.py
 
 
 EVERYONE = set(SECRETS)

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.apps import ROOT, TOKEN
+from tests.support.apps import ROOT, TOKEN
 
 TIMEOUT = 60
 # A client configuration file that does not exist: the machine's own never leaks into a test.

@@ -21,7 +21,6 @@ from urllib.parse import quote
 
 import pytest
 
-from tests.apps import ROOT
 from tests.client.cli import (
     TIMEOUT,
     CountingProxy,
@@ -31,8 +30,9 @@ from tests.client.cli import (
     mediator,
     write,
 )
-from tests.helpers import cap, contract, role
-from tests.support.actors import Node, Submitter, expect
+from tests.support.actors import Node, Submitter, cap, expect
+from tests.support.apps import ROOT
+from tests.support.contracts import contract, role
 
 # One gunicorn for the module, its tables emptied before each test (tests/conftest.py).
 one_server_per_module = True

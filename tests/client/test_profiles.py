@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from tests.apps import TOKEN
 from tests.client.cli import mediator
-from tests.helpers import cap, contract
-from tests.support.actors import Node
+from tests.support.actors import Node, cap
+from tests.support.apps import TOKEN
+from tests.support.contracts import contract
 
 one_server_per_module = True
 

@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import json
 
-from tests.helpers import advertise, cap, contract, role, submit
+from tests.support.actors import cap
+from tests.support.agent import advertise
 from tests.support.concurrency import apps_on, connect, race
+from tests.support.contracts import contract, role
+from tests.support.submitter import submit
 
 ROUNDS = 10
 SENDERS = 4  # two per app: two threads of each of two worker processes

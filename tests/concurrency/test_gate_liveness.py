@@ -22,8 +22,9 @@ from sqlalchemy.exc import DBAPIError
 from app.services.queue import wake_queued
 from app.services.reaper import reap_pass
 from app.store.gate import SCANNING_LOCK
-from tests.apps import ROOT
-from tests.helpers import advertise, cap, contract, submit
+from tests.support.actors import cap
+from tests.support.agent import advertise
+from tests.support.apps import ROOT
 from tests.support.concurrency import (
     Background,
     apps_on,
@@ -33,6 +34,8 @@ from tests.support.concurrency import (
     states,
     waiting_lock_held,
 )
+from tests.support.contracts import contract
+from tests.support.submitter import submit
 
 IDLE = 2.0  # gate.idle_seconds: how long PostgreSQL keeps a hung process's idle gate session
 RENEW = 1  # lease.renew_seconds: the reaper's period
@@ -81,7 +84,7 @@ def test_a_run_freed_while_a_waiter_never_scans_is_promoted_by_the_second_reaper
 HOLD_SCANNING_LOCK = """
 import sys
 from app import create_app
-from tests.apps import make_config
+from tests.support.apps import make_config
 app = create_app(make_config(sys.argv[1], sys.argv[2], **{"gate.idle_seconds": float(sys.argv[3])}))
 assert app.extensions["mediator"].gate.enter()
 print("scanning", flush=True)

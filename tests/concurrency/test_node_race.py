@@ -12,8 +12,11 @@ from sqlalchemy import event
 
 from app.models import LEASES_PKEY
 from app.store import constraint_name
-from tests.helpers import advertise, cap, contract, role, submit
+from tests.support.actors import cap
+from tests.support.agent import advertise
 from tests.support.concurrency import apps_on, connect, race
+from tests.support.contracts import contract, role
+from tests.support.submitter import submit
 
 ROUNDS = 20
 

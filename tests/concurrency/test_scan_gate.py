@@ -10,7 +10,8 @@ import threading
 
 from app.services.queue import wake_queued
 from app.store.gate import SCANNING_LOCK, WAITING_LOCK
-from tests.helpers import advertise, cap, contract, role, submit
+from tests.support.actors import cap
+from tests.support.agent import advertise
 from tests.support.concurrency import (
     JOIN_TIMEOUT,
     apps_on,
@@ -24,6 +25,8 @@ from tests.support.concurrency import (
     states,
     waiting_lock_held,
 )
+from tests.support.contracts import contract, role
+from tests.support.submitter import submit
 
 
 def _holder_and_waiter(c, sql):

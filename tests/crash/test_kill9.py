@@ -7,8 +7,8 @@ open or just committed, and writes its pid to the file first. The client sees th
 drop; gunicorn reports the signal and starts a replacement, which runs through the same point
 alive. Then:
 
-- the shared invariant checker holds (tests/invariants.py), and nothing is half-created: a crash
-  inside a transaction leaves none of it, a crash after a commit leaves all of it;
+- the shared invariant checker holds (tests/support/invariants.py), and nothing is half-created:
+  a crash inside a transaction leaves none of it, a crash after a commit leaves all of it;
 - what the crash left waiting is promoted by the replacement's start-up wake (wake point 6 of
   docs/design.md#wake-points), or by the reaper's pass when only the reaper can settle it;
 - after one ``reap_pass`` every finished run is sealed, and every check holds.
@@ -31,11 +31,17 @@ import pytest
 import requests
 
 from app.services.reaper import reap_pass
-from tests.apps import LiveServer, app_on, gunicorn_on
-from tests.helpers import contract, one_step, role
-from tests.invariants import check, check_after_reaper_pass, check_quiet, check_settled, connect
-from tests.rows import find_run, leases, one, run_row, states
 from tests.support.actors import Node, Submitter, cap
+from tests.support.apps import LiveServer, app_on, gunicorn_on
+from tests.support.contracts import contract, one_step, role
+from tests.support.invariants import (
+    check,
+    check_after_reaper_pass,
+    check_quiet,
+    check_settled,
+    connect,
+)
+from tests.support.rows import find_run, leases, one, run_row, states
 
 pytestmark = pytest.mark.slow
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import requests
 
-from tests.apps import ROOT, LiveServer
+from tests.support.apps import ROOT, LiveServer
 
 REQUEST_TIMEOUT = 20.0
 

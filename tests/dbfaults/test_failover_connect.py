@@ -20,10 +20,12 @@ from psycopg.conninfo import conninfo_to_dict
 
 from app.config import to_libpq_url
 from app.migrate import database_problem, server_reached, upgrade
-from tests.apps import app_on, client_of
 from tests.dbfaults.server import RestartablePostgres
-from tests.helpers import advertise, cap, one_step
+from tests.support.actors import cap
+from tests.support.agent import advertise
+from tests.support.apps import app_on, client_of
 from tests.support.concurrency import await_condition
+from tests.support.contracts import one_step
 
 
 def refused_port() -> int:

@@ -17,9 +17,11 @@ import pytest
 from flask import Flask
 
 from app.config import to_libpq_url
-from tests.apps import app_on, client_of
-from tests.helpers import advertise, cap, one_step
+from tests.support.actors import cap
+from tests.support.agent import advertise
+from tests.support.apps import app_on, client_of
 from tests.support.concurrency import race
+from tests.support.contracts import one_step
 
 POOL_TIMEOUT = 0.5
 ANSWER_BOUND = POOL_TIMEOUT + 2.0  # what a busy 2-core machine adds to the time-out

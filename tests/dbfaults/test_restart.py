@@ -20,10 +20,10 @@ import pytest
 import requests
 
 from app.config import to_libpq_url
-from tests.apps import LiveServer, gunicorn_on
 from tests.dbfaults.load import Agent, Submitter, Tally, one_step, reaper_of
 from tests.dbfaults.server import RestartablePostgres
-from tests.invariants import check, check_settled, connect
+from tests.support.apps import LiveServer, gunicorn_on
+from tests.support.invariants import check, check_settled, connect
 
 pytestmark = pytest.mark.slow
 

@@ -23,7 +23,7 @@ import psycopg
 import pytest
 
 from app.config import to_libpq_url
-from tests.apps import ROOT
+from tests.support.apps import ROOT
 from tests.support.pages import PageUser
 
 pytestmark = pytest.mark.slow  # each test starts a server and three agents

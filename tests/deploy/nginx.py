@@ -21,9 +21,9 @@ from pathlib import Path
 
 import requests
 
-from tests.apps import ROOT
 from tests.deploy.http import Http
 from tests.deploy.programs import require_program
+from tests.support.apps import ROOT
 
 DOCUMENTED = ROOT / "deploy" / "nginx.conf"
 DOCUMENTED_UPSTREAM = "server 127.0.0.1:8080;"

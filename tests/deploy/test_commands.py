@@ -16,7 +16,7 @@ import pytest
 
 from app.cli import DB_CHECK_BEHIND, DB_CHECK_UNREACHABLE
 from app.migrate import head_revision
-from tests.apps import ROOT, gunicorn_on
+from tests.support.apps import ROOT, gunicorn_on
 
 GUNICORN = [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py"]
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.apps import LiveServer, gunicorn_on
 from tests.dbfaults.test_restart import await_true, ready_workers
+from tests.support.apps import LiveServer, gunicorn_on
 
 WORKERS = 4
 CONNECTIONS = 16

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from tests.hostile import strategies as hs
-from tests.rows import step_row
+from tests.support.rows import step_row
 
 # The app's own examples share one app and one database; function-scoped fixtures are meant.
 SETTINGS = settings(

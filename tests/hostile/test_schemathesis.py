@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, event, settings
 from schemathesis.checks import not_a_server_error
 
 from app import create_app
-from tests.apps import LiveServer, make_config
+from tests.support.apps import LiveServer, make_config
 
 
 def hypothesis_profile() -> str:

@@ -41,7 +41,7 @@ from hypothesis import strategies as st
 from schemathesis.config import SchemathesisConfig
 from schemathesis.engine import Status, StopReason, events
 
-from tests.apps import TOKEN, LiveServer
+from tests.support.apps import TOKEN, LiveServer
 
 
 def hypothesis_profile() -> str:

@@ -19,10 +19,11 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from app import create_app
-from tests.agent import claim, report
-from tests.apps import client_of, make_config
-from tests.helpers import advertise, cap, chain_over_two_nodes, contract, role
+from tests.support.actors import cap
+from tests.support.agent import advertise, claim, report
+from tests.support.apps import client_of, make_config
 from tests.support.concurrency import await_condition, connect
+from tests.support.contracts import chain_over_two_nodes, contract, role
 
 POOL_SIZE = 3
 WORKERS = 2

@@ -16,12 +16,13 @@ from typing import Any
 
 import pytest
 
-from tests.agent import claimed, done
-from tests.apps import TOKEN
 from tests.auth.common import ENTRIES, SECRETS
 from tests.deploy.http import Http
-from tests.deploy.scenes import advertise, submit
-from tests.helpers import cap, contract, one_step, role
+from tests.support.actors import cap
+from tests.support.agent import advertise, claimed, done
+from tests.support.apps import TOKEN
+from tests.support.contracts import contract, one_step, role
+from tests.support.submitter import submit
 
 pytestmark = pytest.mark.needs_chromium
 

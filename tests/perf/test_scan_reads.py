@@ -20,9 +20,12 @@ from typing import Any
 from sqlalchemy import event
 
 from app.services.queue import wake_queued
-from tests.apps import app_on, client_of
-from tests.helpers import advertise, cap, contract, role, submit
+from tests.support.actors import cap
+from tests.support.agent import advertise
+from tests.support.apps import app_on, client_of
 from tests.support.concurrency import connect
+from tests.support.contracts import contract, role
+from tests.support.submitter import submit
 
 SLACK = 16  # rows: what a deeper index or a different tie may add, far below any growth
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.helpers import contract, role
 from tests.support.concurrency import await_condition
+from tests.support.contracts import contract, role
 
 
 def single(run_id: str, priority: int = 0, **attrs: str) -> dict[str, Any]:

@@ -5,10 +5,12 @@ not starved by low-priority narrow ones."""
 
 from __future__ import annotations
 
-from tests.helpers import advertise, cap, submit
-from tests.invariants import check
 from tests.priority.common import events_like, reservations, single, wide
-from tests.rows import leases_of, run_row
+from tests.support.actors import cap
+from tests.support.agent import advertise
+from tests.support.invariants import check
+from tests.support.rows import leases_of, run_row
+from tests.support.submitter import submit
 
 
 def state(sql, run_id):

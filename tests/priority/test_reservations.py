@@ -13,11 +13,13 @@ import pytest
 
 from app.services.reaper import reap_pass
 from app.store.queue import aged_queued_runs
-from tests.agent import run_step
-from tests.helpers import advertise, cap, contract, role, submit
-from tests.invariants import check
 from tests.priority.common import events_like, has_waited, reservations, single, wide
-from tests.rows import leases_of, run_row
+from tests.support.actors import cap
+from tests.support.agent import advertise, run_step
+from tests.support.contracts import contract, role
+from tests.support.invariants import check
+from tests.support.rows import leases_of, run_row
+from tests.support.submitter import submit
 
 
 @pytest.fixture

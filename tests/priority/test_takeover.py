@@ -24,12 +24,13 @@ from typing import Any
 import pytest
 
 from app import create_app
-from tests.agent import done
-from tests.apps import client_of, make_config
-from tests.helpers import advertise, cap, submit
-from tests.invariants import check
 from tests.priority.common import has_waited, reservations, single, wide
+from tests.support.actors import cap
+from tests.support.agent import advertise, done
+from tests.support.apps import client_of, make_config
 from tests.support.concurrency import connect
+from tests.support.invariants import check
+from tests.support.submitter import submit
 
 BOARDS = 4
 RESERVE_AFTER = 1

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.helpers import advertise, cap, contract, role, submit
+from tests.support.actors import cap
+from tests.support.agent import advertise
+from tests.support.contracts import contract, role
+from tests.support.submitter import submit
 
 LEASE_EXPIRED = "lease expired: renewal stopped"
 

@@ -16,7 +16,7 @@ from app.records import (
     RecordStore,
 )
 from app.records.s3 import S3Records
-from tests.s3 import new_bucket, s3_client, shared_server
+from tests.support.s3 import new_bucket, s3_client, shared_server
 
 RUN = "run-0001"
 

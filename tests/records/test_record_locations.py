@@ -28,10 +28,12 @@ from app.errors import ConfigError
 from app.migrate import alembic_config
 from app.records import FilesystemRecords
 from app.services.retention import _prune_batch, prune, sweep_records
-from tests.agent import claimed, done
-from tests.helpers import advertise, cap, contract, role, submit
-from tests.rows import scalar
-from tests.s3 import bucket_keys, new_bucket, shared_server
+from tests.support.actors import cap
+from tests.support.agent import advertise, claimed, done
+from tests.support.contracts import contract, role
+from tests.support.rows import scalar
+from tests.support.s3 import bucket_keys, new_bucket, shared_server
+from tests.support.submitter import submit
 
 LONG = "long-" + "x" * 150  # a valid run id, too long to be a file name: hashed
 HASHED = hashlib.sha256(LONG.encode()).hexdigest()

@@ -2,7 +2,7 @@
 layout in the bucket, two hosts appending to one log, multipart uploads, and an unreachable store —
 a 503 for the routes that need it, and a seal that the reaper does again once the store is back.
 
-Against moto's S3 server on 127.0.0.1, started here (tests/s3.py): real HTTP, no mock of boto3."""
+Against moto's S3 server on 127.0.0.1, started here (tests/support/s3.py): real HTTP, no mock of boto3."""
 
 from __future__ import annotations
 
@@ -20,11 +20,13 @@ from app.errors import ConfigError
 from app.records import RecordSealed, RecordStoreUnavailable
 from app.records.s3 import S3Records
 from app.services.reaper import reap_pass
-from tests.agent import claimed, done
-from tests.helpers import advertise, cap, contract, role, submit
 from tests.records.common import RUN, seal_example
-from tests.rows import scalar
-from tests.s3 import S3Server, bucket_keys, new_bucket, s3_client, shared_server
+from tests.support.actors import cap
+from tests.support.agent import advertise, claimed, done
+from tests.support.contracts import contract, role
+from tests.support.rows import scalar
+from tests.support.s3 import S3Server, bucket_keys, new_bucket, s3_client, shared_server
+from tests.support.submitter import submit
 
 PREFIX = "mediator/records"
 

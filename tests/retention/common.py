@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.agent import claimed, done, put_blob
-from tests.helpers import advertise, cap, contract, role, submit
-from tests.rows import scalar
+from tests.support.actors import cap
+from tests.support.agent import advertise, claimed, done, put_blob
+from tests.support.contracts import contract, role
+from tests.support.rows import scalar
+from tests.support.submitter import submit
 
 # Every table that holds rows of a run, with the column naming it.
 RUN_TABLES = ("runs", "steps", "run_events", "blobs", "leases")

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from app.services.reaper import reap_pass
-from tests.apps import ROOT
 from tests.retention.common import finished_run, no_rows, rejected_run, rows_of, tombstone
-from tests.rows import scalar
+from tests.support.apps import ROOT
+from tests.support.rows import scalar
 
 
 def mediator(ctx: Any, *args: str, **env: str) -> subprocess.CompletedProcess[str]:

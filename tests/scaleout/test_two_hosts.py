@@ -17,10 +17,11 @@ import pytest
 import requests
 
 from app.config import to_libpq_url
-from tests.apps import LiveServer
-from tests.helpers import cap, contract, role
-from tests.s3 import bucket_keys
 from tests.scaleout.hosts import reaper_once, store_keys, two_hosts
+from tests.support.actors import cap
+from tests.support.apps import LiveServer
+from tests.support.contracts import contract, role
+from tests.support.s3 import bucket_keys
 
 pytestmark = pytest.mark.slow
 

@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     store: dict[str, str] = {}
     if args.hosts > 1:
-        from tests.s3 import new_bucket, shared_server
+        from tests.support.s3 import new_bucket, shared_server
 
         s3 = shared_server()
         store = {

@@ -24,7 +24,7 @@ from app.match import Reject, match
 from app.store.gate import SCANNING_LOCK, WAITING_LOCK
 from app.store.nodes import live_adverts, unavailable_node_ids
 from app.store.queue import QueuedRun
-from tests.apps import client_of, make_config
+from tests.support.apps import client_of, make_config
 
 JOIN_TIMEOUT = 30.0
 

@@ -6,7 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tests.helpers import advertise, cap, contract, role, submit
+from tests.support.actors import cap
+from tests.support.agent import advertise
+from tests.support.contracts import contract, role
+from tests.support.submitter import submit
 
 _SNAPSHOT_SQL = "SELECT " + ", ".join(
     f"(SELECT coalesce(array_agg(to_jsonb(x)::text ORDER BY to_jsonb(x)::text), '{{}}') FROM {t} x)"

@@ -17,7 +17,7 @@ from app import create_app
 from app.config import load_config, to_libpq_url
 from app.db import CONNECT_DEFAULTS, conninfo
 from app.errors import ConfigError
-from tests.apps import TOKEN
+from tests.support.apps import TOKEN
 
 ROOT = Path(__file__).resolve().parents[2]
 MIB = 1024 * 1024

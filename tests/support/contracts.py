@@ -1,13 +1,9 @@
-"""Builders for contracts and adverts, the actors' most used requests as functions of a client
-(tests/support/actors.py); the receiver of the runs webhook is tests/support/webhooks.py's."""
+"""Contracts as the tests submit them: a role, a contract of roles and steps, and the shapes
+many tests share (one step, two steps, a loop, an acquire, priorities, an ask)."""
 
 from __future__ import annotations
 
 from typing import Any
-
-from tests.rows import run_row
-from tests.support.actors import Node, Submitter, cap
-from tests.support.webhooks import RunsHook as RunsHook  # where the tests of runs_url find it
 
 
 def role(name: str, capability: str = "board", count: int = 1, **attrs: str) -> dict[str, Any]:
@@ -24,20 +20,6 @@ def contract(
     if steps is None:
         steps = [{"id": f"use-{r['as']}", "uses": r["as"], "run": ["true"]} for r in roles]
     return {"run_id": run_id, "requires": list(roles), "steps": steps, **top}
-
-
-def advertise(client: Any, node_id: str, *caps: dict[str, Any], **body: Any) -> Any:
-    """:meth:`Node.advertise` of ``node_id`` over ``client`` (a test client or a live server)."""
-    return Node(client, node_id).advertise(*caps, **body)
-
-
-def submit(client: Any, doc: dict[str, Any], status: int | None = None) -> Any:
-    """:meth:`Submitter.submit` over ``client``: the reply, its status asserted when given."""
-    return Submitter(client).submit(doc, status)
-
-
-def state_of(client: Any, run_id: str) -> str:
-    return Submitter(client).state_of(run_id)
 
 
 def two_steps(run_id: str, uses: str = "dut", **top: Any) -> dict[str, Any]:
@@ -87,16 +69,6 @@ def chain_over_two_nodes(run_id: str = "run-1") -> dict[str, Any]:
             {"id": "boot", "uses": "dut", "run": ["boot"]},
         ],
     )
-
-
-def queued_behind_a_freed_scope(client: Any, sql: Any) -> None:
-    """Node x1 (a scope) held by run ``holder``; run ``waiter`` QUEUED for a scope; then the
-    holder's lease is deleted by raw SQL, so x1 is free but no wake has looked yet."""
-    advertise(client, "x1", cap("scope"))
-    submit(client, one_step("holder", "probe", "scope"), 201)
-    submit(client, one_step("waiter", "probe", "scope"), 202)
-    sql.execute("delete from leases where run_id = 'holder'")
-    assert run_row(sql, "waiter")["state"] == "QUEUED"
 
 
 def contract_naming(where: str, name: str) -> tuple[dict[str, Any], str]:

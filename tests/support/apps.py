@@ -23,7 +23,7 @@ from sqlalchemy import text
 from app import create_app
 
 TOKEN = "test-token-of-the-mediator-long-enough"
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def make_config(url: str, records: Any, **extra: Any) -> dict[str, Any]:

@@ -1,20 +1,19 @@
-"""A fleet in every state the status page shows, built through the API by a node agent's and a
-submitter's requests (tests/agent.py): a finished run, runs running on nodes (one with an open
-ask), runs queued behind busy nodes and one for which no live node matches, a draining node."""
+"""Starting pictures built through the API by a node agent's and a submitter's requests
+(tests/support/agent.py, tests/support/submitter.py), with plain SQL where a picture needs what no
+request leaves: a fleet in every state the status page shows, a run queued behind a freed scope.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from tests.agent import claimed, done, report
-from tests.helpers import advertise, cap, contract, one_step, role
-from tests.support.actors import Submitter
+from tests.support.actors import cap
+from tests.support.agent import advertise, claimed, done, report
+from tests.support.contracts import contract, one_step, role
+from tests.support.rows import run_row
+from tests.support.submitter import submit
 
 DECISION = {"type": "object", "required": ["ok"], "properties": {"ok": {"type": "boolean"}}}
-
-
-def submit(client: Any, doc: dict[str, Any], status: int, principal: str | None = None) -> None:
-    Submitter(client, principal).submit(doc, status)
 
 
 def build_fleet(
@@ -24,6 +23,8 @@ def build_fleet(
     principal: str = "ana@lab.test",
     prompt: str = "Does the board boot?",
 ) -> None:
+    """A finished run, runs running on nodes (one with an open ask), runs queued behind busy
+    nodes and one for which no live node matches, a draining node."""
     advertise(client, "board-1", cap("board", soc="imx8mp"), label=label)
     advertise(client, "board-2", cap("board", soc="imx8mp"))
     advertise(client, "scope-1", cap("scope"), policy={"drain": "graceful"})
@@ -72,3 +73,13 @@ def build_fleet(
     submit(client, one_step("wait-1"), 202, principal)
     submit(client, one_step("wait-2"), 202)
     submit(client, one_step("wait-scope", capability="scope"), 202)
+
+
+def queued_behind_a_freed_scope(client: Any, sql: Any) -> None:
+    """Node x1 (a scope) held by run ``holder``; run ``waiter`` QUEUED for a scope; then the
+    holder's lease is deleted by raw SQL, so x1 is free but no wake has looked yet."""
+    advertise(client, "x1", cap("scope"))
+    submit(client, one_step("holder", "probe", "scope"), 201)
+    submit(client, one_step("waiter", "probe", "scope"), 202)
+    sql.execute("delete from leases where run_id = 'holder'")
+    assert run_row(sql, "waiter")["state"] == "QUEUED"
