@@ -10,10 +10,9 @@ from typing import Any
 import pytest
 
 from app.estimate import duration_key
-from tests.reaper.common import ask_contract
 from tests.support.actors import cap
 from tests.support.agent import advertise, claimed
-from tests.support.contracts import contract, role, two_steps
+from tests.support.contracts import ask_contract, contract, role, two_steps
 from tests.support.submitter import submit
 
 one_app_per_module = True

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 
 from app.services.reaper import reap_pass
-from tests.auth.common import sha256_entry, token_client
-from tests.reaper.common import expire_leases
 from tests.support.actors import cap
 from tests.support.agent import advertise, claimed, done, report
+from tests.support.clock import expire_leases
 from tests.support.contracts import contract, one_step, role, two_steps
+from tests.support.tokens import sha256_entry, token_client
 
 one_app_per_module = True
 

@@ -12,10 +12,10 @@ import pytest
 from app.estimate import duration_key
 from app.services.queue import wake_queued
 from app.services.reaper import reap_pass
-from tests.auth.common import sha256_entry, token_client
 from tests.support.actors import cap
 from tests.support.agent import advertise, claimed
 from tests.support.contracts import contract, probing_run, role
+from tests.support.tokens import sha256_entry, token_client
 
 one_app_per_module = True
 

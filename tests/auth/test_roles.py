@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from app.api.auth import ROUTES
-from tests.auth.common import ENTRIES, SECRETS, forbidden, records_root, token_client
+from tests.support.apps import records_root
+from tests.support.tokens import ENTRIES, SECRETS, forbidden, token_client
 from tests.support.wire import V1_ROUTES, claimed_run, snapshot
 
 one_app_per_module = True

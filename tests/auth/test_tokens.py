@@ -18,8 +18,8 @@ from app.cli import main
 from app.config import load_config
 from app.errors import ConfigError
 from app.tokens import ALL_ROLES, TokenSet, legacy_token, parse_tokens
-from tests.auth.common import sha256_entry, token_client
 from tests.support.apps import TOKEN
+from tests.support.tokens import sha256_entry, token_client
 
 ARGON2_SECRET = "an-argon2-secret"
 ARGON2_HASH = argon2.PasswordHasher().hash(ARGON2_SECRET)

@@ -19,12 +19,12 @@ from app.config import load_config
 from app.errors import ConfigError
 from app.logs import configure_logging
 from app.tokens import legacy_token, parse_tokens
-from tests.auth.common import ENTRIES, as_role, forbidden, sha256_entry, token_client
 from tests.support.actors import Answerer, cap
 from tests.support.agent import advertise
 from tests.support.apps import app_on
 from tests.support.contracts import contract, role
 from tests.support.rows import rows, run_row, step_row
+from tests.support.tokens import ENTRIES, as_role, forbidden, sha256_entry, token_client
 
 one_app_per_module = True
 

@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 from app.services.reaper import reap_pass
-from tests.auth.common import ENTRIES, SECRETS, sha256_entry
 from tests.deploy.page import rows
 from tests.support.actors import cap
 from tests.support.agent import advertise, claimed
@@ -19,6 +18,7 @@ from tests.support.apps import app_on, client_of
 from tests.support.contracts import contract, one_step, role
 from tests.support.pages import PageUser, csrf_of
 from tests.support.submitter import state_of, submit
+from tests.support.tokens import ENTRIES, SECRETS, sha256_entry
 
 
 @pytest.fixture

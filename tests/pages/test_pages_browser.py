@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 
-from tests.auth.common import ENTRIES, SECRETS
 from tests.deploy.http import Http
 from tests.support.actors import cap
 from tests.support.agent import advertise, claimed, done
 from tests.support.apps import TOKEN
 from tests.support.contracts import contract, one_step, role
 from tests.support.submitter import submit
+from tests.support.tokens import ENTRIES, SECRETS
 
 pytestmark = pytest.mark.needs_chromium
 

@@ -6,9 +6,9 @@ that fits nodes not reserved against it."""
 
 from __future__ import annotations
 
-from tests.priority.common import single, wide
 from tests.support.actors import cap
 from tests.support.agent import advertise
+from tests.support.contracts import single, wide
 from tests.support.invariants import check, check_quiet
 from tests.support.submitter import submit
 

@@ -5,11 +5,11 @@ not starved by low-priority narrow ones."""
 
 from __future__ import annotations
 
-from tests.priority.common import events_like, reservations, single, wide
 from tests.support.actors import cap
 from tests.support.agent import advertise
+from tests.support.contracts import single, wide
 from tests.support.invariants import check
-from tests.support.rows import leases_of, run_row
+from tests.support.rows import events_like, leases_of, reservations, run_row
 from tests.support.submitter import submit
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 from typing import Any
 
 from app.services.queue import wake_queued
-from tests.priority.common import reservations, single, wide
 from tests.support.actors import cap
 from tests.support.agent import advertise
 from tests.support.apps import app_on, client_of
@@ -20,7 +19,9 @@ from tests.support.concurrency import (
     states,
     waiting_lock_held,
 )
+from tests.support.contracts import single, wide
 from tests.support.invariants import check
+from tests.support.rows import reservations
 from tests.support.submitter import submit
 
 

@@ -13,12 +13,12 @@ import pytest
 
 from app.services.reaper import reap_pass
 from app.store.queue import aged_queued_runs
-from tests.priority.common import events_like, has_waited, reservations, single, wide
 from tests.support.actors import cap
 from tests.support.agent import advertise, run_step
-from tests.support.contracts import contract, role
+from tests.support.clock import has_waited
+from tests.support.contracts import contract, role, single, wide
 from tests.support.invariants import check
-from tests.support.rows import leases_of, run_row
+from tests.support.rows import events_like, leases_of, reservations, run_row
 from tests.support.submitter import submit
 
 

@@ -24,10 +24,10 @@ from typing import Any
 import pytest
 import requests
 
-from tests.priority.common import single, wide
 from tests.support.actors import cap
 from tests.support.apps import LiveServer, gunicorn_on
 from tests.support.concurrency import await_condition
+from tests.support.contracts import single, wide
 from tests.support.invariants import check, connect
 
 pytestmark = pytest.mark.slow

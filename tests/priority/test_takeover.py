@@ -24,12 +24,14 @@ from typing import Any
 import pytest
 
 from app import create_app
-from tests.priority.common import has_waited, reservations, single, wide
 from tests.support.actors import cap
 from tests.support.agent import advertise, done
 from tests.support.apps import client_of, make_config
+from tests.support.clock import has_waited
 from tests.support.concurrency import connect
+from tests.support.contracts import single, wide
 from tests.support.invariants import check
+from tests.support.rows import reservations
 from tests.support.submitter import submit
 
 BOARDS = 4

@@ -7,9 +7,9 @@ are moved with SQL."""
 from __future__ import annotations
 
 from app.services.reaper import reap_pass
-from tests.reaper.common import LEASE_EXPIRED
 from tests.support.actors import cap
 from tests.support.agent import advertise
+from tests.support.clock import LEASE_EXPIRED
 from tests.support.contracts import contract, role
 from tests.support.rows import run_row, scalar
 from tests.support.submitter import submit

@@ -22,10 +22,10 @@ from typing import Any
 from app.services.reaper import reap_pass
 from app.store.gate import SCANNING_LOCK
 from app.store.reaper import REAPER_LOCK
-from tests.reaper.common import LEASE_EXPIRED, expire_leases
 from tests.support.actors import cap
 from tests.support.agent import advertise
 from tests.support.apps import ROOT, TOKEN
+from tests.support.clock import LEASE_EXPIRED, expire_leases
 from tests.support.concurrency import (
     Background,
     apps_on,

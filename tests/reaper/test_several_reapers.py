@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from app.services.reaper import reap_pass
 from app.store.reaper import REAPER_LOCK
-from tests.reaper.common import expire_leases, running_on_n1_and_one_queued
 from tests.support.actors import cap
 from tests.support.agent import advertise
+from tests.support.clock import expire_leases
 from tests.support.concurrency import apps_on, connect, race
 from tests.support.contracts import contract, role
 from tests.support.rows import count_events, leases, run_row
+from tests.support.scenes import running_on_n1_and_one_queued
 from tests.support.submitter import submit
 
 

@@ -32,7 +32,7 @@ from app.records import (
 )
 from app.records.common import json_bytes
 from app.records.interface import location_name
-from tests.records.common import BACKENDS, MULTIPART, RUN, Backend, seal_example
+from tests.support.records import BACKENDS, MULTIPART, RUN, Backend, seal_example
 
 NOTE = b"\n[mediator: log truncated at %d bytes]\n"
 CAPPED = b'{"type":"enode.capped","bytes":%d}\n'

@@ -20,10 +20,10 @@ from app.errors import ConfigError
 from app.records import RecordSealed, RecordStoreUnavailable
 from app.records.s3 import S3Records
 from app.services.reaper import reap_pass
-from tests.records.common import RUN, seal_example
 from tests.support.actors import cap
 from tests.support.agent import advertise, claimed, done
 from tests.support.contracts import contract, role
+from tests.support.records import RUN, seal_example
 from tests.support.rows import scalar
 from tests.support.s3 import S3Server, bucket_keys, new_bucket, s3_client, shared_server
 from tests.support.submitter import submit

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from app.services.reaper import reap_pass
-from tests.retention.common import finished_run, no_rows, rejected_run, rows_of, tombstone
 from tests.support.apps import ROOT
-from tests.support.rows import scalar
+from tests.support.rows import no_rows, rows_of, scalar, tombstone
+from tests.support.scenes import finished_run, rejected_run
 
 
 def mediator(ctx: Any, *args: str, **env: str) -> subprocess.CompletedProcess[str]:

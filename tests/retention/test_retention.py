@@ -12,11 +12,12 @@ import pytest
 
 from app.services.reaper import reap_pass
 from app.services.retention import prune, prune_expired
-from tests.retention.common import age, finished_run, no_rows, rejected_run, rows_of, tombstone
 from tests.support.actors import cap
 from tests.support.agent import advertise
+from tests.support.clock import age
 from tests.support.contracts import contract, role
-from tests.support.rows import run_row, scalar
+from tests.support.rows import no_rows, rows_of, run_row, scalar, tombstone
+from tests.support.scenes import finished_run, rejected_run
 from tests.support.submitter import submit
 
 pytestmark = pytest.mark.config({"retention.days": 30})

@@ -71,6 +71,11 @@ def one_connection_app(url: str, records: Any, probe: str) -> Iterator[Flask]:
         yield application
 
 
+def records_root(app: Flask) -> Path:
+    """Where ``app`` keeps its Records (``records.root``)."""
+    return Path(app.extensions["mediator"].config["records.root"])
+
+
 def empty_records(root: Path) -> None:
     """Remove every Record, sealed ones included (files 0444, directories 0555)."""
     if not root.exists():

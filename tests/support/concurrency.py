@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from sqlalchemy import text
@@ -27,6 +27,7 @@ from app.store.queue import QueuedRun
 from tests.support.apps import client_of, make_config
 
 JOIN_TIMEOUT = 30.0
+T = TypeVar("T")
 
 
 class Apps:
@@ -157,6 +158,18 @@ def await_condition(
     while not check():
         assert time.monotonic() < deadline, f"timed out waiting for: {what}"
         time.sleep(interval)
+
+
+def await_value(look: Callable[[], T | None], what: str, timeout: float = 20.0) -> T:
+    """Look until ``look`` answers something (not None, not False) or the deadline passes: what
+    another process did shows only in what it serves, and there is no event to subscribe to."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = look()
+        if value is not None and value is not False:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for: {what}"
+        time.sleep(0.05)
 
 
 def lock_holders(sql: Any, key: int) -> int:

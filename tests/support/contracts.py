@@ -143,3 +143,41 @@ def probing_run(run_id: str, **top: Any) -> dict[str, Any]:
         ],
         **top,
     )
+
+
+def single(run_id: str, priority: int = 0, **attrs: str) -> dict[str, Any]:
+    """One board, one step; ``queue.priority`` when not 0."""
+    doc = contract(run_id, role("dut", **attrs))
+    if priority:
+        doc["queue"] = {"priority": priority}
+    return doc
+
+
+def wide(run_id: str, count: int = 2, priority: int = 0, **queue: Any) -> dict[str, Any]:
+    """``count`` boards in one role, one step on them."""
+    doc = contract(run_id, role("duts", count=count))
+    if priority or queue:
+        doc["queue"] = {**queue, **({"priority": priority} if priority else {})}
+    return doc
+
+
+def ask_contract(run_id: str, **ask: Any) -> dict[str, Any]:
+    """An ask raised at creation (needs nothing), then a board step after it."""
+    return contract(
+        run_id,
+        role("dut"),
+        steps=[
+            {
+                "id": "approve",
+                "ask": {"prompt": "Looks right?", **ask},
+                "out": ["decision"],
+                "schema": {
+                    "decision": {
+                        "type": "object",
+                        "properties": {"verdict": {"enum": ["approve", "reject"]}},
+                    }
+                },
+            },
+            {"id": "flash", "uses": "dut", "run": ["flash-image"]},
+        ],
+    )

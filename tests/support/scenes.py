@@ -1,14 +1,15 @@
 """Starting pictures built through the API by a node agent's and a submitter's requests
 (tests/support/agent.py, tests/support/submitter.py), with plain SQL where a picture needs what no
-request leaves: a fleet in every state the status page shows, a run queued behind a freed scope.
-"""
+request leaves: a fleet in every state the status page shows, a run queued behind a freed scope,
+a run running with another queued behind it, a run finished with its Record sealed, a run
+rejected."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from tests.support.actors import cap
-from tests.support.agent import advertise, claimed, done, report
+from tests.support.agent import advertise, claimed, done, put_blob, report
 from tests.support.contracts import contract, one_step, role
 from tests.support.rows import run_row
 from tests.support.submitter import submit
@@ -83,3 +84,37 @@ def queued_behind_a_freed_scope(client: Any, sql: Any) -> None:
     submit(client, one_step("waiter", "probe", "scope"), 202)
     sql.execute("delete from leases where run_id = 'holder'")
     assert run_row(sql, "waiter")["state"] == "QUEUED"
+
+
+def running_on_n1_and_one_queued(client: Any, *, queued: dict[str, Any] | None = None) -> None:
+    """Node n1 (a board); run-a RUNNING on it; run-b QUEUED behind it (202)."""
+    advertise(client, "n1", cap("board"))
+    assert submit(client, contract("run-a"), 201).get_json()["state"] == "RUNNING"
+    doc = queued or contract("run-b")
+    assert submit(client, doc, 202).get_json()["state"] == "QUEUED"
+
+
+def finished_run(client: Any, run_id: str, node: str = "n1", *, work: str | None = None) -> None:
+    """``run_id`` on ``node`` (a board, advertised here): one step that logs, uploads a blob and
+    succeeds; the run ends SUCCEEDED and its Record is sealed."""
+    advertise(client, node, cap("board", serial=node))
+    top: dict[str, Any] = {}
+    if work:  # work key gerrit:<work>; the ledger then shows earlier runs of the work
+        top = {"work": {"system": "gerrit", "change_id": work}, "ledger": {"scope": "work"}}
+    doc = contract(
+        run_id,
+        role("dut", serial=node),
+        steps=[{"id": "boot", "uses": "dut", "run": ["boot"], "out": ["result.json"]}],
+        **top,
+    )
+    submit(client, doc, 201)
+    step = claimed(client, node)
+    assert (step["run_id"], step["seq"]) == (run_id, 1)
+    assert client.put(f"/v1/runs/{run_id}/steps/1/log", data=b"booted\n").status_code == 200
+    assert put_blob(client, run_id, 1, "result.json", b'{"ok": true}') == 204
+    assert done(client, run_id, 1, node, produced=["result.json"])["run_state"] == "SUCCEEDED"
+
+
+def rejected_run(client: Any, run_id: str) -> None:
+    """A submit no node of the fleet could ever take: 422, stored FAILED with its reject."""
+    submit(client, contract(run_id, role("dut", "no-such-capability")), 422)

@@ -1,6 +1,6 @@
 """A submitter's side of the API as functions of a client (thin wrappers over
 :class:`tests.support.actors.Submitter`): submitting a contract and reading a run's state, over
-Flask's test client or a live server alike."""
+Flask's test client or a live server alike, and awaiting a state another process moves it to."""
 
 from __future__ import annotations
 
@@ -19,3 +19,13 @@ def submit(
 
 def state_of(client: Any, run_id: str) -> str:
     return Submitter(client).state_of(run_id)
+
+
+def run_view(server: Any, run_id: str) -> dict[str, Any]:
+    """:meth:`Submitter.view`: ``GET /v1/runs/{run_id}``, which must answer 200."""
+    return Submitter(server).view(run_id)
+
+
+def await_state(server: Any, run_id: str, *states: str, timeout: float = 20.0) -> dict[str, Any]:
+    """:meth:`Submitter.wait_for_state`: the run's view once it is in one of ``states``."""
+    return Submitter(server).wait_for_state(run_id, *states, timeout=timeout)

@@ -26,7 +26,7 @@ from app.records import (
     record_location,
     write_atomic,
 )
-from tests.records.common import RUN, seal_example
+from tests.support.records import RUN, seal_example
 
 
 @pytest.fixture
