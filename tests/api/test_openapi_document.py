@@ -20,7 +20,7 @@ from jsonschema import Draft202012Validator
 from app import create_app
 from app.contract import validate_contract
 from app.errors import BadRequest
-from tests.hostile import strategies
+from tests.support import strategies
 from tests.support.apps import ROOT, make_config
 
 # One gunicorn for the module, its tables emptied before each test (tests/conftest.py).

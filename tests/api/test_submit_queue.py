@@ -12,13 +12,9 @@ of a submit (docs/metrics.md#logs)."""
 from __future__ import annotations
 
 import re
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
-import psycopg
 import pytest
 import structlog
 
@@ -28,12 +24,8 @@ from app.store.nodes import live_adverts
 from app.store.queue import queued_shape_heads
 from tests.support.actors import cap
 from tests.support.agent import advertise
-from tests.support.apps import client_of
 from tests.support.concurrency import (
-    JOIN_TIMEOUT,
-    await_condition,
-    backends_waiting_on_locks,
-    connect,
+    submit_held_after_its_read,
 )
 from tests.support.contracts import contract, role
 from tests.support.rows import attempts, find_run, leases, one, run_row, scalar
@@ -725,39 +717,6 @@ def test_the_view_of_a_running_run_has_no_queue_explanation(client):
 
 
 # ---------------------------- the submit window (docs/queue.md#on-submit-placed-queued-or-rejected)
-
-
-@contextmanager
-def submit_held_after_its_read(
-    app: Any, sql: Any, db_url: str, doc: dict[str, Any], *, others_waiting: int = 0
-) -> Iterator[dict[str, Any]]:
-    """Submit ``doc`` in a thread and hold it right after it has read the fleet and the
-    unavailable set: an uncommitted row with the same run_id (on ``sql``) makes its insert of the
-    run row wait. The body of the ``with`` runs while it waits; on leaving, that row is rolled
-    back, the submit goes on, and the dict holds its response under ``resp``.
-    ``others_waiting``: the Mediator's backends already waiting on a lock of the test's."""
-    other = client_of(app)
-    answer: dict[str, Any] = {}
-    t = threading.Thread(
-        target=lambda: answer.update(resp=other.post("/v1/runs", json=doc)), daemon=True
-    )
-    with connect(db_url) as watcher:
-        with sql.transaction():
-            sql.execute(
-                "insert into runs (run_id, state, contract, requires, requires_key)"
-                " values (%s, 'FAILED', '{}', '[]', 'blocker')",
-                (doc["run_id"],),
-            )
-            t.start()
-            await_condition(
-                lambda: backends_waiting_on_locks(watcher) == others_waiting + 1,
-                "the submit's insert waiting on the uncommitted run row",
-            )
-            answer["watcher"] = watcher
-            yield answer
-            raise psycopg.Rollback()
-    t.join(JOIN_TIMEOUT)
-    assert not t.is_alive()
 
 
 def test_a_node_taken_between_match_and_insert_rolls_the_creation_back_whole_and_queues_202(

@@ -13,7 +13,6 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from tests.api.test_submit_queue import submit_held_after_its_read
 from tests.support.actors import Node, cap
 from tests.support.agent import advertise
 from tests.support.apps import client_of
@@ -24,6 +23,7 @@ from tests.support.concurrency import (
     connect,
     lease_runs,
     states,
+    submit_held_after_its_read,
 )
 from tests.support.contracts import one_step
 from tests.support.submitter import submit

@@ -21,7 +21,6 @@ import os
 import re
 import signal
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, suppress
 from pathlib import Path
@@ -33,6 +32,7 @@ import requests
 from app.services.reaper import reap_pass
 from tests.support.actors import Node, Submitter, cap
 from tests.support.apps import LiveServer, app_on, gunicorn_on
+from tests.support.concurrency import await_condition
 from tests.support.contracts import contract, one_step, role
 from tests.support.invariants import (
     check,
@@ -63,15 +63,6 @@ def children_of(pid: int) -> set[int]:
         if int(stat.rpartition(")")[2].split()[1]) == pid:
             out.add(int(entry))
     return out
-
-
-def eventually(cond: Callable[[], bool], what: str, timeout: float = DEADLINE) -> None:
-    """Wait for something another process does (a worker booting, its start-up wake): there is
-    no event to await across processes, so look again until the deadline."""
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for: {what}"
-        time.sleep(0.05)
 
 
 class Crash:
@@ -107,16 +98,20 @@ class Crash:
             request()
         pid = int(self.marker.read_text())
         assert pid in before, (pid, before)
-        eventually(
+        await_condition(
             lambda: (
                 re.search(rf"Worker \(pid:{pid}\) was sent SIGKILL", self.log.read_text())
                 is not None
             ),
             "gunicorn to report the SIGKILL",
+            DEADLINE,
+            interval=0.05,
         )
-        eventually(
+        await_condition(
             lambda: pid not in (now := children_of(master)) and len(now) == self.workers,
             "gunicorn to replace the killed worker",
+            DEADLINE,
+            interval=0.05,
         )
         # The replacement's start-up wake is over before the test goes on: a scan of its own
         # running beside the test's next request would make that request's scan skip (the gate:
@@ -137,7 +132,7 @@ class Crash:
                         said.add(json.loads(line).get("pid"))
             return set(workers) <= said
 
-        eventually(ready, "every worker to finish its start-up")
+        await_condition(ready, "every worker to finish its start-up", DEADLINE, interval=0.05)
 
     def reaper_pass(self, url: str) -> None:
         with app_on(url, self.records) as app:
@@ -250,7 +245,12 @@ def test_a_worker_killed_inside_a_promotion_leaves_the_run_queued_and_the_start_
     # The cancel commits, seals the holder, and its wake dies inside the waiter's promotion.
     crash.worker_dies(lambda: crash.post("/v1/runs/holder/cancel"))
     with connect(fresh_db_url) as sql:
-        eventually(lambda: run_row(sql, "waiter")["state"] == "RUNNING", "the start-up wake")
+        await_condition(
+            lambda: run_row(sql, "waiter")["state"] == "RUNNING",
+            "the start-up wake",
+            DEADLINE,
+            interval=0.05,
+        )
         assert promoted_by(sql, "waiter") == "promoted: start-up"
         assert run_row(sql, "holder")["state"] == "FAILED"
         assert leases(sql) == [("n1", "waiter")]
@@ -308,7 +308,12 @@ def test_a_worker_killed_after_a_release_commits_is_replaced_by_one_whose_start_
     # The release of n1 commits; the worker dies before its wake.
     crash.worker_dies(lambda: crash.result(step, "n1"))
     with connect(fresh_db_url) as sql:
-        eventually(lambda: run_row(sql, "waiter")["state"] == "RUNNING", "the start-up wake")
+        await_condition(
+            lambda: run_row(sql, "waiter")["state"] == "RUNNING",
+            "the start-up wake",
+            DEADLINE,
+            interval=0.05,
+        )
         assert promoted_by(sql, "waiter") == "promoted: start-up"
         assert run_row(sql, "holder")["state"] == "RUNNING"
         assert leases(sql) == [("h1", "holder"), ("n1", "waiter")]
@@ -375,7 +380,12 @@ def test_a_worker_killed_after_a_cancel_commits_leaves_the_seal_to_the_reaper_an
     crash.submit(one_step("waiter"), 202)
     crash.worker_dies(lambda: crash.post("/v1/runs/holder/cancel"))
     with connect(fresh_db_url) as sql:
-        eventually(lambda: run_row(sql, "waiter")["state"] == "RUNNING", "the start-up wake")
+        await_condition(
+            lambda: run_row(sql, "waiter")["state"] == "RUNNING",
+            "the start-up wake",
+            DEADLINE,
+            interval=0.05,
+        )
         assert promoted_by(sql, "waiter") == "promoted: start-up"
         assert run_row(sql, "holder")["state"] == "FAILED"
         assert check(sql) == []

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import requests
 
-from tests.deploy.http import Http
-from tests.deploy.programs import require_program
 from tests.support.apps import ROOT
+from tests.support.http import Http
+from tests.support.programs import require_program
 
 DOCUMENTED = ROOT / "deploy" / "nginx.conf"
 DOCUMENTED_UPSTREAM = "server 127.0.0.1:8080;"

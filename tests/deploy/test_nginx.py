@@ -28,7 +28,6 @@ import requests
 
 from app.api.pages import REFERRER_POLICY
 from app.config import KEYS_BY_NAME
-from tests.deploy.http import Answer, Http
 from tests.deploy.nginx import DOCUMENTED, Nginx, nginx_in_front
 from tests.support.actors import cap
 from tests.support.agent import claim, claimed, done
@@ -36,6 +35,7 @@ from tests.support.apps import ROOT, TOKEN, LiveServer, gunicorn_on
 from tests.support.browser import BrowserUser, chromium
 from tests.support.concurrency import await_condition, connect
 from tests.support.contracts import contract, one_step, role
+from tests.support.http import Answer, Http
 from tests.support.pages import csrf_of
 
 pytestmark = pytest.mark.needs_nginx

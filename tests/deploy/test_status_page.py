@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
-from tests.deploy.page import element_text, rows
 from tests.support.actors import cap
 from tests.support.agent import advertise
 from tests.support.apps import TOKEN, app_on, client_of
 from tests.support.contracts import contract, one_step, role
 from tests.support.pages import PageUser
 from tests.support.scenes import build_fleet
+from tests.support.status_page import element_text, rows
 from tests.support.submitter import submit
 
 

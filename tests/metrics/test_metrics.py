@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from tests.metrics.scrape import Samples, has, scrape, value
 from tests.support.agent import advertise
 from tests.support.apps import app_on, client_of
 from tests.support.contracts import contract, one_step, role
+from tests.support.metrics import Samples, has, scrape, value
 from tests.support.submitter import submit
 
 ASK = {

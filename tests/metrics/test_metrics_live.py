@@ -18,9 +18,9 @@ import pytest
 import requests
 from prometheus_client.mmap_dict import MmapedDict
 
-from tests.metrics.scrape import Samples, parse, value
 from tests.support.apps import ROOT, LiveServer, _free_port, gunicorn_on
 from tests.support.contracts import one_step
+from tests.support.metrics import Samples, parse, value
 
 SCRAPES = 8  # each on a new connection: both workers answer some of them
 HEALTHZ = {"method": "GET", "route": "/healthz", "status": "200"}

@@ -17,12 +17,12 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.expected_conditions import staleness_of
 
-from tests.deploy.http import Http
 from tests.support.actors import cap
 from tests.support.agent import advertise
 from tests.support.apps import TOKEN, client_of
 from tests.support.browser import BrowserUser
 from tests.support.contracts import one_step
+from tests.support.http import Http
 from tests.support.pages import PageUser, csrf_of
 from tests.support.submitter import submit
 from tests.support.tokens import ENTRIES, SECRETS

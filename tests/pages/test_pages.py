@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 
 from app.services.reaper import reap_pass
-from tests.deploy.page import rows
 from tests.support.actors import cap
 from tests.support.agent import advertise, claimed
 from tests.support.apps import app_on, client_of
 from tests.support.contracts import contract, one_step, role
 from tests.support.pages import PageUser, csrf_of
+from tests.support.status_page import rows
 from tests.support.submitter import state_of, submit
 from tests.support.tokens import ENTRIES, SECRETS, sha256_entry
 

@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from tests.deploy.http import Http
 from tests.support.actors import cap
 from tests.support.agent import advertise, claimed, done
 from tests.support.apps import TOKEN
 from tests.support.contracts import contract, one_step, role
+from tests.support.http import Http
 from tests.support.submitter import submit
 from tests.support.tokens import ENTRIES, SECRETS
 

@@ -4,7 +4,7 @@ reapers, with the invariant checker of tests/support/invariants.py sampled throu
 full at the end.
 
 - ``driver.py``: one process of the storm (a submitter, the canceller, node agents, a reaper).
-- ``storm.py``: starts the server and the drivers, samples, collects, checks.
+- ``tests/support/storm.py``: starts the server and the drivers, samples, collects, checks.
 - ``test_storm.py``: the bounded storm CI runs (a fixed number of operations; its seed printed,
   ``STORM_SEED=<n>`` replays it).
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from app.dev.embedded import create_database, drop_database, resolve_admin_url
 from app.migrate import upgrade
-from tests.storm.storm import Plan, run_storm
+from tests.support.storm import Plan, run_storm
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -48,7 +48,7 @@ class Transport(Protocol):
 class ClientTransport:
     """Flask's test client (which carries the token, :func:`tests.support.apps.client_of`), or an
     object with the same ``post``/``get``/``put`` methods (the HTTPS client of
-    tests/deploy/http.py)."""
+    tests/support/http.py)."""
 
     def __init__(self, client: Any) -> None:
         self.client = client

@@ -3,6 +3,7 @@ opened and closed around a block, and a real gunicorn serving the Mediator on 12
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -11,7 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -215,3 +216,14 @@ def gunicorn_on(db_url: str, tmp_path: Path, **env_extra: str | None) -> Iterato
             proc.wait(timeout=15)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+def ready_workers(server: LiveServer) -> set[int]:
+    """The workers of ``server`` that have logged that their start-up is over."""
+    assert server.log is not None
+    said = set()
+    for line in server.log.read_text().splitlines():
+        if "process ready" in line:
+            with suppress(ValueError):
+                said.add(json.loads(line).get("pid"))
+    return said

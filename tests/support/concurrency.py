@@ -149,14 +149,21 @@ def scanning_lock_held(sql: Any) -> Iterator[None]:
 
 
 def await_condition(
-    check: Callable[[], bool], what: str, timeout: float = 10.0, interval: float = 0.005
+    check: Callable[[], Any],
+    what: str,
+    timeout: float = 10.0,
+    interval: float = 0.005,
+    explain: Callable[[], Any] | None = None,
 ) -> None:
-    """Wait for a state that only the database can show (a backend waiting on a lock): there is
-    no event to subscribe to across connections, so look at pg_locks / pg_stat_activity with a
-    bounded deadline (every ``interval`` seconds: longer for a look that is a request)."""
+    """Wait for a state that only the database can show (a backend waiting on a lock), or another
+    process (a live server, a database server of the test's): there is no event to subscribe to
+    across connections, so look with a bounded deadline, every ``interval`` seconds (longer for a
+    look that is a request). ``explain``: what to add to the failure, read when it fails."""
     deadline = time.monotonic() + timeout
     while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for: {what}"
+        if time.monotonic() >= deadline:
+            detail = f"\n{explain()}" if explain is not None else ""
+            raise AssertionError(f"timed out after {timeout}s waiting for: {what}{detail}")
         time.sleep(interval)
 
 
@@ -260,3 +267,36 @@ def queued_runs_that_fit_free_nodes(ctx: Any) -> list[str]:
         if not isinstance(match(roles, adverts, unavailable), Reject):
             left.append(run_id)
     return left
+
+
+@contextmanager
+def submit_held_after_its_read(
+    app: Any, sql: Any, db_url: str, doc: dict[str, Any], *, others_waiting: int = 0
+) -> Iterator[dict[str, Any]]:
+    """Submit ``doc`` in a thread and hold it right after it has read the fleet and the
+    unavailable set: an uncommitted row with the same run_id (on ``sql``) makes its insert of the
+    run row wait. The body of the ``with`` runs while it waits; on leaving, that row is rolled
+    back, the submit goes on, and the dict holds its response under ``resp``.
+    ``others_waiting``: the Mediator's backends already waiting on a lock of the test's."""
+    other = client_of(app)
+    answer: dict[str, Any] = {}
+    t = threading.Thread(
+        target=lambda: answer.update(resp=other.post("/v1/runs", json=doc)), daemon=True
+    )
+    with connect(db_url) as watcher:
+        with sql.transaction():
+            sql.execute(
+                "insert into runs (run_id, state, contract, requires, requires_key)"
+                " values (%s, 'FAILED', '{}', '[]', 'blocker')",
+                (doc["run_id"],),
+            )
+            t.start()
+            await_condition(
+                lambda: backends_waiting_on_locks(watcher) == others_waiting + 1,
+                "the submit's insert waiting on the uncommitted run row",
+            )
+            answer["watcher"] = watcher
+            yield answer
+            raise psycopg.Rollback()
+    t.join(JOIN_TIMEOUT)
+    assert not t.is_alive()

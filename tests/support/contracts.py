@@ -145,6 +145,37 @@ def probing_run(run_id: str, **top: Any) -> dict[str, Any]:
     )
 
 
+def crossing_acquires(run_id: str) -> dict[str, Any]:
+    """Two acquire steps over the same two targets: the scope is got (its ``unavailable`` target,
+    ``probe_only``, is SKIPPED), the probe is not (its ``acquired`` target, ``scope_only``, is
+    SKIPPED). Every step settles at once, so the run ends inside the transaction that promotes
+    it."""
+    return contract(
+        run_id,
+        role("dut"),
+        steps=[
+            {
+                "id": "grab_scope",
+                "acquire": {
+                    "want": {"as": "scope", "capability": "scope"},
+                    "acquired": "scope_only",
+                    "unavailable": "probe_only",
+                },
+            },
+            {
+                "id": "grab_probe",
+                "acquire": {
+                    "want": {"as": "probe", "capability": "probe"},
+                    "acquired": "scope_only",
+                    "unavailable": "probe_only",
+                },
+            },
+            {"id": "scope_only", "uses": "dut", "run": ["measure"]},
+            {"id": "probe_only", "uses": "dut", "run": ["probe"]},
+        ],
+    )
+
+
 def single(run_id: str, priority: int = 0, **attrs: str) -> dict[str, Any]:
     """One board, one step; ``queue.priority`` when not 0."""
     doc = contract(run_id, role("dut", **attrs))
