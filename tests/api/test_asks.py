@@ -8,7 +8,6 @@ passes only in the database (deadlines are moved back with SQL, then the reaper'
 from __future__ import annotations
 
 import json
-import socket
 import threading
 import time
 from datetime import datetime
@@ -21,6 +20,7 @@ from tests.support.actors import Answerer, cap
 from tests.support.agent import advertise, claim, claimed, report, run_step
 from tests.support.apps import app_on, client_of
 from tests.support.contracts import contract, role
+from tests.support.processes import free_port
 from tests.support.rows import attempts, step_row
 from tests.support.submitter import state_of, submit
 from tests.support.webhooks import Endpoint, Request
@@ -55,10 +55,8 @@ class Hook:
         self._arrived: dict[tuple[str, int], threading.Event] = {}
         self.endpoint: Endpoint | None = None
         if mode == "refuse":
-            with socket.socket() as sock:
-                sock.bind(("127.0.0.1", 0))
-                origin = f"http://127.0.0.1:{sock.getsockname()[1]}"
-            # The socket is closed and never listened: a connection to it is refused.
+            # A port that nothing listens on: a connection to it is refused.
+            origin = f"http://127.0.0.1:{free_port()}"
         else:
             self.endpoint = Endpoint(self._answer)
             origin = self.endpoint.origin

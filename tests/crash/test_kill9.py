@@ -17,7 +17,6 @@ alive. Then:
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import subprocess
@@ -41,28 +40,12 @@ from tests.support.invariants import (
     check_settled,
     connect,
 )
+from tests.support.processes import children_of
 from tests.support.rows import find_run, leases, one, run_row, states
 
 pytestmark = pytest.mark.slow
 
 DEADLINE = 30.0  # a worker's replacement boots in about a second; a hang is a failure
-
-
-def children_of(pid: int) -> set[int]:
-    """The processes whose parent is ``pid`` (the master's workers), from /proc."""
-    out = set()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue  # gone meanwhile
-        # pid (comm) state ppid ...: comm may hold spaces, so split after its closing bracket
-        if int(stat.rpartition(")")[2].split()[1]) == pid:
-            out.add(int(entry))
-    return out
 
 
 class Crash:

@@ -8,7 +8,6 @@ writes again the next request is answered normally. On a server of the tests' ow
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,13 +25,7 @@ from tests.support.agent import advertise
 from tests.support.apps import app_on, client_of
 from tests.support.concurrency import await_condition
 from tests.support.contracts import one_step
-
-
-def refused_port() -> int:
-    """A local port nothing listens on (bound, then closed)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.support.processes import free_port
 
 
 def two_hosts(url: str) -> str:
@@ -40,7 +33,7 @@ def two_hosts(url: str) -> str:
     parts = conninfo_to_dict(to_libpq_url(url))
     user = parts.get("user", "postgres")
     return (
-        f"postgresql://{user}@127.0.0.1:{refused_port()},{parts['host']}:{parts['port']}"
+        f"postgresql://{user}@127.0.0.1:{free_port()},{parts['host']}:{parts['port']}"
         f"/{parts['dbname']}"
     )
 

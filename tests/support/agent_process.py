@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -21,6 +20,7 @@ import requests
 
 from tests.support.apps import TOKEN, LiveServer
 from tests.support.concurrency import await_value
+from tests.support.processes import stop
 
 MEDIATOR = Path(sys.executable).parent / "mediator"  # .venv/bin/mediator
 
@@ -85,12 +85,7 @@ class AgentProcess:
 
     def stop(self) -> int:
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            stop(self.proc)
         return self.proc.returncode
 
 

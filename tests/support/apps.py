@@ -1,5 +1,6 @@
 """Mediator apps for tests: their configuration, a test client that carries the token, an app
-opened and closed around a block, and a real gunicorn serving the Mediator on 127.0.0.1."""
+opened and closed around a block, the ``mediator`` command run as a process of the test, and a real
+gunicorn serving the Mediator on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +22,7 @@ from flask.testing import FlaskClient
 from sqlalchemy import text
 
 from app import create_app
+from tests.support.processes import children_of, free_port, stop
 
 TOKEN = "test-token-of-the-mediator-long-enough"
 ROOT = Path(__file__).resolve().parents[2]
@@ -77,6 +78,32 @@ def records_root(app: Flask) -> Path:
     return Path(app.extensions["mediator"].config["records.root"])
 
 
+def clean_env(**extra: str) -> dict[str, str]:
+    """This process's environment without the Mediator's variables (``MEDIATOR_*`` and
+    ``DATABASE_URL``), with ``extra`` added: what a command of the test is given."""
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith("MEDIATOR_") and k != "DATABASE_URL"
+    }
+    env.update(extra)
+    return env
+
+
+def mediator_cli(
+    *args: str, env: dict[str, str], cwd: Path = ROOT, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """``mediator ARGS`` (``python -m app.cli``) as a process of its own, in ``env``; its output
+    captured as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "app.cli", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
 def empty_records(root: Path) -> None:
     """Remove every Record, sealed ones included (files 0444, directories 0555)."""
     if not root.exists():
@@ -94,12 +121,6 @@ def empty_records(root: Path) -> None:
 # ---------------------------------------------------------------- a real gunicorn
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 class LiveServer:
     """A real gunicorn (gthread workers) serving the Mediator on 127.0.0.1."""
 
@@ -115,18 +136,7 @@ class LiveServer:
     def workers(self) -> set[int]:
         """The master's worker processes, from /proc (one that exited and that the master has
         not reaped yet included)."""
-        out = set()
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue  # gone meanwhile
-            # pid (comm) state ppid ...: comm may hold spaces, so split after its closing bracket
-            if int(stat.rpartition(")")[2].split()[1]) == self.proc.pid:
-                out.add(int(entry))
-        return out
+        return children_of(self.proc.pid)
 
     def reload(self, timeout: float = 120.0) -> set[int]:
         """``kill -HUP`` of the master, what ``systemctl reload`` sends; returns the new workers
@@ -169,7 +179,7 @@ def gunicorn_on(db_url: str, tmp_path: Path, **env_extra: str | None) -> Iterato
     (docs/deploy.md#6-gunicorn), 2 gthread workers unless ``MEDIATOR_WORKERS`` says otherwise;
     yields once /readyz answers 200 (with one worker, its start-up, wake included, has then
     completed). A variable of ``env_extra`` given as None is left out of gunicorn's environment."""
-    port = _free_port()
+    port = free_port()
     env = dict(os.environ)
     env.update(
         {
@@ -211,11 +221,7 @@ def gunicorn_on(db_url: str, tmp_path: Path, **env_extra: str | None) -> Iterato
         server.out = out
         yield server
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc)
 
 
 def ready_workers(server: LiveServer) -> set[int]:
