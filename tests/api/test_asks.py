@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from datetime import datetime
 from typing import Any
 
 import pytest
@@ -24,6 +23,7 @@ from tests.support.processes import free_port
 from tests.support.rows import attempts, step_row
 from tests.support.submitter import state_of, submit
 from tests.support.webhooks import Endpoint, Request
+from tests.support.wire import when
 
 MAX_BLOB = 64 * 1024
 QA = {"X-Enode-Principal": "qa@example.com"}
@@ -149,10 +149,6 @@ def blob_rows(sql: Any, run_id: str) -> list[tuple[Any, ...]]:
 def blob_files(ctx: Any, run_id: str) -> list[str]:
     d = ctx.records.path(run_id) / "blobs"
     return sorted(p.name for p in d.iterdir()) if d.is_dir() else []
-
-
-def when(text: str) -> datetime:
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 def answer(client: Any, run_id: str, seq: int, body: bytes = APPROVE, headers: Any = None) -> Any:

@@ -20,18 +20,13 @@ from tests.support.agent import advertise, claimed
 from tests.support.contracts import contract, contract_naming, role
 from tests.support.rows import find_run, one, scalar, step_row
 from tests.support.submitter import submit
+from tests.support.wire import error_of
 
 one_app_per_module = True
 
 FORMAT = ["\u202e", "\u200b", "\u200d", "\ufeff", "\u2066", "\u00ad", "\U000e0041"]
 FORMAT_IDS = ["RLO", "ZWSP", "ZWJ", "BOM", "LRI", "SHY", "TAG-A"]
 WHERE = ["out", "in.from", "ask.out", "ask.show", "loop.until.produced", "success_when.produced"]
-
-
-def error_of(resp: Any) -> str:
-    body = resp.get_json()
-    assert set(body) == {"error"} and body["error"]["code"] == resp.status_code, body
-    return body["error"]["reason"]
 
 
 def placed(client: Any) -> None:

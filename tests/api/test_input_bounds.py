@@ -26,20 +26,13 @@ from tests.support.agent import advertise, claimed, done, report
 from tests.support.contracts import contract, contract_naming, role
 from tests.support.rows import find_run, one, scalar, step_row
 from tests.support.submitter import submit
+from tests.support.wire import error_of
 
 one_app_per_module = True
 
 INT4_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
 INT64_MIN = -(2**63)
-
-
-def error_of(resp: Any) -> str:
-    """The reason of an error body, checked to be exactly ``{"error": {"code", "reason"}}``."""
-    body = resp.get_json(silent=True)
-    assert isinstance(body, dict) and set(body) == {"error"}, resp.data[:300]
-    assert body["error"]["code"] == resp.status_code
-    return body["error"]["reason"]
 
 
 def placed(client: Any, *steps: dict[str, Any]) -> None:

@@ -22,6 +22,7 @@ from tests.support.agent import advertise, claimed, done
 from tests.support.contracts import contract, role
 from tests.support.rows import one, rows, scalar
 from tests.support.submitter import submit
+from tests.support.wire import error_of
 
 MAX_RUN_BYTES = 1000
 MAX_STEP_FILES = 3
@@ -36,12 +37,6 @@ pytestmark = pytest.mark.config(
         "max_blob_bytes": 4096,
     }
 )
-
-
-def error_of(resp: Any) -> str:
-    body = resp.get_json()
-    assert set(body) == {"error"} and body["error"]["code"] == resp.status_code, body
-    return body["error"]["reason"]
 
 
 def placed(client: Any, *steps: dict[str, Any]) -> None:

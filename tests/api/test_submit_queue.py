@@ -30,6 +30,7 @@ from tests.support.concurrency import (
 from tests.support.contracts import contract, role
 from tests.support.rows import attempts, find_run, leases, one, run_row, scalar
 from tests.support.submitter import submit
+from tests.support.wire import error_body
 
 HEX32 = re.compile(r"[0-9a-f]{32}")
 DRAINING = {"policy": {"drain": "graceful"}}
@@ -63,10 +64,6 @@ def record_exists(ctx: Any, run_id: str) -> bool:
     return ctx.records.path(run_id).exists()
 
 
-def error(status: int, reason: str) -> dict[str, Any]:
-    return {"error": {"code": status, "reason": reason}}
-
-
 def rfc3339(text: str) -> datetime:
     assert text.endswith("Z"), text
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
@@ -91,7 +88,7 @@ def test_an_invalid_contract_is_400_naming_the_field_and_stores_nothing(client, 
     resp = client.post("/v1/runs", json=doc)
 
     assert resp.status_code == 400
-    assert resp.get_json() == error(400, 'step "boot" uses undeclared role "dutt"')
+    assert resp.get_json() == error_body(400, 'step "boot" uses undeclared role "dutt"')
     assert find_run(sql, "bad-1") is None
     assert sql.execute("select count(*) from run_events").fetchone() == (0,)
     assert sql.execute("select count(*) from steps").fetchone() == (0,)
@@ -109,7 +106,7 @@ def test_no_candidate_in_the_live_fleet_is_422_and_a_failed_row_with_its_reject_
     resp = client.post("/v1/runs", json=contract("r1", role("dut", soc="imx8mp")))
 
     reason = "need 1, fleet has 0 - board soc=imx8mp"
-    assert resp.status_code == 422 and resp.get_json() == error(422, reason)
+    assert resp.status_code == 422 and resp.get_json() == error_body(422, reason)
     row = run_row(sql, "r1")
     assert row["state"] == "FAILED" and row["ended_at"] is not None
     assert row["reject"] == {"Code": 422, "As": "dut", "Reason": reason}
@@ -124,7 +121,7 @@ def test_a_role_wanting_more_nodes_than_the_fleet_has_is_422_need_n_fleet_has_m(
 
     resp = client.post("/v1/runs", json=contract("r1", role("dut", count=2)))
 
-    assert resp.get_json() == error(422, "need 2, fleet has 1 - board")
+    assert resp.get_json() == error_body(422, "need 2, fleet has 1 - board")
     assert state(sql, "r1") == "FAILED"
 
 
@@ -134,7 +131,9 @@ def test_a_node_whose_advert_expired_is_not_a_candidate(client, sql):
 
     resp = client.post("/v1/runs", json=contract("r1"))
 
-    assert resp.status_code == 422 and resp.get_json() == error(422, "need 1, fleet has 0 - board")
+    assert resp.status_code == 422 and resp.get_json() == error_body(
+        422, "need 1, fleet has 0 - board"
+    )
     assert leases(sql) == []
 
 
@@ -147,7 +146,7 @@ def test_a_role_no_node_can_ever_fill_is_422_even_when_an_earlier_role_is_only_b
     resp = client.post("/v1/runs", json=contract("r1", role("dut"), role("gpu", "gpu")))
 
     reason = "need 1, fleet has 0 - gpu"
-    assert resp.status_code == 422 and resp.get_json() == error(422, reason)
+    assert resp.status_code == 422 and resp.get_json() == error_body(422, reason)
     assert run_row(sql, "r1")["reject"] == {"Code": 422, "As": "gpu", "Reason": reason}
 
 
@@ -162,7 +161,7 @@ def test_the_width_cap_at_submit_is_422_and_a_failed_row_with_the_reason(client,
     resp = client.post("/v1/runs", json=contract("wide", role("dut"), role("host", "host")))
 
     reason = "requires exceeds the width limit: 2 nodes, limit 1"
-    assert resp.status_code == 422 and resp.get_json() == error(422, reason)
+    assert resp.status_code == 422 and resp.get_json() == error_body(422, reason)
     row = run_row(sql, "wide")
     assert row["state"] == "FAILED" and row["ended_at"] is not None
     assert row["reject"]["Code"] == 422 and row["reject"]["Reason"] == reason
@@ -219,7 +218,9 @@ def test_a_dry_run_with_no_candidate_is_422_and_stores_no_failed_row(client, ctx
 
     resp = client.post("/v1/runs/dry-run", json=contract("try-1", role("gpu", "gpu")))
 
-    assert resp.status_code == 422 and resp.get_json() == error(422, "need 1, fleet has 0 - gpu")
+    assert resp.status_code == 422 and resp.get_json() == error_body(
+        422, "need 1, fleet has 0 - gpu"
+    )
     assert find_run(sql, "try-1") is None and not record_exists(ctx, "try-1")
 
 
@@ -241,7 +242,7 @@ def test_a_dry_run_over_the_width_cap_is_422_and_stores_nothing(client, sql):
     resp = client.post("/v1/runs/dry-run", json=doc)
 
     reason = "requires exceeds the width limit: 2 nodes, limit 1"
-    assert resp.status_code == 422 and resp.get_json() == error(422, reason)
+    assert resp.status_code == 422 and resp.get_json() == error_body(422, reason)
     assert find_run(sql, "try-1") is None
 
 
@@ -902,7 +903,9 @@ def test_a_dry_run_does_not_count_a_node_whose_advert_expired(client, sql):
 
     resp = client.post("/v1/runs/dry-run", json=contract("r1"))
 
-    assert resp.status_code == 422 and resp.get_json() == error(422, "need 1, fleet has 0 - board")
+    assert resp.status_code == 422 and resp.get_json() == error_body(
+        422, "need 1, fleet has 0 - board"
+    )
 
 
 # ----------------------------------------------------------- the request log (docs/metrics.md#logs)
