@@ -59,6 +59,18 @@ def app_on(url: str, records: Any, **keys: Any) -> Iterator[Flask]:
         application.extensions["mediator"].close()
 
 
+def openapi_document() -> dict[str, Any]:
+    """The document an app serves at /v1/openapi.json, built by the app factory alone (it needs
+    no database: the app is made on a URL nothing answers at, and closed at once), so a module
+    can read it when it is collected, before any server runs."""
+    app = create_app(make_config("postgresql://nobody@127.0.0.1:9/none", "/nonexistent"))
+    try:
+        document: dict[str, Any] = app.test_client().get("/v1/openapi.json").get_json()
+        return document
+    finally:
+        app.extensions["mediator"].close()
+
+
 @contextmanager
 def one_connection_app(url: str, records: Any, probe: str) -> Iterator[Flask]:
     """:func:`app_on` with one connection in its pool (the next unit of work gets the same one)
