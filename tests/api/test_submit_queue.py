@@ -28,7 +28,7 @@ from tests.support.concurrency import (
     submit_held_after_its_read,
 )
 from tests.support.contracts import contract, role
-from tests.support.rows import attempts, find_run, leases, one, run_row, scalar
+from tests.support.rows import attempts, find_run, leases, one, run_row, run_state, scalar
 from tests.support.submitter import submit
 from tests.support.wire import error_body
 
@@ -38,10 +38,6 @@ WIDTH_CAP_1 = pytest.mark.parametrize("config_overrides", [{"lease.max_per_run":
 
 
 # ---------------------------------------------------------------- rows, read like an operator
-
-
-def state(sql: Any, run_id: str) -> str:
-    return run_row(sql, run_id)["state"]
 
 
 def step_layout(sql: Any, run_id: str) -> list[tuple[Any, ...]]:
@@ -122,7 +118,7 @@ def test_a_role_wanting_more_nodes_than_the_fleet_has_is_422_need_n_fleet_has_m(
     resp = client.post("/v1/runs", json=contract("r1", role("dut", count=2)))
 
     assert resp.get_json() == error_body(422, "need 2, fleet has 1 - board")
-    assert state(sql, "r1") == "FAILED"
+    assert run_state(sql, "r1") == "FAILED"
 
 
 def test_a_node_whose_advert_expired_is_not_a_candidate(client, sql):
@@ -281,7 +277,7 @@ def test_a_run_whose_candidates_are_busy_or_draining_is_queued_202(client, sql):
 
     resp = client.post("/v1/runs", json=contract("waiter"))
 
-    assert resp.status_code == 202 and state(sql, "waiter") == "QUEUED"
+    assert resp.status_code == 202 and run_state(sql, "waiter") == "QUEUED"
     assert leases(sql) == [("n1", "holder")]
 
 
@@ -399,7 +395,7 @@ def test_of_two_queued_runs_for_one_node_the_older_is_promoted_first(client, sql
 
     assert client.post("/v1/runs/holder/cancel").status_code == 200
 
-    assert state(sql, "z-older") == "RUNNING" and state(sql, "a-younger") == "QUEUED"
+    assert run_state(sql, "z-older") == "RUNNING" and run_state(sql, "a-younger") == "QUEUED"
     assert leases(sql) == [("n1", "z-older")]
 
 
@@ -415,8 +411,8 @@ def test_an_older_queued_run_that_does_not_fit_does_not_block_a_younger_one_whos
 
     assert client.post("/v1/runs/hold-b/cancel").status_code == 200
 
-    assert state(sql, "older") == "QUEUED"
-    assert state(sql, "younger") == "RUNNING"
+    assert run_state(sql, "older") == "QUEUED"
+    assert run_state(sql, "younger") == "RUNNING"
     assert leases(sql) == [("na", "hold-a"), ("nb", "younger")]
 
 
@@ -431,8 +427,8 @@ def test_a_queued_run_whose_promotion_fails_does_not_stop_the_scan(client, sql):
     resp = client.post("/v1/runs/holder/cancel")
 
     assert resp.get_json() == {"run_id": "holder", "state": "FAILED"}
-    assert state(sql, "broken") == "QUEUED"
-    assert state(sql, "fine") == "RUNNING" and leases(sql) == [("n1", "fine")]
+    assert run_state(sql, "broken") == "QUEUED"
+    assert run_state(sql, "fine") == "RUNNING" and leases(sql) == [("n1", "fine")]
 
 
 def _queued_over_the_width_cap_at_promotion(client: Any) -> None:
@@ -604,7 +600,7 @@ def test_promotion_takes_the_leases_binds_the_steps_raises_the_ask_and_runs_the_
 
     assert client.post("/v1/runs/holder/cancel").status_code == 200
 
-    assert state(sql, "waiter") == "RUNNING"
+    assert run_state(sql, "waiter") == "RUNNING"
     assert leases(sql) == [("n1", "waiter"), ("px", "waiter")]
     assert [(s[1], s[4], s[5]) for s in step_layout(sql, "waiter")] == [
         ("approve", "ASKED", None),
@@ -674,7 +670,7 @@ def test_the_explanation_of_the_wait_is_computed_at_read_time(client, sql):
     # h3 ends: q-old is promoted onto the board h3 held; q-new now waits behind nobody.
     assert client.post("/v1/runs/h3/cancel").status_code == 200
 
-    assert state(sql, "q-old") == "RUNNING"
+    assert run_state(sql, "q-old") == "RUNNING"
     view = client.get("/v1/runs/q-new").get_json()
     assert view["state"] == "QUEUED"
     assert view["queue"] == {"position": 1, "ahead": 0}

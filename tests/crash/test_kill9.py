@@ -31,15 +31,9 @@ import requests
 from app.services.reaper import reap_pass
 from tests.support.actors import Node, Submitter, cap
 from tests.support.apps import LiveServer, app_on, gunicorn_on
-from tests.support.concurrency import await_condition
+from tests.support.concurrency import await_condition, connect
 from tests.support.contracts import contract, one_step, role
-from tests.support.invariants import (
-    check,
-    check_after_reaper_pass,
-    check_quiet,
-    check_settled,
-    connect,
-)
+from tests.support.invariants import check, check_after_reaper_pass, check_quiet, check_settled
 from tests.support.processes import children_of
 from tests.support.rows import find_run, leases, one, run_row, states
 

@@ -21,8 +21,8 @@ from app.config import to_libpq_url
 from tests.dbfaults.load import Agent, Submitter, Tally, one_step, reaper_of
 from tests.dbfaults.server import RestartablePostgres
 from tests.support.apps import LiveServer, gunicorn_on, ready_workers
-from tests.support.concurrency import await_condition
-from tests.support.invariants import check, check_settled, connect
+from tests.support.concurrency import await_condition, connect
+from tests.support.invariants import check, check_settled
 
 pytestmark = pytest.mark.slow
 

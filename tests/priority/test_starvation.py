@@ -26,9 +26,9 @@ import requests
 
 from tests.support.actors import cap
 from tests.support.apps import LiveServer, gunicorn_on
-from tests.support.concurrency import await_condition
+from tests.support.concurrency import await_condition, connect
 from tests.support.contracts import single, wide
-from tests.support.invariants import check, connect
+from tests.support.invariants import check
 
 pytestmark = pytest.mark.slow
 

@@ -62,8 +62,9 @@ def apps_on(url: str, records: Any, n: int = 2, **keys: Any) -> Iterator[Apps]:
 
 
 @contextmanager
-def connect(url: str) -> Iterator[Any]:
-    """An operator's autocommit psycopg connection to the same database."""
+def connect(url: str) -> Iterator[psycopg.Connection[Any]]:
+    """An operator's autocommit psycopg connection to the database ``url`` (a SQLAlchemy or
+    libpq URL)."""
     with psycopg.connect(to_libpq_url(url), autocommit=True) as conn:
         yield conn
 
@@ -203,6 +204,14 @@ def backends_waiting_on_locks(sql: Any, application_name: str = "mediator") -> i
         "select count(*) from pg_stat_activity where datname = current_database()"
         " and application_name = %s and wait_event_type = 'Lock'",
         (application_name,),
+    ).fetchone()[0]
+
+
+def listeners(sql: Any) -> int:
+    """Sessions of the Mediator's claim listeners (``mediator-listener``) that are listening."""
+    return sql.execute(
+        "select count(*) from pg_stat_activity where datname = current_database()"
+        " and application_name = 'mediator-listener' and query ilike 'LISTEN%%'"
     ).fetchone()[0]
 
 

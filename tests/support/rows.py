@@ -41,6 +41,11 @@ def run_row(sql: Any, run_id: str) -> dict[str, Any]:
     return row
 
 
+def run_state(sql: Any, run_id: str) -> str:
+    """The run's state; the run must exist."""
+    return str(run_row(sql, run_id)["state"])
+
+
 def transitions(sql: Any, run_id: str) -> list[tuple[str | None, str]]:
     """(from_state, to_state) of the run's audit events, oldest first."""
     return [
