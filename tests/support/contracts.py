@@ -41,6 +41,30 @@ def one_step(run_id: str, uses: str = "dut", capability: str = "board") -> dict[
     )
 
 
+def two_free_steps(run_id: str = "run-1") -> dict[str, Any]:
+    """Two steps on the one board, both startable at once (explicit ``needs: []``)."""
+    return contract(
+        run_id,
+        role("dut"),
+        steps=[
+            {"id": "flash", "uses": "dut", "run": ["flash"]},
+            {"id": "boot", "uses": "dut", "run": ["boot"], "needs": []},
+        ],
+    )
+
+
+def slotted_two_steps(run_id: str, slot: str = "s") -> dict[str, Any]:
+    """flash then boot on one board whose ``slot`` attribute is ``slot``."""
+    return contract(
+        run_id,
+        role("dut", slot=slot),
+        steps=[
+            {"id": "flash", "uses": "dut", "run": ["flash"]},
+            {"id": "boot", "uses": "dut", "run": ["boot"]},
+        ],
+    )
+
+
 def build_then_test(run_id: str) -> dict[str, Any]:
     """build -> test, which loops back to build until its exit code is 0 (at most 3 times)."""
     return contract(

@@ -86,6 +86,20 @@ def queued_behind_a_freed_scope(client: Any, sql: Any) -> None:
     assert run_row(sql, "waiter")["state"] == "QUEUED"
 
 
+def placed_on_n1(client: Any, *steps: dict[str, Any]) -> None:
+    """r1 RUNNING on n1 with ``steps`` (default: one run step producing result.json)."""
+    advertise(client, "n1", cap("board"))
+    body = list(steps) or [{"id": "work", "uses": "dut", "run": ["x"], "out": ["result.json"]}]
+    submit(client, contract("r1", role("dut"), steps=body), 201)
+
+
+def holder_and_waiter(client: Any) -> None:
+    """n1 held by ``holder``; ``waiter`` QUEUED behind it."""
+    advertise(client, "n1", cap("board"))
+    submit(client, contract("holder"), 201)
+    submit(client, contract("waiter"), 202)
+
+
 def running_on_n1_and_one_queued(client: Any, *, queued: dict[str, Any] | None = None) -> None:
     """Node n1 (a board); run-a RUNNING on it; run-b QUEUED behind it (202)."""
     advertise(client, "n1", cap("board"))
