@@ -19,7 +19,7 @@ import yaml
 from tests.support.actors import Submitter
 from tests.support.agent_process import AgentProcess, LosingProxy, agent_on, node_view
 from tests.support.concurrency import await_value
-from tests.support.records import record_files
+from tests.support.record_contents import record_files
 from tests.support.submitter import await_state, run_view
 
 RENEW_SECONDS = 1

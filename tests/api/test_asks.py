@@ -20,6 +20,7 @@ from tests.support.agent import advertise, claim, claimed, report, run_step
 from tests.support.apps import app_on, client_of
 from tests.support.contracts import contract, role
 from tests.support.processes import free_port
+from tests.support.record_contents import blob_files
 from tests.support.rows import attempts, step_row
 from tests.support.submitter import state_of, submit
 from tests.support.webhooks import Endpoint, Request
@@ -144,11 +145,6 @@ def blob_rows(sql: Any, run_id: str) -> list[tuple[Any, ...]]:
             (run_id,),
         )
     ]
-
-
-def blob_files(ctx: Any, run_id: str) -> list[str]:
-    d = ctx.records.path(run_id) / "blobs"
-    return sorted(p.name for p in d.iterdir()) if d.is_dir() else []
 
 
 def answer(client: Any, run_id: str, seq: int, body: bytes = APPROVE, headers: Any = None) -> Any:

@@ -1,13 +1,11 @@
-"""Records for the tests: the Record store backends (a directory, a bucket on moto's S3 server),
-the run they use and a seal with a typical verdict, and a sealed Record's files as a live server
-serves them."""
+"""The Record stores the tests run against: the backends (a directory, a bucket on moto's S3
+server), the run they use and a seal with a typical verdict. What a Record holds is
+tests/support/record_contents.py's."""
 
 from __future__ import annotations
 
 import contextlib
-import io
 import os
-import tarfile
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -20,8 +18,6 @@ from app.records import (
     RecordStore,
 )
 from app.records.s3 import S3Records
-from tests.support.apps import LiveServer
-from tests.support.concurrency import await_value
 from tests.support.s3 import new_bucket, s3_client, shared_server
 
 RUN = "run-0001"
@@ -74,19 +70,3 @@ BACKENDS: list[Any] = [
     pytest.param(filesystem, id="filesystem"),
     pytest.param(s3, id="s3"),
 ]
-
-
-def record_files(server: LiveServer, run_id: str) -> dict[str, bytes]:
-    """The sealed Record's files by their path inside ``run-<id>/``, once it is sealed."""
-    resp = await_value(
-        lambda: (r := server.get(f"/v1/runs/{run_id}/record")).status_code == 200 and r,
-        f"the Record of {run_id} to be sealed",
-    )
-    files: dict[str, bytes] = {}
-    with tarfile.open(fileobj=io.BytesIO(resp.content)) as tar:
-        for member in tar.getmembers():
-            if member.isfile():
-                extracted = tar.extractfile(member)
-                assert extracted is not None
-                files[member.name.split("/", 1)[1]] = extracted.read()
-    return files
