@@ -21,7 +21,7 @@ from tests.support.agent import advertise, claimed, done
 from tests.support.apps import TOKEN
 from tests.support.contracts import contract, one_step, role
 from tests.support.http import Http
-from tests.support.submitter import submit
+from tests.support.submitter import step_state, submit
 from tests.support.tokens import ENTRIES, SECRETS
 
 pytestmark = pytest.mark.needs_chromium
@@ -58,11 +58,6 @@ def asking(run_id: str) -> dict[str, Any]:
             {"id": "boot", "uses": "dut", "run": ["boot"], "needs": ["sign-off"]},
         ],
     )
-
-
-def step_state(api: Http, run_id: str, seq: int) -> str:
-    steps = api.get(f"/v1/runs/{run_id}").get_json()["steps"]
-    return next(st["state"] for st in steps if st["seq"] == seq)
 
 
 def test_sign_in_answer_an_ask_through_its_form_and_see_the_run_go_on(person, api) -> None:

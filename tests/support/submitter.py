@@ -29,3 +29,9 @@ def run_view(server: Any, run_id: str) -> dict[str, Any]:
 def await_state(server: Any, run_id: str, *states: str, timeout: float = 20.0) -> dict[str, Any]:
     """:meth:`Submitter.wait_for_state`: the run's view once it is in one of ``states``."""
     return Submitter(server).wait_for_state(run_id, *states, timeout=timeout)
+
+
+def step_state(client: Any, run_id: str, seq: int) -> str:
+    """The state of step ``seq`` of the run, as its view shows it."""
+    steps = Submitter(client).view(run_id)["steps"]
+    return str(next(st["state"] for st in steps if st["seq"] == seq))
