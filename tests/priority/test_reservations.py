@@ -16,7 +16,7 @@ from app.store.queue import aged_queued_runs
 from tests.support.actors import cap
 from tests.support.agent import advertise, run_step
 from tests.support.clock import has_waited
-from tests.support.contracts import contract, role, single, wide
+from tests.support.contracts import acquire_step, contract, role, single, wide
 from tests.support.invariants import check
 from tests.support.rows import events_like, leases_of, reservations, run_row, run_state
 from tests.support.submitter import submit
@@ -190,14 +190,7 @@ def acquiring(run_id: str, priority: int = 0) -> dict[str, Any]:
         role("host", "host"),
         steps=[
             {"id": "prep", "uses": "host", "run": ["prep"]},
-            {
-                "id": "grab",
-                "acquire": {
-                    "want": {"as": "extra", "capability": "board"},
-                    "acquired": "measure",
-                    "unavailable": "fallback",
-                },
-            },
+            acquire_step("grab", "extra", "board", "measure", "fallback"),
             {"id": "measure", "uses": "extra", "run": ["measure"]},
             {"id": "fallback", "uses": "host", "run": ["fallback"], "needs": ["grab"]},
         ],

@@ -124,6 +124,23 @@ def contract_naming(where: str, name: str) -> tuple[dict[str, Any], str]:
     return contract("r1", role("dut"), steps=steps, **top), path
 
 
+def acquire_step(
+    step_id: str, want: str, capability: str, acquired: str, unavailable: str, **more: Any
+) -> dict[str, Any]:
+    """A step that acquires one more node (docs/contract.md#acquire), held as role ``want``:
+    ``acquired`` runs if it gets one of ``capability``, ``unavailable`` if not; ``more`` adds
+    keys to the step (``needs``, say)."""
+    return {
+        "id": step_id,
+        "acquire": {
+            "want": {"as": want, "capability": capability},
+            "acquired": acquired,
+            "unavailable": unavailable,
+        },
+        **more,
+    }
+
+
 def acquire_run(run_id: str = "r1", **top: Any) -> dict[str, Any]:
     """prep on the board, then grab one scope: measure on it, or fallback on the board."""
     return contract(
@@ -131,14 +148,7 @@ def acquire_run(run_id: str = "r1", **top: Any) -> dict[str, Any]:
         role("dut"),
         steps=[
             {"id": "prep", "uses": "dut", "run": ["prep"]},
-            {
-                "id": "grab",
-                "acquire": {
-                    "want": {"as": "scope", "capability": "scope"},
-                    "acquired": "measure",
-                    "unavailable": "fallback",
-                },
-            },
+            acquire_step("grab", "scope", "scope", "measure", "fallback"),
             {"id": "measure", "uses": "scope", "run": ["measure"]},
             {"id": "fallback", "uses": "dut", "run": ["fallback"]},
         ],
@@ -153,15 +163,7 @@ def probing_run(run_id: str, **top: Any) -> dict[str, Any]:
         run_id,
         role("dut"),
         steps=[
-            {
-                "id": "get-scope",
-                "acquire": {
-                    "want": {"as": "scope", "capability": "scope"},
-                    "acquired": "with-scope",
-                    "unavailable": "without-scope",
-                },
-                "needs": [],
-            },
+            acquire_step("get-scope", "scope", "scope", "with-scope", "without-scope", needs=[]),
             {"id": "with-scope", "uses": "scope", "run": ["measure"]},
             {"id": "without-scope", "uses": "dut", "run": ["estimate"], "needs": ["get-scope"]},
         ],
@@ -178,22 +180,8 @@ def crossing_acquires(run_id: str) -> dict[str, Any]:
         run_id,
         role("dut"),
         steps=[
-            {
-                "id": "grab_scope",
-                "acquire": {
-                    "want": {"as": "scope", "capability": "scope"},
-                    "acquired": "scope_only",
-                    "unavailable": "probe_only",
-                },
-            },
-            {
-                "id": "grab_probe",
-                "acquire": {
-                    "want": {"as": "probe", "capability": "probe"},
-                    "acquired": "scope_only",
-                    "unavailable": "probe_only",
-                },
-            },
+            acquire_step("grab_scope", "scope", "scope", "scope_only", "probe_only"),
+            acquire_step("grab_probe", "probe", "probe", "scope_only", "probe_only"),
             {"id": "scope_only", "uses": "dut", "run": ["measure"]},
             {"id": "probe_only", "uses": "dut", "run": ["probe"]},
         ],
