@@ -1,6 +1,8 @@
-"""Shared pieces of the concurrency tests: several apps on one fresh database (each app is what one
-gunicorn worker process has: its own pool and its own scan-gate connection), threads released
-together at a Barrier, and invariant checks read straight from the tables.
+"""Concurrency for the tests: several apps on one fresh database (each app is what one gunicorn
+worker process has: its own pool and its own scan-gate connection), threads released together at
+a Barrier, a submit held inside its transaction, waiting (with a bounded deadline) for what only
+another connection or process can show, and what the database shows of them: locks held and
+waited for, listening sessions, deadlocks, run states.
 
 Nothing here mocks the database or the clock: every thread commits for real on its own
 connection, and "time passes" only by SQL on the database's own timestamps.
