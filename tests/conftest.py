@@ -20,7 +20,7 @@ from hypothesis import settings
 from app.config import to_libpq_url
 from app.dev.embedded import create_database, drop_database, resolve_admin_url
 from app.migrate import upgrade
-from tests.apps import LiveServer, app_on, client_of, empty_records, gunicorn_on
+from tests.support.apps import LiveServer, app_on, client_of, empty_records, gunicorn_on
 from tests.support.tables import empty_tables
 from tests.support.webhooks import HangingHook
 

@@ -16,17 +16,11 @@ import time
 
 import yaml
 
-from tests.agent_e2e.common import (
-    AgentProcess,
-    LosingProxy,
-    agent_on,
-    await_state,
-    await_value,
-    node_view,
-    record_files,
-    run_view,
-)
 from tests.support.actors import Submitter
+from tests.support.agent_process import AgentProcess, LosingProxy, agent_on, node_view
+from tests.support.concurrency import await_value
+from tests.support.record_contents import record_files
+from tests.support.submitter import await_state, run_view
 
 RENEW_SECONDS = 1
 live_server_env = {

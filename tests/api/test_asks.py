@@ -8,21 +8,23 @@ passes only in the database (deadlines are moved back with SQL, then the reaper'
 from __future__ import annotations
 
 import json
-import socket
 import threading
 import time
-from datetime import datetime
 from typing import Any
 
 import pytest
 
 from app.services.reaper import reap_pass
-from tests.agent import claim, claimed, report, run_step
-from tests.apps import app_on, client_of
-from tests.helpers import advertise, cap, contract, role, state_of, submit
-from tests.rows import attempts, step_row
-from tests.support.actors import Answerer
+from tests.support.actors import Answerer, cap
+from tests.support.agent import advertise, claim, claimed, report, run_step
+from tests.support.apps import app_on, client_of
+from tests.support.contracts import contract, role
+from tests.support.processes import free_port
+from tests.support.record_contents import blob_files
+from tests.support.rows import attempts, step_row
+from tests.support.submitter import state_of, submit
 from tests.support.webhooks import Endpoint, Request
+from tests.support.wire import when
 
 MAX_BLOB = 64 * 1024
 QA = {"X-Enode-Principal": "qa@example.com"}
@@ -54,10 +56,8 @@ class Hook:
         self._arrived: dict[tuple[str, int], threading.Event] = {}
         self.endpoint: Endpoint | None = None
         if mode == "refuse":
-            with socket.socket() as sock:
-                sock.bind(("127.0.0.1", 0))
-                origin = f"http://127.0.0.1:{sock.getsockname()[1]}"
-            # The socket is closed and never listened: a connection to it is refused.
+            # A port that nothing listens on: a connection to it is refused.
+            origin = f"http://127.0.0.1:{free_port()}"
         else:
             self.endpoint = Endpoint(self._answer)
             origin = self.endpoint.origin
@@ -145,15 +145,6 @@ def blob_rows(sql: Any, run_id: str) -> list[tuple[Any, ...]]:
             (run_id,),
         )
     ]
-
-
-def blob_files(ctx: Any, run_id: str) -> list[str]:
-    d = ctx.records.path(run_id) / "blobs"
-    return sorted(p.name for p in d.iterdir()) if d.is_dir() else []
-
-
-def when(text: str) -> datetime:
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 def answer(client: Any, run_id: str, seq: int, body: bytes = APPROVE, headers: Any = None) -> Any:

@@ -10,9 +10,11 @@ from alembic import command
 
 from app.config import to_libpq_url
 from app.migrate import alembic_config
-from tests.agent import claimed, done, nothing_to_claim
-from tests.helpers import advertise, build_then_test, cap, state_of, submit
-from tests.rows import attempts, one
+from tests.support.actors import cap
+from tests.support.agent import advertise, claimed, done, nothing_to_claim
+from tests.support.contracts import build_then_test
+from tests.support.rows import attempts, one
+from tests.support.submitter import state_of, submit
 
 
 def test_a_first_attempt_is_0_and_left_out_of_the_claim_and_the_run_view(client, sql):

@@ -22,10 +22,13 @@ import pytest
 
 from app.config import to_libpq_url
 from app.contract.violations import MAX_CHECKS
-from tests.agent import claimed
-from tests.apps import client_of
-from tests.helpers import advertise, cap, contract, role, submit
-from tests.rows import one, scalar
+from tests.support.actors import cap
+from tests.support.agent import advertise, claimed
+from tests.support.apps import client_of
+from tests.support.contracts import contract, role
+from tests.support.rows import one, scalar
+from tests.support.submitter import submit
+from tests.support.wire import error_of
 
 MAX_BLOB = 16 * 1024 * 1024
 WRONG_ITEMS = 500_000
@@ -60,12 +63,6 @@ def built_errors(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     monkeypatch.setattr(jsonschema.exceptions.ValidationError, "__init__", counting)
     return count
-
-
-def error_of(resp: Any) -> str:
-    body = resp.get_json()
-    assert set(body) == {"error"} and body["error"]["code"] == resp.status_code, body
-    return body["error"]["reason"]
 
 
 def with_schema(client: Any, schema: dict[str, Any], name: str = "out.json") -> None:

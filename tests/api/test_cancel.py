@@ -11,11 +11,13 @@ from typing import Any
 import pytest
 import structlog
 
-from tests.agent import claim, claimed, report
-from tests.apps import app_on, client_of
-from tests.helpers import RunsHook, advertise, cap, contract, role, submit
-from tests.rows import leases, run_row
-from tests.support.actors import Submitter
+from tests.support.actors import Submitter, cap
+from tests.support.agent import advertise, claim, claimed, report
+from tests.support.apps import app_on, client_of
+from tests.support.contracts import contract, role
+from tests.support.rows import leases, run_row
+from tests.support.submitter import submit
+from tests.support.webhooks import RunsHook
 
 ALICE = {"X-Enode-Principal": "alice@example.com"}
 

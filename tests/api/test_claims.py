@@ -14,19 +14,19 @@ from typing import Any
 
 import pytest
 
-from tests.agent import WaitingClaim, claim, claimed, report
-from tests.helpers import (
-    advertise,
+from tests.support.actors import cap
+from tests.support.agent import WaitingClaim, advertise, claim, claimed, report
+from tests.support.concurrency import apps_on, connect, race, waiting_lock_held
+from tests.support.contracts import (
     build_then_test,
-    cap,
     chain_over_two_nodes,
     contract,
     role,
-    submit,
+    two_free_steps,
     two_steps,
 )
-from tests.rows import leases_of, step_row
-from tests.support.concurrency import apps_on, connect, race, waiting_lock_held
+from tests.support.rows import leases_of, step_row
+from tests.support.submitter import submit
 
 # The slow re-check is a safety net for a lost notification; set far above every bound asserted
 # below so that a waiting claim answered in time can only have been woken by a notification.
@@ -47,18 +47,6 @@ def step_states(sql: Any, run_id: str) -> list[tuple[int, str]]:
     return sql.execute(
         "select seq, state from steps where run_id = %s order by seq", (run_id,)
     ).fetchall()
-
-
-def two_free_steps(run_id: str = "run-1") -> dict[str, Any]:
-    """Two steps on the one board, both startable at once (explicit ``needs: []``)."""
-    return contract(
-        run_id,
-        role("dut"),
-        steps=[
-            {"id": "flash", "uses": "dut", "run": ["flash"]},
-            {"id": "boot", "uses": "dut", "run": ["boot"], "needs": []},
-        ],
-    )
 
 
 def two_free_steps_on(run_id: str, slot: str) -> dict[str, Any]:

@@ -9,14 +9,12 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from tests.agent import claimed, done
-from tests.helpers import advertise, cap, contract, role, submit
-from tests.rows import find_run, run_row, step_row
-
-
-def error(status: int, reason: str) -> dict[str, Any]:
-    return {"error": {"code": status, "reason": reason}}
-
+from tests.support.actors import cap
+from tests.support.agent import advertise, claimed, done
+from tests.support.contracts import contract, role
+from tests.support.rows import find_run, run_row, step_row
+from tests.support.submitter import submit
+from tests.support.wire import error_body
 
 WORKSPACE = {"repo": "gerrit.example.com/kernel/linux", "rev": "4f2a9c1"}
 
@@ -105,7 +103,7 @@ def test_an_unknown_field_inside_agent_stays_400(client, sql):
     resp = submit(client, doc)
 
     assert resp.status_code == 400
-    assert resp.get_json() == error(400, 'step "a": agent has unknown field "temperature"')
+    assert resp.get_json() == error_body(400, 'step "a": agent has unknown field "temperature"')
     assert find_run(sql, "r1") is None
 
 
@@ -116,7 +114,7 @@ def test_see_from_that_is_not_empty_is_400_naming_the_field(client, sql):
     resp = submit(client, contract("r1", steps=[step]))
 
     assert resp.status_code == 400
-    assert resp.get_json() == error(
+    assert resp.get_json() == error_body(
         400,
         "steps[0].see.from must be an empty list (narrowing what a step sees is not supported; "
         'name fewer artifacts in in.from), got ["log"]',
@@ -190,7 +188,7 @@ def test_changed_on_a_step_without_a_workspace_is_400(client, sql):
     resp = submit(client, doc)
 
     assert resp.status_code == 400
-    assert resp.get_json() == error(
+    assert resp.get_json() == error_body(
         400, 'success_when[0].changed needs a workspace, but step "fix" has none'
     )
     assert find_run(sql, "r1") is None
@@ -202,7 +200,7 @@ def test_an_absolute_changed_path_is_400_naming_the_field(client, sql):
     resp = submit(client, patch_run("r1", ["src/a.c", "/etc/passwd"]))
 
     assert resp.status_code == 400
-    assert resp.get_json() == error(
+    assert resp.get_json() == error_body(
         400,
         'success_when[0].changed[1] must be a relative path with no ".." component, '
         'got "/etc/passwd"',

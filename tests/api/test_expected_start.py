@@ -4,15 +4,16 @@ request time by the database's clock. Time passes by moving timestamps in the da
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 import pytest
 
 from app.estimate import duration_key
-from tests.agent import claimed
-from tests.helpers import advertise, cap, contract, role, submit, two_steps
-from tests.reaper.common import ask_contract
+from tests.support.actors import cap
+from tests.support.agent import advertise, claimed
+from tests.support.contracts import ask_contract, contract, role, two_steps
+from tests.support.submitter import submit
+from tests.support.wire import when
 
 one_app_per_module = True
 MAX_AHEAD = 3
@@ -32,10 +33,6 @@ def record(sql: Any, key: str, *seconds: float) -> None:
         sql.execute(
             "insert into step_durations (key, seconds, ended_at) values (%s, %s, now())", (key, s)
         )
-
-
-def when(text: str) -> datetime:
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 def waits(view: dict[str, Any]) -> float:

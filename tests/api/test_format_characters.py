@@ -9,33 +9,24 @@ from __future__ import annotations
 
 import sys
 import unicodedata
-from typing import Any
 from urllib.parse import quote
 
 import pytest
 
 import app.contract.fields
-from tests.agent import claimed
-from tests.helpers import advertise, cap, contract, contract_naming, role, submit
-from tests.rows import find_run, one, scalar, step_row
+from tests.support.actors import cap
+from tests.support.agent import advertise, claimed
+from tests.support.contracts import contract_naming
+from tests.support.rows import find_run, one, scalar, step_row
+from tests.support.scenes import placed_on_n1
+from tests.support.submitter import submit
+from tests.support.wire import error_of
 
 one_app_per_module = True
 
 FORMAT = ["\u202e", "\u200b", "\u200d", "\ufeff", "\u2066", "\u00ad", "\U000e0041"]
 FORMAT_IDS = ["RLO", "ZWSP", "ZWJ", "BOM", "LRI", "SHY", "TAG-A"]
 WHERE = ["out", "in.from", "ask.out", "ask.show", "loop.until.produced", "success_when.produced"]
-
-
-def error_of(resp: Any) -> str:
-    body = resp.get_json()
-    assert set(body) == {"error"} and body["error"]["code"] == resp.status_code, body
-    return body["error"]["reason"]
-
-
-def placed(client: Any) -> None:
-    advertise(client, "n1", cap("board"))
-    step = {"id": "work", "uses": "dut", "run": ["x"], "out": ["result.json"]}
-    submit(client, contract("r1", role("dut"), steps=[step]), 201)
 
 
 def test_the_format_characters_refused_are_every_character_of_category_cf():
@@ -66,7 +57,7 @@ def test_an_artifact_name_with_a_format_character_is_a_400_naming_the_field(
 def test_an_upload_name_with_a_format_character_is_a_400_naming_name_and_stores_nothing(
     client, sql, ctx, char
 ):
-    placed(client)
+    placed_on_n1(client)
     name = f"report{char}txt.exe"
 
     resp = client.put(f"/v1/runs/r1/steps/1/blob/{quote(name)}", data=b"MZ")
@@ -81,7 +72,7 @@ def test_an_upload_name_with_a_format_character_is_a_400_naming_name_and_stores_
 
 @pytest.mark.parametrize("char", FORMAT, ids=FORMAT_IDS)
 def test_a_log_name_with_a_format_character_is_a_400_naming_name(client, char):
-    placed(client)
+    placed_on_n1(client)
 
     put = client.put("/v1/runs/r1/steps/1/log", query_string={"name": f"a{char}b"}, data=b"x\n")
 
@@ -112,7 +103,7 @@ def test_format_characters_in_an_advert_become_u_fffd(client, sql):
 
 
 def test_format_characters_in_a_result_become_u_fffd_and_the_result_is_taken(client, sql):
-    placed(client)
+    placed_on_n1(client)
     step = claimed(client, "n1")
     result = {
         "node": "n1",
@@ -132,7 +123,7 @@ def test_format_characters_in_a_result_become_u_fffd_and_the_result_is_taken(cli
 
 def test_control_characters_in_a_result_error_are_kept(client, sql):
     # Only format characters (and NUL) are replaced: an error's newlines and tabs are its text.
-    placed(client)
+    placed_on_n1(client)
     step = claimed(client, "n1")
 
     resp = client.post(

@@ -14,8 +14,9 @@ import pytest
 
 from app.healthcheck import health_run_id
 from app.services.reaper import reap_pass
-from tests.agent import claimed, done, report
-from tests.helpers import advertise, cap, one_step
+from tests.support.actors import cap
+from tests.support.agent import advertise, claimed, done, report
+from tests.support.contracts import one_step
 
 one_app_per_module = True
 

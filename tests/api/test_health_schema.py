@@ -5,9 +5,7 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -23,9 +21,9 @@ from app import create_app
 from app.config import to_libpq_url
 from app.dev.embedded import create_database, drop_database
 from app.migrate import alembic_config, head_revision, upgrade
-from tests.apps import TOKEN, make_config
+from tests.support.apps import TOKEN, clean_env, make_config, mediator_cli
+from tests.support.processes import free_port
 
-ROOT = Path(__file__).resolve().parents[2]
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 # A route of every /v1 blueprint, with a body where one is needed.
@@ -197,21 +195,15 @@ def test_the_app_serves_once_the_schema_is_upgraded_without_a_restart(empty_db_u
         assert status == 200
 
 
-def _closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_readyz_is_503_when_the_database_is_unreachable(tmp_path):
-    url = f"postgresql://postgres@127.0.0.1:{_closed_port()}/nowhere"
+    url = f"postgresql://postgres@127.0.0.1:{free_port()}/nowhere"
     with serving(url, tmp_path) as app:
         resp = app.test_client().get("/readyz")
     assert resp.status_code == 503
 
 
 def test_a_v1_route_is_503_with_the_error_body_when_the_database_is_unreachable(tmp_path):
-    url = f"postgresql://postgres@127.0.0.1:{_closed_port()}/nowhere"
+    url = f"postgresql://postgres@127.0.0.1:{free_port()}/nowhere"
     with serving(url, tmp_path) as app:
         resp = app.test_client().get("/v1/runs", headers=AUTH)
     assert resp.status_code == 503
@@ -240,18 +232,7 @@ def test_a_request_that_gets_no_pooled_connection_in_time_is_503_not_a_hang(db_u
 
 
 def _mediator(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    clean = {
-        k: v for k, v in os.environ.items() if not k.startswith("MEDIATOR_") and k != "DATABASE_URL"
-    }
-    clean.update(env)
-    return subprocess.run(
-        [sys.executable, "-m", "app.cli", *args],
-        cwd=ROOT,
-        env=clean,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return mediator_cli(*args, env=clean_env(**env))
 
 
 def test_db_check_exits_1_on_a_database_that_was_never_migrated(never_migrated_url):

@@ -21,30 +21,19 @@ from hypothesis import strategies as st
 
 from app.config import to_libpq_url
 from app.migrate import alembic_config
-from tests.agent import claimed, done, report
-from tests.helpers import advertise, cap, contract, contract_naming, role, submit
-from tests.rows import find_run, one, scalar, step_row
+from tests.support.actors import cap
+from tests.support.agent import advertise, claimed, done, report
+from tests.support.contracts import contract, contract_naming, role
+from tests.support.rows import find_run, one, scalar, step_row
+from tests.support.scenes import placed_on_n1
+from tests.support.submitter import submit
+from tests.support.wire import error_of
 
 one_app_per_module = True
 
 INT4_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
 INT64_MIN = -(2**63)
-
-
-def error_of(resp: Any) -> str:
-    """The reason of an error body, checked to be exactly ``{"error": {"code", "reason"}}``."""
-    body = resp.get_json(silent=True)
-    assert isinstance(body, dict) and set(body) == {"error"}, resp.data[:300]
-    assert body["error"]["code"] == resp.status_code
-    return body["error"]["reason"]
-
-
-def placed(client: Any, *steps: dict[str, Any]) -> None:
-    """r1 RUNNING on n1 with ``steps`` (default: one run step producing result.json)."""
-    advertise(client, "n1", cap("board"))
-    body = list(steps) or [{"id": "work", "uses": "dut", "run": ["x"], "out": ["result.json"]}]
-    submit(client, contract("r1", role("dut"), steps=body), 201)
 
 
 # ------------------------------------------------------------------ exit codes
@@ -56,7 +45,7 @@ def placed(client: Any, *steps: dict[str, Any]) -> None:
     ids=["windows-access-violation", "int4-max+1", "int64-max", "int64-min", "negative-ntstatus"],
 )
 def test_an_exit_code_any_operating_system_reports_is_taken_stored_and_shown(client, sql, code):
-    placed(client)
+    placed_on_n1(client)
     step = claimed(client, "n1")
 
     reply = done(client, "r1", step["seq"], "n1", exit_code=code)
@@ -68,7 +57,7 @@ def test_an_exit_code_any_operating_system_reports_is_taken_stored_and_shown(cli
 
 
 def test_a_sealed_record_keeps_an_exit_code_beyond_32_bits(client, ctx):
-    placed(client)
+    placed_on_n1(client)
     step = claimed(client, "n1")
     done(client, "r1", step["seq"], "n1", exit_code=3221225477)
 
@@ -81,7 +70,7 @@ def test_a_sealed_record_keeps_an_exit_code_beyond_32_bits(client, ctx):
 def test_an_exit_code_beyond_64_bits_is_a_400_naming_exit_code_and_changes_nothing(
     client, sql, code
 ):
-    placed(client)
+    placed_on_n1(client)
     step = claimed(client, "n1")
 
     resp = report(client, "r1", step["seq"], "n1", exit_code=code)
@@ -262,7 +251,7 @@ def test_the_longest_timeouts_that_fit_are_taken(client, sql):
     ],
 )
 def test_a_query_or_path_integer_past_its_bound_is_a_400_naming_it(client, url, reason):
-    placed(client)
+    placed_on_n1(client)
 
     resp = client.get(url)
 
@@ -288,7 +277,7 @@ def test_a_query_or_path_integer_past_its_bound_is_a_400_naming_it(client, url, 
     ],
 )
 def test_a_query_parameter_its_schema_refuses_is_a_400_naming_it(client, method, url, reason):
-    placed(client)
+    placed_on_n1(client)
 
     resp = client.open(url, method=method, data=b"")
 
@@ -296,7 +285,7 @@ def test_a_query_parameter_its_schema_refuses_is_a_400_naming_it(client, method,
 
 
 def test_a_progress_attempt_past_its_bound_is_a_400(client):
-    placed(client)
+    placed_on_n1(client)
 
     resp = client.put("/v1/runs/r1/steps/1/log?progress=1&attempt=9999999999", data=b"x")
 
@@ -304,7 +293,7 @@ def test_a_progress_attempt_past_its_bound_is_a_400(client):
 
 
 def test_a_limit_that_fits_twelve_digits_is_clamped_to_1000(client):
-    placed(client)
+    placed_on_n1(client)
 
     resp = client.get("/v1/runs?limit=999999999999")
 
@@ -328,7 +317,7 @@ def test_a_limit_that_fits_twelve_digits_is_clamped_to_1000(client):
     ],
 )
 def test_a_nul_in_a_run_list_parameter_is_a_400_naming_it(client, query, parameter):
-    placed(client)
+    placed_on_n1(client)
 
     resp = client.get(f"/v1/runs?{query}")
 
@@ -345,7 +334,7 @@ def test_a_nul_in_a_run_list_parameter_is_a_400_naming_it(client, query, paramet
     ],
 )
 def test_a_nul_in_a_header_is_a_400_naming_the_header(client, sql, method, url, header):
-    placed(client)
+    placed_on_n1(client)
 
     resp = client.open(url, method=method, headers={header: "qa\x00@example.com"})
 
@@ -373,7 +362,7 @@ _BODIES: dict[str, Any] = {"result": {"node": "n1", "exit_code": 0}, "answer": {
 def test_a_nul_or_control_character_in_any_path_parameter_is_a_4xx_never_a_5xx(
     app, client, sql, bad
 ):
-    placed(client)
+    placed_on_n1(client)
     routes = _routes(app)
     assert len(routes) >= 12, routes
     seen = []
@@ -481,7 +470,7 @@ def test_an_advert_whose_capability_ends_in_a_newline_is_a_400_naming_it(client,
 
 
 def test_a_result_whose_node_ends_in_a_newline_is_a_400_naming_node(client, sql):
-    placed(client)
+    placed_on_n1(client)
     step = claimed(client, "n1")
 
     resp = report(client, "r1", step["seq"], "n1\n")
@@ -528,7 +517,7 @@ def test_a_prompt_may_still_hold_a_newline(client):
 def test_an_upload_name_with_a_control_character_is_a_400_naming_name_and_stores_nothing(
     client, sql, ctx, char
 ):
-    placed(client)
+    placed_on_n1(client)
 
     resp = client.put(f"/v1/runs/r1/steps/1/blob/{quote('result' + char + '.json')}", data=b"{}")
 
@@ -542,7 +531,7 @@ def test_an_upload_name_with_a_control_character_is_a_400_naming_name_and_stores
 
 @pytest.mark.parametrize("char", CONTROL, ids=CONTROL_IDS)
 def test_a_log_name_with_a_control_character_is_a_400_naming_name(client, char):
-    placed(client)
+    placed_on_n1(client)
 
     put = client.put("/v1/runs/r1/steps/1/log", query_string={"name": f"a{char}b"}, data=b"x\n")
     get = client.get("/v1/runs/r1/steps/1/log", query_string={"name": f"a{char}b"})

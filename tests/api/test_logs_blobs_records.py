@@ -16,9 +16,12 @@ import pytest
 
 from app.services.reaper import reap_pass
 from app.services.records import seal_run
-from tests.agent import claimed, done
-from tests.helpers import advertise, cap, contract, role, submit
-from tests.rows import scalar
+from tests.support.actors import cap
+from tests.support.agent import advertise, claimed, done
+from tests.support.contracts import contract, role
+from tests.support.record_contents import blob_files
+from tests.support.rows import scalar
+from tests.support.submitter import submit
 
 # Above 1 MiB, so a log can be longer than one GET reply; small enough to cross quickly.
 MAX_BLOB = 1_200_000
@@ -105,11 +108,6 @@ def blob_rows(sql: Any, run_id: str) -> list[tuple[Any, ...]]:
             (run_id,),
         )
     ]
-
-
-def blob_files(ctx: Any, run_id: str) -> list[str]:
-    d = ctx.records.path(run_id) / "blobs"
-    return sorted(p.name for p in d.iterdir()) if d.is_dir() else []
 
 
 def tree(root: Path) -> list[str]:

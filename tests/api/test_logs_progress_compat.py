@@ -7,8 +7,6 @@ not, resolved by name as the agent and ``in.from`` read them."""
 
 from __future__ import annotations
 
-import io
-import tarfile
 import threading
 import time
 from typing import Any
@@ -18,10 +16,13 @@ import pytest
 
 from app.config import to_libpq_url
 from app.store.logs import LOG_LOCK_CLASS, log_lock_key
-from tests.agent import claimed, done, put_blob
-from tests.apps import client_of
-from tests.helpers import advertise, cap, contract, role, submit
-from tests.rows import scalar
+from tests.support.actors import cap
+from tests.support.agent import advertise, claimed, done, put_blob
+from tests.support.apps import client_of
+from tests.support.contracts import contract, role
+from tests.support.record_contents import tar_files
+from tests.support.rows import scalar
+from tests.support.submitter import submit
 
 one_app_per_module = True
 
@@ -105,13 +106,7 @@ def finish(client: Any) -> None:
 def record_files(client: Any) -> dict[str, bytes]:
     resp = client.get("/v1/runs/r1/record")
     assert resp.status_code == 200
-    out = {}
-    with tarfile.open(fileobj=io.BytesIO(resp.data)) as tar:
-        for member in tar.getmembers():
-            f = tar.extractfile(member) if member.isfile() else None
-            if f is not None:
-                out[member.name] = f.read()
-    return out
+    return tar_files(resp.data)
 
 
 def attempt_of(sql: Any, seq: int, run_id: str = "r1") -> int:

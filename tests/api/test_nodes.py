@@ -13,9 +13,11 @@ from typing import Any
 import pytest
 
 from app.wire import parse_ts
-from tests.agent import claim
-from tests.helpers import advertise, cap, contract, role, state_of, submit, two_steps
-from tests.rows import leases, one, scalar
+from tests.support.actors import cap
+from tests.support.agent import advertise, claim
+from tests.support.contracts import contract, role, two_steps
+from tests.support.rows import leases, one, scalar
+from tests.support.submitter import state_of, submit
 
 RENEW = 20
 FACTOR = 4

@@ -19,9 +19,11 @@ import pytest
 
 from app import listener as claim_listener
 from app.services import results as results_service
-from tests.agent import WaitingClaim, claim
-from tests.helpers import advertise, cap, contract, role, submit
+from tests.support.actors import cap
+from tests.support.agent import WaitingClaim, advertise, claim
 from tests.support.concurrency import await_condition
+from tests.support.contracts import contract, role, two_free_steps
+from tests.support.submitter import submit
 
 WINDOW = 30.0  # what each claim asks to wait; answered long before it, or the rule failed
 PROMPT = 10.0  # a loose bound for "at once" on a loaded machine, far below WINDOW
@@ -29,18 +31,6 @@ PROMPT = 10.0  # a loose bound for "at once" on a loaded machine, far below WIND
 
 # The safety-net re-check far above every bound here: only the rule answers a claim early.
 pytestmark = pytest.mark.config({"claim.recheck_seconds": 60.0})
-
-
-def two_free_steps(run_id: str) -> dict[str, Any]:
-    """Two steps on one board, both claimable at once."""
-    return contract(
-        run_id,
-        role("dut"),
-        steps=[
-            {"id": "flash", "uses": "dut", "run": ["flash"]},
-            {"id": "boot", "uses": "dut", "run": ["boot"], "needs": []},
-        ],
-    )
 
 
 def waited_a_second(ctx: Any, node: str) -> None:

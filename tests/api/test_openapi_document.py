@@ -17,11 +17,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from jsonschema import Draft202012Validator
 
-from app import create_app
 from app.contract import validate_contract
 from app.errors import BadRequest
-from tests.apps import ROOT, make_config
-from tests.hostile import strategies
+from tests.support import strategies
+from tests.support.apps import ROOT, openapi_document
 
 # One gunicorn for the module, its tables emptied before each test (tests/conftest.py).
 one_server_per_module = True
@@ -31,15 +30,7 @@ TOKENLESS = {"/healthz", "/readyz"}
 TOKEN_WHEN_CONFIGURED = {"/metrics"}
 
 
-def served_document() -> dict[str, Any]:
-    app = create_app(make_config("postgresql://nobody@127.0.0.1:9/none", "/nonexistent"))
-    try:
-        return app.test_client().get("/v1/openapi.json").get_json()
-    finally:
-        app.extensions["mediator"].close()
-
-
-DOCUMENT = served_document()
+DOCUMENT = openapi_document()
 
 
 def component(name: str) -> Draft202012Validator:
@@ -96,7 +87,7 @@ def _is_builder(value: Any) -> bool:
     ``with_step``, ...): not a test, taking no fixture, and about runs."""
     if not inspect.isfunction(value) or value.__name__.startswith("test_"):
         return False
-    if not (value.__module__ or "").startswith(("tests.helpers", "contracts_of_")):
+    if not (value.__module__ or "").startswith(("tests.support.contracts", "contracts_of_")):
         return False
     if FIXTURE_NAMES & set(inspect.signature(value).parameters):
         return False

@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
-from tests.helpers import advertise, cap, contract, submit
+from tests.support.actors import cap
+from tests.support.agent import advertise
+from tests.support.contracts import contract
+from tests.support.submitter import submit
 
 DOCUMENTED = {
     ("post", "/v1/nodes"),

@@ -9,10 +9,12 @@ from typing import Any
 import pytest
 
 from app.services.reaper import reap_pass
-from tests.agent import claimed, done, report
-from tests.auth.common import sha256_entry, token_client
-from tests.helpers import advertise, cap, contract, one_step, role, two_steps
-from tests.reaper.common import expire_leases
+from tests.support.actors import cap
+from tests.support.agent import advertise, claimed, done, report
+from tests.support.clock import expire_leases
+from tests.support.contracts import contract, one_step, role, two_steps
+from tests.support.rows import run_state
+from tests.support.tokens import sha256_entry, token_client
 
 one_app_per_module = True
 
@@ -57,10 +59,6 @@ def submit_as(app: Any, doc: dict[str, Any], expected: int) -> dict[str, Any]:
     assert resp.status_code == expected, resp.get_json()
     out: dict[str, Any] = resp.get_json()
     return out
-
-
-def state(sql: Any, run_id: str) -> str:
-    return sql.execute("select state from runs where run_id = %s", (run_id,)).fetchone()[0]
 
 
 def as_node(app: Any) -> Any:
@@ -121,7 +119,7 @@ def test_a_hold_keeps_the_node_out_and_the_adverts_do_not_lift_it(app, sql):
     # Lifting the hold wakes the queue before the answer: r1 is placed by that request.
     line = op(app, "DELETE", "/v1/nodes/n1/drain")
     assert line["hold"] is None and line["draining"] is False
-    assert state(sql, "r1") == "RUNNING"
+    assert run_state(sql, "r1") == "RUNNING"
     changes = sql.execute(
         "select change, reason, by from node_events where node_id = 'n1' order by id"
     ).fetchall()
@@ -150,7 +148,7 @@ def test_an_at_boundary_hold_cancels_a_run_waiting_on_the_node_at_once(app, sql)
     advertise(node, "n1", cap("board"))
     submit_as(app, two_steps("r1"), 201)  # step 1 PENDING on n1, nothing claimed
     op(app, "POST", "/v1/nodes/n1/drain", mode="at-boundary", reason="pulling it")
-    assert state(sql, "r1") == "FAILED"
+    assert run_state(sql, "r1") == "FAILED"
     (verdict,) = sql.execute("select verdict from runs where run_id = 'r1'").fetchone()
     assert "cancelled by: olga@lab.example.com" in str(verdict)
 
@@ -161,12 +159,12 @@ def test_an_at_boundary_hold_over_a_claimed_step_cancels_at_its_result(app, sql)
     submit_as(app, two_steps("r1"), 201)
     claimed(node, "n1")
     op(app, "POST", "/v1/nodes/n1/drain", mode="at-boundary", reason="pulling it")
-    assert state(sql, "r1") == "RUNNING"
+    assert run_state(sql, "r1") == "RUNNING"
     assert done(node, "r1", 1, "n1")["run_state"] == "FAILED"
 
 
 def test_the_hold_outlives_a_restart_of_the_mediator(app, sql, fresh_db_url, tmp_path):
-    from tests.apps import app_on, client_of
+    from tests.support.apps import app_on, client_of
 
     with app_on(fresh_db_url, tmp_path / "r") as first:
         c = client_of(first)
@@ -192,7 +190,7 @@ def test_a_node_is_quarantined_after_n_lease_expiries_in_a_row(app, ctx, sql):
         submit_as(app, one_step(f"r{i}"), 201)
         expire_leases(sql, f"r{i}")
         reap_pass(ctx)
-        assert state(sql, f"r{i}") == "FAILED"
+        assert run_state(sql, f"r{i}") == "FAILED"
         advertise(node, "n1", cap("board"))  # it came back
         health = node_line(app, "n1")["health"]
         assert health["strikes"] == i + 1
@@ -207,7 +205,7 @@ def test_a_node_is_quarantined_after_n_lease_expiries_in_a_row(app, ctx, sql):
     # Lifting by hand resets the strikes and places the waiting run.
     line = op(app, "DELETE", "/v1/nodes/n1/quarantine")
     assert line["health"] == {"state": "ok", "strikes": 0}
-    assert state(sql, "later") == "RUNNING"
+    assert run_state(sql, "later") == "RUNNING"
 
 
 def test_failing_tests_and_agent_errors_without_a_health_check_are_no_strikes(app, sql):
@@ -244,7 +242,7 @@ def test_a_restart_mid_step_is_a_strike(app, sql):
     submit_as(app, one_step("r1"), 201)
     claimed(node, "n1", "boot-1")
     advertise(node, "n1", cap("board"), instance="boot-2")
-    assert state(sql, "r1") == "FAILED"
+    assert run_state(sql, "r1") == "FAILED"
     assert node_line(app, "n1")["health"]["strikes"] == 1
 
 
@@ -256,7 +254,7 @@ def test_a_quarantine_by_hand_keeps_since_and_replaces_the_reason(app, sql):
     assert second["since"] == first["since"] and second["reason"] == "smoke, really"
     submit_as(app, contract("r1", role("dut")), 202)
     assert op(app, "DELETE", "/v1/nodes/n1/quarantine")["health"]["state"] == "ok"
-    assert state(sql, "r1") == "RUNNING"
+    assert run_state(sql, "r1") == "RUNNING"
 
 
 def test_a_submitted_run_id_may_not_begin_with_health(app):

@@ -8,19 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.agent import claimed, done, report
-from tests.helpers import (
-    advertise,
-    build_then_test,
-    cap,
-    contract,
-    one_step,
-    queued_behind_a_freed_scope,
-    role,
-    submit,
-    two_steps,
-)
-from tests.rows import attempts, leases, one, rows, run_row, states, step_rows, transitions
+from tests.support.actors import cap
+from tests.support.agent import advertise, claimed, done, report
+from tests.support.contracts import build_then_test, contract, one_step, role, two_steps
+from tests.support.rows import attempts, leases, one, rows, run_row, states, step_rows, transitions
+from tests.support.scenes import queued_behind_a_freed_scope
+from tests.support.submitter import submit
 
 # One app for the module (see the ``app`` fixture): nearly every test here claims.
 one_app_per_module = True

@@ -9,7 +9,10 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import advertise, cap, contract, role, submit
+from tests.support.actors import cap
+from tests.support.agent import advertise
+from tests.support.contracts import contract, role
+from tests.support.submitter import submit
 
 
 def rejected(client: Any, run_id: str, **top: Any) -> None:

@@ -14,39 +14,11 @@ import pytest
 
 from app.config import to_libpq_url
 from app.services.reaper import reap_pass
-from tests.helpers import advertise, cap, contract, one_step, role, state_of, submit
-from tests.rows import leases, scalar
-
-
-def crossing_acquires(run_id: str) -> dict[str, Any]:
-    """Two acquire steps over the same two targets: the scope is got (its ``unavailable`` target,
-    ``probe_only``, is SKIPPED), the probe is not (its ``acquired`` target, ``scope_only``, is
-    SKIPPED). Every step settles at once, so the run ends inside the transaction that promotes
-    it."""
-    return contract(
-        run_id,
-        role("dut"),
-        steps=[
-            {
-                "id": "grab_scope",
-                "acquire": {
-                    "want": {"as": "scope", "capability": "scope"},
-                    "acquired": "scope_only",
-                    "unavailable": "probe_only",
-                },
-            },
-            {
-                "id": "grab_probe",
-                "acquire": {
-                    "want": {"as": "probe", "capability": "probe"},
-                    "acquired": "scope_only",
-                    "unavailable": "probe_only",
-                },
-            },
-            {"id": "scope_only", "uses": "dut", "run": ["measure"]},
-            {"id": "probe_only", "uses": "dut", "run": ["probe"]},
-        ],
-    )
+from tests.support.actors import cap
+from tests.support.agent import advertise
+from tests.support.contracts import crossing_acquires, one_step
+from tests.support.rows import leases, scalar
+from tests.support.submitter import state_of, submit
 
 
 def test_a_run_that_ends_inside_its_promotion_frees_its_nodes_for_the_same_scan(client, sql):

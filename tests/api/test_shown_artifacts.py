@@ -13,8 +13,10 @@ import os
 import threading
 from typing import Any
 
-from tests.agent import claimed, report
-from tests.helpers import advertise, cap, contract, role, submit
+from tests.support.actors import cap
+from tests.support.agent import advertise, claimed, report
+from tests.support.contracts import contract, role
+from tests.support.submitter import submit
 
 SHOWN = 32 * 1024
 FED = 4 * 1024 * 1024  # what the pipe offers, far past what the inbox may read

@@ -1,4 +1,7 @@
-from tests.helpers import advertise, cap, contract, role, state_of, submit
+from tests.support.actors import cap
+from tests.support.agent import advertise
+from tests.support.contracts import contract, role
+from tests.support.submitter import state_of, submit
 
 
 def test_a_run_queued_behind_a_busy_node_is_running_after_the_cancel_that_frees_it(client):

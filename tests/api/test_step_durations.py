@@ -5,10 +5,10 @@ else does, and no row is ever updated."""
 from __future__ import annotations
 
 from app.estimate import duration_key
-from tests.agent import claimed, done, report
-from tests.helpers import advertise, cap, submit, two_steps
-from tests.reaper.common import ask_contract
-from tests.support.actors import Answerer
+from tests.support.actors import Answerer, cap
+from tests.support.agent import advertise, claimed, done, report
+from tests.support.contracts import ask_contract, two_steps
+from tests.support.submitter import submit
 
 one_app_per_module = True
 

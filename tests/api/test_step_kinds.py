@@ -13,19 +13,14 @@ from typing import Any
 import psycopg
 
 from app.config import to_libpq_url
-from tests.agent import claimed, done, nothing_to_claim, put_blob, report
-from tests.apps import client_of
-from tests.helpers import (
-    acquire_run,
-    advertise,
-    cap,
-    contract,
-    queued_behind_a_freed_scope,
-    role,
-    submit,
-)
-from tests.rows import attempts, leases, rows, run_row, scalar, states, step_rows
+from tests.support.actors import cap
+from tests.support.agent import advertise, claimed, done, nothing_to_claim, put_blob, report
+from tests.support.apps import client_of
 from tests.support.concurrency import Background, await_condition
+from tests.support.contracts import acquire_run, contract, role
+from tests.support.rows import attempts, leases, rows, run_row, scalar, states, step_rows
+from tests.support.scenes import queued_behind_a_freed_scope
+from tests.support.submitter import submit
 
 # One app for the module (see the ``app`` fixture): nearly every test here claims.
 one_app_per_module = True

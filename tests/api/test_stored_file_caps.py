@@ -17,9 +17,13 @@ from alembic import command
 from app.config import load_config, to_libpq_url
 from app.errors import ConfigError
 from app.migrate import alembic_config
-from tests.agent import claimed, done
-from tests.helpers import advertise, cap, contract, role, submit
-from tests.rows import one, rows, scalar
+from tests.support.actors import cap
+from tests.support.agent import advertise, claimed, done
+from tests.support.contracts import contract, role
+from tests.support.record_contents import blob_files
+from tests.support.rows import one, rows, scalar
+from tests.support.submitter import submit
+from tests.support.wire import error_of
 
 MAX_RUN_BYTES = 1000
 MAX_STEP_FILES = 3
@@ -34,12 +38,6 @@ pytestmark = pytest.mark.config(
         "max_blob_bytes": 4096,
     }
 )
-
-
-def error_of(resp: Any) -> str:
-    body = resp.get_json()
-    assert set(body) == {"error"} and body["error"]["code"] == resp.status_code, body
-    return body["error"]["reason"]
 
 
 def placed(client: Any, *steps: dict[str, Any]) -> None:
@@ -63,11 +61,6 @@ def put_log(client: Any, data: bytes, name: str = "step", **query: Any) -> Any:
 
 def stored_bytes(sql: Any) -> int:
     return scalar(sql, "select stored_bytes from runs where run_id = 'r1'")
-
-
-def blob_files(ctx: Any) -> list[str]:
-    d = ctx.records.path("r1") / "blobs"
-    return sorted(p.name for p in d.iterdir()) if d.is_dir() else []
 
 
 def log_files(ctx: Any) -> list[str]:
@@ -102,7 +95,7 @@ def test_a_blob_that_would_pass_the_runs_byte_cap_is_413_and_nothing_is_stored(c
     assert resp.status_code == 413
     assert error_of(resp) == "run r1 would store more than records.max_run_bytes (1000 bytes)"
     assert [r["name"] for r in rows(sql, "select name from blobs")] == ["a.bin"]
-    assert blob_files(ctx) == ["01.0-a.bin"]
+    assert blob_files(ctx, "r1") == ["01.0-a.bin"]
     assert stored_bytes(sql) == 600
 
 
@@ -113,7 +106,7 @@ def test_a_blob_that_fills_the_runs_byte_cap_exactly_is_stored(client, sql, ctx)
     resp = put_blob(client, "b.bin", b"b" * 400)
 
     assert resp.status_code == 204
-    assert blob_files(ctx) == ["01.0-a.bin", "01.0-b.bin"]
+    assert blob_files(ctx, "r1") == ["01.0-a.bin", "01.0-b.bin"]
     assert stored_bytes(sql) == 1000
 
 
@@ -141,7 +134,7 @@ def test_a_blob_that_would_be_a_steps_file_past_max_step_files_is_413(client, sq
     assert resp.status_code == 413
     assert error_of(resp) == "step 1 of run r1 would have more than records.max_step_files (3)"
     assert again.status_code == 204
-    assert blob_files(ctx) == ["01.0-_cannot", "01.0-a.bin", "01.0-b.bin"]
+    assert blob_files(ctx, "r1") == ["01.0-_cannot", "01.0-a.bin", "01.0-b.bin"]
     assert scalar(sql, "select count(*) from blobs where name = 'c.bin'") == 0
 
 
@@ -155,7 +148,7 @@ def test_each_step_has_its_own_file_count(client, sql, ctx):
     resp = put_blob(client, "d.bin", b"x", seq=2)
 
     assert resp.status_code == 204
-    assert "02.0-d.bin" in blob_files(ctx)
+    assert "02.0-d.bin" in blob_files(ctx, "r1")
 
 
 # ---------------------------------------------------------------- logs

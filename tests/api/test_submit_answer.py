@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import advertise, cap, contract, role
+from tests.support.actors import cap
+from tests.support.agent import advertise
+from tests.support.contracts import contract, role
 
 
 def _contracts() -> list[dict[str, Any]]:

@@ -12,13 +12,9 @@ of a submit (docs/metrics.md#logs)."""
 from __future__ import annotations
 
 import re
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
-import psycopg
 import pytest
 import structlog
 
@@ -26,15 +22,15 @@ from app.match import candidate_order
 from app.services.queue import Outcome, promote
 from app.store.nodes import live_adverts
 from app.store.queue import queued_shape_heads
-from tests.apps import client_of
-from tests.helpers import advertise, cap, contract, role, submit
-from tests.rows import attempts, find_run, leases, one, run_row, scalar
+from tests.support.actors import cap
+from tests.support.agent import advertise
 from tests.support.concurrency import (
-    JOIN_TIMEOUT,
-    await_condition,
-    backends_waiting_on_locks,
-    connect,
+    submit_held_after_its_read,
 )
+from tests.support.contracts import contract, role
+from tests.support.rows import attempts, find_run, leases, one, run_row, run_state, scalar
+from tests.support.submitter import submit
+from tests.support.wire import error_body
 
 HEX32 = re.compile(r"[0-9a-f]{32}")
 DRAINING = {"policy": {"drain": "graceful"}}
@@ -42,10 +38,6 @@ WIDTH_CAP_1 = pytest.mark.parametrize("config_overrides", [{"lease.max_per_run":
 
 
 # ---------------------------------------------------------------- rows, read like an operator
-
-
-def state(sql: Any, run_id: str) -> str:
-    return run_row(sql, run_id)["state"]
 
 
 def step_layout(sql: Any, run_id: str) -> list[tuple[Any, ...]]:
@@ -66,10 +58,6 @@ def count(sql: Any, table: str, run_id: str) -> int:
 
 def record_exists(ctx: Any, run_id: str) -> bool:
     return ctx.records.path(run_id).exists()
-
-
-def error(status: int, reason: str) -> dict[str, Any]:
-    return {"error": {"code": status, "reason": reason}}
 
 
 def rfc3339(text: str) -> datetime:
@@ -96,7 +84,7 @@ def test_an_invalid_contract_is_400_naming_the_field_and_stores_nothing(client, 
     resp = client.post("/v1/runs", json=doc)
 
     assert resp.status_code == 400
-    assert resp.get_json() == error(400, 'step "boot" uses undeclared role "dutt"')
+    assert resp.get_json() == error_body(400, 'step "boot" uses undeclared role "dutt"')
     assert find_run(sql, "bad-1") is None
     assert sql.execute("select count(*) from run_events").fetchone() == (0,)
     assert sql.execute("select count(*) from steps").fetchone() == (0,)
@@ -114,7 +102,7 @@ def test_no_candidate_in_the_live_fleet_is_422_and_a_failed_row_with_its_reject_
     resp = client.post("/v1/runs", json=contract("r1", role("dut", soc="imx8mp")))
 
     reason = "need 1, fleet has 0 - board soc=imx8mp"
-    assert resp.status_code == 422 and resp.get_json() == error(422, reason)
+    assert resp.status_code == 422 and resp.get_json() == error_body(422, reason)
     row = run_row(sql, "r1")
     assert row["state"] == "FAILED" and row["ended_at"] is not None
     assert row["reject"] == {"Code": 422, "As": "dut", "Reason": reason}
@@ -129,8 +117,8 @@ def test_a_role_wanting_more_nodes_than_the_fleet_has_is_422_need_n_fleet_has_m(
 
     resp = client.post("/v1/runs", json=contract("r1", role("dut", count=2)))
 
-    assert resp.get_json() == error(422, "need 2, fleet has 1 - board")
-    assert state(sql, "r1") == "FAILED"
+    assert resp.get_json() == error_body(422, "need 2, fleet has 1 - board")
+    assert run_state(sql, "r1") == "FAILED"
 
 
 def test_a_node_whose_advert_expired_is_not_a_candidate(client, sql):
@@ -139,7 +127,9 @@ def test_a_node_whose_advert_expired_is_not_a_candidate(client, sql):
 
     resp = client.post("/v1/runs", json=contract("r1"))
 
-    assert resp.status_code == 422 and resp.get_json() == error(422, "need 1, fleet has 0 - board")
+    assert resp.status_code == 422 and resp.get_json() == error_body(
+        422, "need 1, fleet has 0 - board"
+    )
     assert leases(sql) == []
 
 
@@ -152,7 +142,7 @@ def test_a_role_no_node_can_ever_fill_is_422_even_when_an_earlier_role_is_only_b
     resp = client.post("/v1/runs", json=contract("r1", role("dut"), role("gpu", "gpu")))
 
     reason = "need 1, fleet has 0 - gpu"
-    assert resp.status_code == 422 and resp.get_json() == error(422, reason)
+    assert resp.status_code == 422 and resp.get_json() == error_body(422, reason)
     assert run_row(sql, "r1")["reject"] == {"Code": 422, "As": "gpu", "Reason": reason}
 
 
@@ -167,7 +157,7 @@ def test_the_width_cap_at_submit_is_422_and_a_failed_row_with_the_reason(client,
     resp = client.post("/v1/runs", json=contract("wide", role("dut"), role("host", "host")))
 
     reason = "requires exceeds the width limit: 2 nodes, limit 1"
-    assert resp.status_code == 422 and resp.get_json() == error(422, reason)
+    assert resp.status_code == 422 and resp.get_json() == error_body(422, reason)
     row = run_row(sql, "wide")
     assert row["state"] == "FAILED" and row["ended_at"] is not None
     assert row["reject"]["Code"] == 422 and row["reject"]["Reason"] == reason
@@ -224,7 +214,9 @@ def test_a_dry_run_with_no_candidate_is_422_and_stores_no_failed_row(client, ctx
 
     resp = client.post("/v1/runs/dry-run", json=contract("try-1", role("gpu", "gpu")))
 
-    assert resp.status_code == 422 and resp.get_json() == error(422, "need 1, fleet has 0 - gpu")
+    assert resp.status_code == 422 and resp.get_json() == error_body(
+        422, "need 1, fleet has 0 - gpu"
+    )
     assert find_run(sql, "try-1") is None and not record_exists(ctx, "try-1")
 
 
@@ -246,7 +238,7 @@ def test_a_dry_run_over_the_width_cap_is_422_and_stores_nothing(client, sql):
     resp = client.post("/v1/runs/dry-run", json=doc)
 
     reason = "requires exceeds the width limit: 2 nodes, limit 1"
-    assert resp.status_code == 422 and resp.get_json() == error(422, reason)
+    assert resp.status_code == 422 and resp.get_json() == error_body(422, reason)
     assert find_run(sql, "try-1") is None
 
 
@@ -285,7 +277,7 @@ def test_a_run_whose_candidates_are_busy_or_draining_is_queued_202(client, sql):
 
     resp = client.post("/v1/runs", json=contract("waiter"))
 
-    assert resp.status_code == 202 and state(sql, "waiter") == "QUEUED"
+    assert resp.status_code == 202 and run_state(sql, "waiter") == "QUEUED"
     assert leases(sql) == [("n1", "holder")]
 
 
@@ -403,7 +395,7 @@ def test_of_two_queued_runs_for_one_node_the_older_is_promoted_first(client, sql
 
     assert client.post("/v1/runs/holder/cancel").status_code == 200
 
-    assert state(sql, "z-older") == "RUNNING" and state(sql, "a-younger") == "QUEUED"
+    assert run_state(sql, "z-older") == "RUNNING" and run_state(sql, "a-younger") == "QUEUED"
     assert leases(sql) == [("n1", "z-older")]
 
 
@@ -419,8 +411,8 @@ def test_an_older_queued_run_that_does_not_fit_does_not_block_a_younger_one_whos
 
     assert client.post("/v1/runs/hold-b/cancel").status_code == 200
 
-    assert state(sql, "older") == "QUEUED"
-    assert state(sql, "younger") == "RUNNING"
+    assert run_state(sql, "older") == "QUEUED"
+    assert run_state(sql, "younger") == "RUNNING"
     assert leases(sql) == [("na", "hold-a"), ("nb", "younger")]
 
 
@@ -435,8 +427,8 @@ def test_a_queued_run_whose_promotion_fails_does_not_stop_the_scan(client, sql):
     resp = client.post("/v1/runs/holder/cancel")
 
     assert resp.get_json() == {"run_id": "holder", "state": "FAILED"}
-    assert state(sql, "broken") == "QUEUED"
-    assert state(sql, "fine") == "RUNNING" and leases(sql) == [("n1", "fine")]
+    assert run_state(sql, "broken") == "QUEUED"
+    assert run_state(sql, "fine") == "RUNNING" and leases(sql) == [("n1", "fine")]
 
 
 def _queued_over_the_width_cap_at_promotion(client: Any) -> None:
@@ -608,7 +600,7 @@ def test_promotion_takes_the_leases_binds_the_steps_raises_the_ask_and_runs_the_
 
     assert client.post("/v1/runs/holder/cancel").status_code == 200
 
-    assert state(sql, "waiter") == "RUNNING"
+    assert run_state(sql, "waiter") == "RUNNING"
     assert leases(sql) == [("n1", "waiter"), ("px", "waiter")]
     assert [(s[1], s[4], s[5]) for s in step_layout(sql, "waiter")] == [
         ("approve", "ASKED", None),
@@ -678,7 +670,7 @@ def test_the_explanation_of_the_wait_is_computed_at_read_time(client, sql):
     # h3 ends: q-old is promoted onto the board h3 held; q-new now waits behind nobody.
     assert client.post("/v1/runs/h3/cancel").status_code == 200
 
-    assert state(sql, "q-old") == "RUNNING"
+    assert run_state(sql, "q-old") == "RUNNING"
     view = client.get("/v1/runs/q-new").get_json()
     assert view["state"] == "QUEUED"
     assert view["queue"] == {"position": 1, "ahead": 0}
@@ -722,39 +714,6 @@ def test_the_view_of_a_running_run_has_no_queue_explanation(client):
 
 
 # ---------------------------- the submit window (docs/queue.md#on-submit-placed-queued-or-rejected)
-
-
-@contextmanager
-def submit_held_after_its_read(
-    app: Any, sql: Any, db_url: str, doc: dict[str, Any], *, others_waiting: int = 0
-) -> Iterator[dict[str, Any]]:
-    """Submit ``doc`` in a thread and hold it right after it has read the fleet and the
-    unavailable set: an uncommitted row with the same run_id (on ``sql``) makes its insert of the
-    run row wait. The body of the ``with`` runs while it waits; on leaving, that row is rolled
-    back, the submit goes on, and the dict holds its response under ``resp``.
-    ``others_waiting``: the Mediator's backends already waiting on a lock of the test's."""
-    other = client_of(app)
-    answer: dict[str, Any] = {}
-    t = threading.Thread(
-        target=lambda: answer.update(resp=other.post("/v1/runs", json=doc)), daemon=True
-    )
-    with connect(db_url) as watcher:
-        with sql.transaction():
-            sql.execute(
-                "insert into runs (run_id, state, contract, requires, requires_key)"
-                " values (%s, 'FAILED', '{}', '[]', 'blocker')",
-                (doc["run_id"],),
-            )
-            t.start()
-            await_condition(
-                lambda: backends_waiting_on_locks(watcher) == others_waiting + 1,
-                "the submit's insert waiting on the uncommitted run row",
-            )
-            answer["watcher"] = watcher
-            yield answer
-            raise psycopg.Rollback()
-    t.join(JOIN_TIMEOUT)
-    assert not t.is_alive()
 
 
 def test_a_node_taken_between_match_and_insert_rolls_the_creation_back_whole_and_queues_202(
@@ -940,7 +899,9 @@ def test_a_dry_run_does_not_count_a_node_whose_advert_expired(client, sql):
 
     resp = client.post("/v1/runs/dry-run", json=contract("r1"))
 
-    assert resp.status_code == 422 and resp.get_json() == error(422, "need 1, fleet has 0 - board")
+    assert resp.status_code == 422 and resp.get_json() == error_body(
+        422, "need 1, fleet has 0 - board"
+    )
 
 
 # ----------------------------------------------------------- the request log (docs/metrics.md#logs)

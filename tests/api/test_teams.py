@@ -12,9 +12,12 @@ from typing import Any
 
 import pytest
 
-from tests.auth.common import records_root, sha256_entry, token_client
-from tests.helpers import advertise, cap, contract
-from tests.metrics.scrape import scrape, value
+from tests.support.actors import cap
+from tests.support.agent import advertise
+from tests.support.apps import records_root
+from tests.support.contracts import contract
+from tests.support.metrics import scrape, value
+from tests.support.tokens import sha256_entry, token_client
 from tests.support.wire import snapshot
 
 one_app_per_module = True

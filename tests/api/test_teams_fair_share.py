@@ -12,9 +12,11 @@ import pytest
 from app.estimate import duration_key
 from app.services.queue import wake_queued
 from app.services.reaper import reap_pass
-from tests.agent import claimed
-from tests.auth.common import sha256_entry, token_client
-from tests.helpers import advertise, cap, contract, probing_run, role
+from tests.support.actors import cap
+from tests.support.agent import advertise, claimed
+from tests.support.concurrency import states
+from tests.support.contracts import contract, probing_run, role
+from tests.support.tokens import sha256_entry, token_client
 
 one_app_per_module = True
 
@@ -59,13 +61,6 @@ def cancel(app: Any, token: str, run_id: str) -> None:
     assert resp.status_code == 200, resp.get_json()
 
 
-def states(sql: Any, *run_ids: str) -> dict[str, str]:
-    rows = sql.execute(
-        "select run_id, state from runs where run_id = any(%s)", (list(run_ids),)
-    ).fetchall()
-    return dict(rows)
-
-
 def leases_of(sql: Any, team: str) -> int:
     return sql.execute("select count(*) from leases where team = %s", (team,)).fetchone()[0]
 
@@ -95,11 +90,11 @@ def test_a_freed_board_goes_to_the_team_furthest_below_its_share(app, client, sq
     )
     # Queue order alone would place k1 first; qa's share says q1.
     cancel(app, "kern", "h1")
-    assert states(sql, "k1", "q1") == {"k1": "QUEUED", "q1": "RUNNING"}
+    assert states(sql, ["k1", "q1"]) == {"k1": "QUEUED", "q1": "RUNNING"}
     assert leases_of(sql, "qa") == 1
     # Now each team holds one board: equal weights, equal holdings, equal (zero) usage: age.
     cancel(app, "kern", "h2")
-    assert states(sql, "k1", "k2", "k3") == {"k1": "RUNNING", "k2": "QUEUED", "k3": "QUEUED"}
+    assert states(sql, ["k1", "k2", "k3"]) == {"k1": "RUNNING", "k2": "QUEUED", "k3": "QUEUED"}
 
 
 def test_without_a_fitting_run_of_the_favoured_team_the_board_is_not_left_idle(app, client, sql):
@@ -112,7 +107,7 @@ def test_without_a_fitting_run_of_the_favoured_team_the_board_is_not_left_idle(a
     post(app, "qa", contract("q1", role("s", "scope")), 202)
     post(app, "kern", contract("k1"), 202)
     cancel(app, "kern", "h1")
-    assert states(sql, "k1", "q1") == {"k1": "RUNNING", "q1": "QUEUED"}
+    assert states(sql, ["k1", "q1"]) == {"k1": "RUNNING", "q1": "QUEUED"}
 
 
 # ---------------------------------------------------------------- usage, by the reaper alone
@@ -157,7 +152,7 @@ def test_a_team_with_usage_comes_after_a_team_without(app, ctx, client, sql):
     post(app, "kern", contract("k1"), 202)
     post(app, "qa", contract("q1"), 202)
     cancel(app, "kern", "h1")
-    assert states(sql, "k1", "q1") == {"k1": "QUEUED", "q1": "RUNNING"}
+    assert states(sql, ["k1", "q1"]) == {"k1": "QUEUED", "q1": "RUNNING"}
     teams = {t["name"]: t for t in as_token(app, "reader").get("/v1/teams").get_json()["teams"]}
     assert teams["kernel"]["usage"] == pytest.approx(1.0)
     assert teams["qa"]["usage"] == pytest.approx(0.0)
@@ -214,7 +209,7 @@ def test_a_team_at_max_nodes_queues_and_the_board_goes_to_another_team(app, clie
     post(app, "kern", contract("k1"), 201)
     # The capped team's release is its own wake: c2 takes the board c1 left.
     cancel(app, "cap", "c1")
-    assert states(sql, "c2") == {"c2": "RUNNING"}
+    assert states(sql, ["c2"]) == {"c2": "RUNNING"}
     assert leases_of(sql, "capped") == 1
 
 
@@ -227,7 +222,7 @@ def test_a_queued_run_of_a_team_at_max_nodes_is_not_promoted_when_a_board_frees(
     post(app, "kern", contract("k1"), 202)
     cancel(app, "kern", "h1")
     # c2 is older, and its team has spent nothing more, but it is held to max_nodes 1.
-    assert states(sql, "c2", "k1") == {"c2": "QUEUED", "k1": "RUNNING"}
+    assert states(sql, ["c2", "k1"]) == {"c2": "QUEUED", "k1": "RUNNING"}
     assert leases_of(sql, "capped") == 1
 
 
@@ -237,7 +232,7 @@ def test_a_run_wider_than_its_teams_quota_is_422(app, client, sql):
     reason = "requires exceeds team capped's quota: 2 nodes, max_nodes 1"
     body = post(app, "cap", contract("w1", role("dut", count=2)), 422)
     assert body["error"]["reason"] == reason
-    assert states(sql, "w1") == {"w1": "FAILED"}
+    assert states(sql, ["w1"]) == {"w1": "FAILED"}
     # Two roles one board can fill share it: one node, within the quota.
     post(app, "cap", contract("w2", role("a"), role("b")), 201)
     assert leases_of(sql, "capped") == 1
@@ -246,10 +241,10 @@ def test_a_run_wider_than_its_teams_quota_is_422(app, client, sql):
     advertise(client, "s1", cap("scope"))
     body = post(app, "cap", contract("w4", role("a"), role("s", "scope")), 422)
     assert body["error"]["reason"] == reason
-    assert states(sql, "w4") == {"w4": "FAILED"}
+    assert states(sql, ["w4"]) == {"w4": "FAILED"}
     resp = as_token(app, "cap").post("/v1/runs/dry-run", json=contract("w3", role("dut", count=2)))
     assert resp.status_code == 422 and resp.get_json()["error"]["reason"] == reason
-    assert states(sql, "w3") == {}
+    assert states(sql, ["w3"]) == {}
 
 
 def branch_states(sql: Any, run_id: str) -> dict[str, str]:

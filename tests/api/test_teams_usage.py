@@ -11,8 +11,10 @@ import pytest
 
 from app.services.reaper import reap_pass
 from app.wire import parse_ts
-from tests.auth.common import sha256_entry, token_client
-from tests.helpers import advertise, cap, contract
+from tests.support.actors import cap
+from tests.support.agent import advertise
+from tests.support.contracts import contract
+from tests.support.tokens import sha256_entry, token_client
 
 one_app_per_module = True
 

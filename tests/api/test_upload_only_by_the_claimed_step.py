@@ -15,11 +15,13 @@ import psycopg
 import pytest
 
 from app.config import to_libpq_url
-from tests.agent import claimed, done
-from tests.apps import client_of
-from tests.auth.common import ENTRIES, as_role, forbidden
-from tests.helpers import acquire_run, advertise, cap, contract, role, submit
-from tests.rows import rows, step_row
+from tests.support.actors import cap
+from tests.support.agent import advertise, claimed, done
+from tests.support.apps import client_of
+from tests.support.contracts import acquire_run, contract, role
+from tests.support.rows import rows, step_row
+from tests.support.submitter import submit
+from tests.support.tokens import ENTRIES, as_role, forbidden
 
 NOT_CLAIMED = {"error": {"code": 409, "reason": "step is not claimed"}}
 GONE = {"error": {"code": 410, "reason": "run has already finished"}}

@@ -11,9 +11,12 @@ from typing import Any
 
 import pytest
 
-from tests.agent import claimed, done, put_blob, report
-from tests.helpers import RunsHook, advertise, cap, contract, role, submit
-from tests.rows import leases, run_row, states, transitions
+from tests.support.actors import cap
+from tests.support.agent import advertise, claimed, done, put_blob, report
+from tests.support.contracts import contract, role
+from tests.support.rows import leases, run_row, states, transitions
+from tests.support.submitter import submit
+from tests.support.webhooks import RunsHook
 
 # One app for the module (see the ``app`` fixture), announcing its runs to ``hook``.
 one_app_per_module = True

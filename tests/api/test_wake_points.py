@@ -22,11 +22,13 @@ from sqlalchemy.exc import OperationalError
 from app import startup
 from app.config import to_libpq_url
 from app.services.reaper import reap_pass
-from tests.agent import claim
-from tests.apps import TOKEN, app_on, client_of, gunicorn_on
-from tests.helpers import advertise, cap, contract, role, state_of, submit
-from tests.rows import leases, scalar
+from tests.support.actors import cap
+from tests.support.agent import advertise, claim
+from tests.support.apps import TOKEN, app_on, client_of, gunicorn_on
 from tests.support.concurrency import await_condition
+from tests.support.contracts import contract, role
+from tests.support.rows import leases, scalar
+from tests.support.submitter import state_of, submit
 
 TIMEOUT = {"database.statement_timeout_seconds": 0.3}
 failing_scans = pytest.mark.parametrize("config_overrides", [TIMEOUT], ids=["statement-timeout"])

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers import contract, role
-from tests.rows import leases, run_row
 from tests.support.actors import Node, Submitter, cap
+from tests.support.contracts import contract, role
+from tests.support.rows import leases, run_row
 
 pytestmark = pytest.mark.config({"lease.max_per_run": 1})
 

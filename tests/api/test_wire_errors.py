@@ -10,14 +10,17 @@ import io
 import json
 import re
 import shutil
-from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from tests.helpers import advertise, cap, contract, role, submit
+from tests.support.actors import cap
+from tests.support.agent import advertise
+from tests.support.apps import records_root
+from tests.support.contracts import contract, role
+from tests.support.submitter import submit
 from tests.support.wire import V1_ROUTES, claimed_run, snapshot
 
 MAX_BODY = 4096
@@ -43,10 +46,6 @@ def error_of(resp: Any) -> dict[str, Any]:
 
 def is_empty(snap: dict[str, Any]) -> bool:
     return not snap["files"] and not any(snap["rows"].values())
-
-
-def records_root(app: Any) -> Path:
-    return Path(app.extensions["mediator"].config["records.root"])
 
 
 def valid_contract(run_id: str = "r1") -> dict[str, Any]:

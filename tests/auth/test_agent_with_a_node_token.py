@@ -8,8 +8,10 @@ import json
 import sys
 
 from app.tokens import new_token
-from tests.agent_e2e.common import agent_on, await_state, await_value
-from tests.apps import gunicorn_on
+from tests.support.agent_process import agent_on
+from tests.support.apps import gunicorn_on
+from tests.support.concurrency import await_value
+from tests.support.submitter import await_state
 
 PY = sys.executable
 

@@ -9,9 +9,13 @@ from typing import Any
 
 import pytest
 
-from tests.auth.common import ENTRIES, as_role, forbidden, records_root
-from tests.helpers import advertise, cap, contract, role, submit
-from tests.rows import rows, step_row
+from tests.support.actors import cap
+from tests.support.agent import advertise
+from tests.support.apps import records_root
+from tests.support.contracts import contract, role
+from tests.support.rows import rows, step_row
+from tests.support.submitter import submit
+from tests.support.tokens import ENTRIES, as_role, forbidden
 from tests.support.wire import WORK_STEP, claimed_run, snapshot
 
 one_app_per_module = True

@@ -13,8 +13,8 @@ import pytest
 from flask import Flask, g
 
 from app.api.auth import check_token_when, require_token_when
-from tests.apps import app_on
-from tests.auth.common import ENTRIES, SECRETS, token_client
+from tests.support.apps import app_on
+from tests.support.tokens import ENTRIES, SECRETS, token_client
 
 
 def _caller_json() -> dict[str, Any]:

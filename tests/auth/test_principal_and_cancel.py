@@ -8,9 +8,11 @@ from typing import Any
 
 import pytest
 
-from tests.auth.common import ENTRIES, as_role, forbidden
-from tests.helpers import advertise, cap, contract, role
-from tests.rows import find_run, run_row, transitions
+from tests.support.actors import cap
+from tests.support.agent import advertise
+from tests.support.contracts import contract, role
+from tests.support.rows import find_run, run_row, transitions
+from tests.support.tokens import ENTRIES, as_role, forbidden
 
 one_app_per_module = True
 

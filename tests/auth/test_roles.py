@@ -8,15 +8,16 @@ from typing import Any
 import pytest
 
 from app.api.auth import ROUTES
-from tests.auth.common import ENTRIES, SECRETS, forbidden, records_root, token_client
-from tests.support.wire import V1_ROUTES, claimed_run, snapshot
+from tests.support.apps import records_root
+from tests.support.tokens import ENTRIES, SECRETS, forbidden, token_client
+from tests.support.wire import V1_ROUTES, claimed_run, send, snapshot
 
 one_app_per_module = True
 
 
 @pytest.fixture(scope="module")
 def module_config() -> dict[str, Any]:
-    return {"tokens": ENTRIES}  # beside the legacy token of tests/apps.py
+    return {"tokens": ENTRIES}  # beside the legacy token of tests/support/apps.py
 
 
 EVERYONE = set(SECRETS)
@@ -57,12 +58,6 @@ ALLOWED: dict[tuple[str, str], set[str]] = {
 CASES = [(m, p, b, who) for m, p, b in V1_ROUTES for who in sorted(EVERYONE)]
 
 
-def _send(client: Any, method: str, path: str, body: Any) -> Any:
-    if isinstance(body, bytes):
-        return client.open(path, method=method, data=body)
-    return client.open(path, method=method, json=body)
-
-
 def test_the_table_names_every_route_of_the_wire_api():
     assert {(m, p) for m, p, _ in V1_ROUTES} == set(ALLOWED)
 
@@ -76,7 +71,7 @@ def test_a_route_answers_its_roles_and_refuses_the_others_with_403_storing_nothi
     claimed_run(client, sql)
     before = snapshot(sql, records_root(app))
 
-    resp = _send(token_client(app, SECRETS[who]), method, path, body)
+    resp = send(token_client(app, SECRETS[who]), method, path, body)
 
     if who in ALLOWED[(method, path)]:
         assert resp.status_code not in (401, 403), (resp.status_code, resp.get_json())

@@ -10,9 +10,9 @@ import pytest
 
 from app.config import load_config
 from app.errors import ConfigError
-from tests.apps import TOKEN, app_on
-from tests.auth.common import SECRETS, sha256_entry, token_client
-from tests.helpers import cap
+from tests.support.actors import cap
+from tests.support.apps import TOKEN, app_on
+from tests.support.tokens import SECRETS, sha256_entry, token_client
 
 ARGON2_SECRET = "argon2-secret-that-must-not-leak"
 ARGON2_HASH = argon2.PasswordHasher().hash(ARGON2_SECRET)

@@ -29,8 +29,8 @@ from app.tokens import (
     new_token,
     parse_tokens,
 )
-from tests.apps import TOKEN, app_on, gunicorn_on
-from tests.auth.common import sha256_entry, token_client
+from tests.support.apps import TOKEN, app_on, gunicorn_on
+from tests.support.tokens import sha256_entry, token_client
 
 ROLES = ("submitter", "node", "answerer", "reader", "operator")
 

@@ -15,9 +15,9 @@ from click.testing import CliRunner
 from app import create_app
 from app.cli import main
 from app.config import load_config
-from tests.apps import TOKEN, app_on, gunicorn_on
-from tests.auth.common import forbidden, token_client
-from tests.helpers import cap
+from tests.support.actors import cap
+from tests.support.apps import TOKEN, app_on, gunicorn_on
+from tests.support.tokens import forbidden, token_client
 
 
 def token_new(*args: str) -> tuple[str, list[dict[str, Any]], dict[str, Any]]:

@@ -18,8 +18,8 @@ from app.cli import main
 from app.config import load_config
 from app.errors import ConfigError
 from app.tokens import ALL_ROLES, TokenSet, legacy_token, parse_tokens
-from tests.apps import TOKEN
-from tests.auth.common import sha256_entry, token_client
+from tests.support.apps import TOKEN
+from tests.support.tokens import sha256_entry, token_client
 
 ARGON2_SECRET = "an-argon2-secret"
 ARGON2_HASH = argon2.PasswordHasher().hash(ARGON2_SECRET)
@@ -243,7 +243,7 @@ def test_a_secret_is_checked_against_the_hashes_once_per_process(checks):
 
 
 def test_the_server_checks_an_argon2_token_once_across_requests(tmp_path, db_url, checks):
-    from tests.apps import app_on
+    from tests.support.apps import app_on
 
     with app_on(db_url, tmp_path / "records", tokens=[argon2_entry()]) as application:
         reader = token_client(application, ARGON2_SECRET)

@@ -7,9 +7,7 @@ principal the token vouches for: its own, or one declared through a token whose 
 
 from __future__ import annotations
 
-import io
 import json
-import tarfile
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,11 +17,13 @@ from app.config import load_config
 from app.errors import ConfigError
 from app.logs import configure_logging
 from app.tokens import legacy_token, parse_tokens
-from tests.apps import app_on
-from tests.auth.common import ENTRIES, as_role, forbidden, sha256_entry, token_client
-from tests.helpers import advertise, cap, contract, role
-from tests.rows import rows, run_row, step_row
-from tests.support.actors import Answerer
+from tests.support.actors import Answerer, cap
+from tests.support.agent import advertise
+from tests.support.apps import app_on
+from tests.support.contracts import contract, role
+from tests.support.record_contents import tar_files
+from tests.support.rows import rows, run_row, step_row
+from tests.support.tokens import ENTRIES, as_role, forbidden, sha256_entry, token_client
 
 one_app_per_module = True
 
@@ -89,13 +89,8 @@ def record_members(c: Any, run_id: str) -> dict[str, Any]:
     """The sealed Record's JSON files by their path inside ``run-<id>/``."""
     resp = c.get(f"/v1/runs/{run_id}/record")
     assert resp.status_code == 200, resp.get_data(as_text=True)[:300]
-    out: dict[str, Any] = {}
-    with tarfile.open(fileobj=io.BytesIO(resp.data)) as tar:
-        for member in tar.getmembers():
-            f = tar.extractfile(member) if member.isfile() else None
-            if f is not None and member.name.endswith(".json"):
-                out[member.name.split("/", 1)[1]] = json.loads(f.read())
-    return out
+    files = tar_files(resp.data, in_run=True)
+    return {path: json.loads(data) for path, data in files.items() if path.endswith(".json")}
 
 
 # ------------------------------------------------------------------ restricted asks

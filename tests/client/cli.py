@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.apps import ROOT, TOKEN
+from tests.support.apps import ROOT, TOKEN, mediator_cli
 
 TIMEOUT = 60
 # A client configuration file that does not exist: the machine's own never leaks into a test.
@@ -44,15 +44,7 @@ def mediator(
     server: Any, *args: str, cwd: Path = ROOT, **env: str
 ) -> subprocess.CompletedProcess[str]:
     """``mediator ARGS`` as a process of its own, talking to ``server``."""
-    return subprocess.run(
-        [sys.executable, "-m", "app.cli", *args],
-        cwd=cwd,
-        env=client_env(server, **env),
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        check=False,
-    )
+    return mediator_cli(*args, env=client_env(server, **env), cwd=cwd, timeout=TIMEOUT)
 
 
 def complete(server: Any, words: str, **env: str) -> subprocess.CompletedProcess[str]:

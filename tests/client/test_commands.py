@@ -22,7 +22,6 @@ from urllib.parse import quote
 
 import pytest
 
-from tests.apps import ROOT
 from tests.client.cli import (
     TIMEOUT,
     CountingProxy,
@@ -32,8 +31,10 @@ from tests.client.cli import (
     mediator,
     write,
 )
-from tests.helpers import cap, contract, role
-from tests.support.actors import Node, Submitter, expect
+from tests.support.actors import Node, Submitter, cap, expect
+from tests.support.apps import ROOT
+from tests.support.contracts import contract, role
+from tests.support.submitter import run_view
 
 # One gunicorn for the module, its tables emptied before each test (tests/conftest.py).
 one_server_per_module = True
@@ -67,10 +68,6 @@ def put_log(server: Any, run_id: str, seq: int, data: bytes) -> None:
 
 def submit_api(server: Any, doc: dict[str, Any], status: int) -> dict[str, Any]:
     return Submitter(server, "other@lab.test").submitted(doc, status)
-
-
-def view(server: Any, run_id: str) -> dict[str, Any]:
-    return Submitter(server).view(run_id)
 
 
 def sign_off(run_id: str) -> dict[str, Any]:
@@ -185,7 +182,7 @@ def test_submit_places_a_run_and_prints_where(tmp_path, live_server):
     result = mediator(live_server, "submit", path)
 
     assert (result.returncode, result.stdout) == (0, "place-1: RUNNING on dut=board-1\n")
-    placed = view(live_server, "place-1")
+    placed = run_view(live_server, "place-1")
     assert placed["state"] == "RUNNING" and placed["principal"] == "me@lab.test"
 
 
@@ -297,7 +294,7 @@ def test_the_principal_is_git_config_user_email_when_none_is_given(tmp_path, liv
     )
 
     assert result.returncode == 0, result.stderr
-    assert view(live_server, "git-1")["principal"] == "git-user@lab.test"
+    assert run_view(live_server, "git-1")["principal"] == "git-user@lab.test"
 
 
 # ---------------------------------------------------------------------------------- --wait
@@ -385,7 +382,7 @@ def test_submit_wait_json_prints_the_last_view_and_the_progress_on_stderr(tmp_pa
 
     assert code == 0, err
     last = json.loads("\n".join(lines))
-    assert last == view(live_server, "js-1") and last["state"] == "SUCCEEDED"
+    assert last == run_view(live_server, "js-1") and last["state"] == "SUCCEEDED"
     assert "js-1 SUCCEEDED" in err
 
 
@@ -482,7 +479,7 @@ def test_cancel_cancels_a_run_and_leaves_a_finished_one_as_it_is(tmp_path, live_
 
     cancelled = mediator(live_server, "cancel", "cancel-1")
     assert (cancelled.returncode, cancelled.stdout) == (0, "cancel-1: cancelled, FAILED\n")
-    assert view(live_server, "done-1")["state"] == "RUNNING"  # promoted by the cancel
+    assert run_view(live_server, "done-1")["state"] == "RUNNING"  # promoted by the cancel
     claim(live_server, "board-1")
     report(live_server, "done-1", 1, "board-1")
     finished = mediator(live_server, "cancel", "done-1")
@@ -757,7 +754,7 @@ def test_ctrl_c_during_wait_says_the_run_goes_on_and_exits_130(live_server):
         "mediator: stopped watching; run watched-1 goes on: follow it with "
         "`mediator status watched-1 --wait`, stop it with `mediator cancel watched-1`\n"
     )
-    assert view(live_server, "watched-1")["state"] == "RUNNING"
+    assert run_view(live_server, "watched-1")["state"] == "RUNNING"
 
 
 def test_wait_timeout_ends_the_watch_with_exit_4_and_the_run_goes_on(tmp_path, live_server):
@@ -777,7 +774,7 @@ def test_wait_timeout_ends_the_watch_with_exit_4_and_the_run_goes_on(tmp_path, l
     assert as_json.returncode == 4
     assert json.loads(as_json.stdout)["state"] == "RUNNING"
     assert without_wait.returncode == 2 and "--timeout goes with --wait" in without_wait.stderr
-    assert view(live_server, "slow-1")["state"] == "RUNNING"
+    assert run_view(live_server, "slow-1")["state"] == "RUNNING"
 
 
 @pytest.mark.parametrize("interval", ["0", "0.01", "3600", "-1"])

@@ -20,8 +20,8 @@ from click.testing import CliRunner
 
 from app.cli import main, server
 from app.client.exits import EXIT_CODES
-from tests.apps import ROOT
 from tests.client.cli import mediator
+from tests.support.apps import ROOT
 
 pytestmark = pytest.mark.slow  # processes of the client
 

@@ -12,10 +12,12 @@ from typing import Any
 import pytest
 import requests
 
-from tests.auth.common import ENTRIES, SECRETS
 from tests.client.cli import complete, mediator
-from tests.helpers import advertise, cap, one_step, submit
-from tests.support.actors import Node
+from tests.support.actors import Node, cap
+from tests.support.agent import advertise
+from tests.support.contracts import one_step
+from tests.support.submitter import submit
+from tests.support.tokens import ENTRIES, SECRETS
 
 # One gunicorn for the module, its tables emptied before each test (tests/conftest.py); the
 # tokens of every role beside the legacy one the client uses by default (an operator).

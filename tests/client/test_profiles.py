@@ -7,16 +7,16 @@ which value was used."""
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.apps import TOKEN
 from tests.client.cli import mediator
-from tests.helpers import cap, contract
-from tests.support.actors import Node
+from tests.support.actors import Node, cap
+from tests.support.apps import TOKEN
+from tests.support.contracts import contract
+from tests.support.processes import free_port
 
 one_server_per_module = True
 
@@ -32,9 +32,7 @@ FILE_ONLY = {
 
 
 def closed_url() -> str:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{sock.getsockname()[1]}"  # bound, never listening
+    return f"http://127.0.0.1:{free_port()}"  # nothing listens there
 
 
 def write_profiles(

@@ -14,10 +14,11 @@ import pytest
 from app.client.render import SPARKS, sparklines
 from app.config import to_libpq_url
 from app.services.reaper import reap_pass
-from tests.apps import app_on
 from tests.client.cli import mediator
-from tests.helpers import advertise, cap, contract
-from tests.support.actors import Submitter
+from tests.support.actors import Submitter, cap
+from tests.support.agent import advertise
+from tests.support.apps import app_on
+from tests.support.contracts import contract
 
 one_server_per_module = True
 

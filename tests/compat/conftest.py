@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from app.dev.embedded import create_database, drop_database
-from tests.apps import TOKEN, gunicorn_on
 from tests.compat.clients import EnodeClient, RunctlClient
 from tests.compat.mediator import LONG_POLL_SECONDS, SUBMITTER, Mediator
+from tests.support.apps import TOKEN, gunicorn_on
 
 NODE_OWNER = "owner@lab.test"
 

@@ -9,7 +9,7 @@ from typing import Any
 import psycopg
 
 from app.config import to_libpq_url
-from tests.apps import LiveServer, empty_records
+from tests.support.apps import LiveServer, empty_records
 
 LONG_POLL_SECONDS = 1
 SUBMITTER = "dev@lab.test"

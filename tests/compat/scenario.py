@@ -3,9 +3,7 @@ every compatibility test takes (a node advertised, a run submitted, a step claim
 
 from __future__ import annotations
 
-import io
 import json
-import tarfile
 from datetime import UTC, datetime
 from typing import Any
 
@@ -13,6 +11,7 @@ import requests
 
 from tests.compat.clients import EnodeClient, RunctlClient
 from tests.compat.gowire import ADVERT_RESPONSE, CLAIMED_STEP, RUN, decode, go_time
+from tests.support.record_contents import tar_files
 
 NODE = "9c1f0e7a5b3d2468"  # node ids are hashes (email ‖ hostname ‖ config path)
 LABEL = "owner@lab.test@bench-7"
@@ -157,12 +156,4 @@ def record_files(runctl: RunctlClient, run_id: str) -> dict[str, bytes]:
     bytes."""
     resp = runctl.record(run_id)
     assert resp.status_code == 200, resp.text
-    out = {}
-    with tarfile.open(fileobj=io.BytesIO(resp.content)) as tar:
-        for member in tar.getmembers():
-            if member.isfile():
-                data = tar.extractfile(member)
-                assert data is not None
-                _, _, inside = member.name.partition("/")
-                out[inside] = data.read()
-    return out
+    return tar_files(resp.content, in_run=True)

@@ -11,7 +11,6 @@ from typing import Any
 
 import requests
 
-from tests.apps import TOKEN
 from tests.compat.clients import EnodeClient, RunctlClient
 from tests.compat.gowire import (
     ADVERT_RESPONSE,
@@ -43,6 +42,7 @@ from tests.compat.scenario import (
     submitted,
     view,
 )
+from tests.support.apps import TOKEN
 
 MAX_ERROR = 64 * 1024
 

@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from tests.apps import TOKEN
 from tests.compat.clients import EnodeClient, RunctlClient
 from tests.compat.gowire import ASKS, CAPABILITIES, FAIL, RUN, RUNS, VERDICT, decode, decode_value
 from tests.compat.mediator import SUBMITTER, Mediator
@@ -28,6 +27,7 @@ from tests.compat.scenario import (
     submitted,
     view,
 )
+from tests.support.apps import TOKEN
 
 DECISION = {
     "type": "object",

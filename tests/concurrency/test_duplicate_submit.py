@@ -7,22 +7,14 @@ from __future__ import annotations
 
 import json
 
-from tests.helpers import advertise, cap, contract, role, submit
+from tests.support.actors import cap
+from tests.support.agent import advertise
 from tests.support.concurrency import apps_on, connect, race
+from tests.support.contracts import slotted_two_steps
+from tests.support.submitter import submit
 
 ROUNDS = 10
 SENDERS = 4  # two per app: two threads of each of two worker processes
-
-
-def _doc(run_id):
-    return contract(
-        run_id,
-        role("dut", slot="s"),
-        steps=[
-            {"id": "flash", "uses": "dut", "run": ["flash"]},
-            {"id": "boot", "uses": "dut", "run": ["boot"]},
-        ],
-    )
 
 
 def _send_together(apps, doc):
@@ -53,7 +45,7 @@ def test_simultaneous_submits_of_one_run_id_placed_make_one_run_and_one_record(
         advertise(admin, "n1", cap("board", slot="s"))
         for i in range(ROUNDS):
             run_id = f"placed-{i}"
-            resps = _send_together(apps, _doc(run_id))
+            resps = _send_together(apps, slotted_two_steps(run_id))
             answers = [(r.status_code, r.get_json()) for r in resps]
             assert sorted(code for code, _ in answers) == [200] * (SENDERS - 1) + [201], answers
             assert {(body["run_id"], body["state"]) for _, body in answers} == {(run_id, "RUNNING")}
@@ -73,10 +65,10 @@ def test_simultaneous_submits_of_one_run_id_queued_make_one_run_and_one_record(
     with apps_on(fresh_db_url, records, 2) as apps, connect(fresh_db_url) as sql:
         admin = apps.client(0)
         advertise(admin, "n1", cap("board", slot="s"))
-        submit(admin, _doc("holder"), 201)
+        submit(admin, slotted_two_steps("holder"), 201)
         for i in range(ROUNDS):
             run_id = f"queued-{i}"
-            resps = _send_together(apps, _doc(run_id))
+            resps = _send_together(apps, slotted_two_steps(run_id))
             answers = [(r.status_code, r.get_json()) for r in resps]
             assert sorted(code for code, _ in answers) == [200] * (SENDERS - 1) + [202], answers
             assert {(body["run_id"], body["state"]) for _, body in answers} == {(run_id, "QUEUED")}
@@ -93,7 +85,7 @@ def test_simultaneous_submits_of_one_rejected_run_id_store_one_failed_run_and_no
     records = tmp_path / "records"
     with apps_on(fresh_db_url, records, 2) as apps, connect(fresh_db_url) as sql:
         advertise(apps.client(0), "n1", cap("board", slot="other"))
-        resps = _send_together(apps, _doc("never-fits"))
+        resps = _send_together(apps, slotted_two_steps("never-fits"))
         answers = sorted((r.status_code, r.get_json()) for r in resps)
         assert [code for code, _ in answers] == [200] * (SENDERS - 1) + [422], answers
         assert answers[-1][1] == {

@@ -22,8 +22,7 @@ from sqlalchemy.exc import DBAPIError
 from app.services.queue import wake_queued
 from app.services.reaper import reap_pass
 from app.store.gate import SCANNING_LOCK
-from tests.apps import ROOT
-from tests.helpers import advertise, cap, contract, submit
+from tests.support.apps import ROOT
 from tests.support.concurrency import (
     Background,
     apps_on,
@@ -33,17 +32,12 @@ from tests.support.concurrency import (
     states,
     waiting_lock_held,
 )
+from tests.support.scenes import holder_and_waiter
 
 IDLE = 2.0  # gate.idle_seconds: how long PostgreSQL keeps a hung process's idle gate session
 RENEW = 1  # lease.renew_seconds: the reaper's period
 # Adverts stay live for renew × factor: long enough for every test here.
 KEYS = {"gate.idle_seconds": IDLE, "lease.renew_seconds": RENEW, "lease.not_after_factor": 300}
-
-
-def _holder_and_waiter(c):
-    advertise(c, "n1", cap("board"))
-    submit(c, contract("holder"), 201)
-    submit(c, contract("waiter"), 202)
 
 
 @pytest.mark.parametrize("servers", [1, 2], ids=["one server", "two servers"])
@@ -56,7 +50,7 @@ def test_a_run_freed_while_a_waiter_never_scans_is_promoted_by_the_second_reaper
     ):
         c = apps.client(0)
         reaper = apps.ctx(servers - 1)  # on the other server when there are two
-        _holder_and_waiter(c)
+        holder_and_waiter(c)
         # The first pass of the reaper, before anything happened: it has nothing to pay.
         assert reap_pass(reaper).woke is False
         with waiting_lock_held(sql):
@@ -81,7 +75,7 @@ def test_a_run_freed_while_a_waiter_never_scans_is_promoted_by_the_second_reaper
 HOLD_SCANNING_LOCK = """
 import sys
 from app import create_app
-from tests.apps import make_config
+from tests.support.apps import make_config
 app = create_app(make_config(sys.argv[1], sys.argv[2], **{"gate.idle_seconds": float(sys.argv[3])}))
 assert app.extensions["mediator"].gate.enter()
 print("scanning", flush=True)
@@ -119,7 +113,7 @@ def test_a_hung_scanner_loses_the_gate_after_idle_seconds_and_the_freed_run_is_p
         connect(fresh_db_url) as sql,
     ):
         c = apps.client(0)
-        _holder_and_waiter(c)
+        holder_and_waiter(c)
         proc = _hung_scanner(fresh_db_url, tmp_path / "records")
         try:
             assert lock_holders(sql, SCANNING_LOCK) == 1
@@ -151,7 +145,7 @@ def test_the_reaper_takes_the_scanning_lock_from_a_hung_scanner_within_idle_seco
         connect(fresh_db_url) as sql,
     ):
         c = apps.client(0)
-        _holder_and_waiter(c)
+        holder_and_waiter(c)
         reaper = apps.ctx(1)
         assert reap_pass(reaper).woke is False
         proc = _hung_scanner(fresh_db_url, tmp_path / "records")

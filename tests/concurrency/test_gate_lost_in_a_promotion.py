@@ -13,9 +13,9 @@ import pytest
 from app.listener import CLAIM_CHANNEL
 from app.services.queue import wake_queued
 from app.store.gate import GateLost
-from tests.apps import app_on, client_of
-from tests.helpers import advertise, cap, contract, role, submit
-from tests.invariants import marks
+from tests.support.actors import cap
+from tests.support.agent import advertise
+from tests.support.apps import app_on, client_of
 from tests.support.concurrency import (
     Background,
     await_condition,
@@ -23,6 +23,9 @@ from tests.support.concurrency import (
     connect,
     states,
 )
+from tests.support.contracts import contract, role
+from tests.support.invariants import marks
+from tests.support.submitter import submit
 
 IDLE_SECONDS = 1.0
 

@@ -17,10 +17,9 @@ from typing import Any
 from sqlalchemy import event
 
 from app.services.queue import wake_queued
-from tests.agent import claimed, done
-from tests.apps import app_on, client_of
-from tests.helpers import acquire_run, advertise, cap, one_step, submit
-from tests.invariants import check
+from tests.support.actors import cap
+from tests.support.agent import advertise, claimed, done
+from tests.support.apps import app_on, client_of
 from tests.support.concurrency import (
     JOIN_TIMEOUT,
     Background,
@@ -33,6 +32,9 @@ from tests.support.concurrency import (
     states,
     waiting_lock_held,
 )
+from tests.support.contracts import acquire_run, one_step
+from tests.support.invariants import check
+from tests.support.submitter import submit
 
 
 def _placements(sql: Any, node: str) -> list[tuple[str, int]]:

@@ -12,21 +12,13 @@ from sqlalchemy import event
 
 from app.models import LEASES_PKEY
 from app.store import constraint_name
-from tests.helpers import advertise, cap, contract, role, submit
+from tests.support.actors import cap
+from tests.support.agent import advertise
 from tests.support.concurrency import apps_on, connect, race
+from tests.support.contracts import slotted_two_steps
+from tests.support.submitter import submit
 
 ROUNDS = 20
-
-
-def _doc(run_id, slot):
-    return contract(
-        run_id,
-        role("dut", slot=slot),
-        steps=[
-            {"id": "flash", "uses": "dut", "run": ["flash"]},
-            {"id": "boot", "uses": "dut", "run": ["boot"]},
-        ],
-    )
 
 
 def test_two_submits_racing_for_one_node_place_one_and_queue_the_other_whole(
@@ -51,7 +43,7 @@ def test_two_submits_racing_for_one_node_place_one_and_queue_the_other_whole(
             clients = (apps.client(0), apps.client(1))
             resps = race(
                 *(
-                    (lambda k=k: clients[k].post("/v1/runs", json=_doc(ids[k], slot)))
+                    (lambda k=k: clients[k].post("/v1/runs", json=slotted_two_steps(ids[k], slot)))
                     for k in (0, 1)
                 )
             )
@@ -95,12 +87,15 @@ def test_a_queued_loser_of_a_node_race_is_promoted_when_the_winner_is_cancelled(
         advertise(admin, "n1", cap("board", slot="s"))
         clients = (apps.client(0), apps.client(1))
         resps = race(
-            *((lambda k=k: clients[k].post("/v1/runs", json=_doc(f"r{k}", "s"))) for k in (0, 1))
+            *(
+                (lambda k=k: clients[k].post("/v1/runs", json=slotted_two_steps(f"r{k}", "s")))
+                for k in (0, 1)
+            )
         )
         by_code = {r.status_code: r.get_json()["run_id"] for r in resps}
         assert sorted(by_code) == [201, 202]
         assert admin.post(f"/v1/runs/{by_code[201]}/cancel").get_json()["state"] == "FAILED"
-        assert submit(admin, _doc("probe", "s"), 202)  # the loser now holds n1
+        assert submit(admin, slotted_two_steps("probe", "s"), 202)  # the loser now holds n1
         assert sql.execute("select node_id, run_id from leases").fetchall() == [
             ("n1", by_code[202])
         ]

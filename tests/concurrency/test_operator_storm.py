@@ -13,10 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from app.services.reaper import reap_pass
-from tests.apps import client_of
-from tests.helpers import advertise, cap, one_step
-from tests.invariants import check_settled
+from tests.support.actors import cap
+from tests.support.agent import advertise
+from tests.support.apps import client_of
 from tests.support.concurrency import JOIN_TIMEOUT, apps_on, connect, deadlocks, race
+from tests.support.contracts import one_step
+from tests.support.invariants import check_settled
 
 NODES = [f"b{i}" for i in range(4)]
 ROUNDS = 15  # per thread: a bound by count, not by time

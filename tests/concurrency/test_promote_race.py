@@ -6,8 +6,11 @@ from __future__ import annotations
 
 from app.services.queue import Outcome, promote
 from app.store.nodes import live_adverts, unavailable_node_ids
-from tests.helpers import advertise, cap, contract, submit
+from tests.support.actors import cap
+from tests.support.agent import advertise
 from tests.support.concurrency import apps_on, connect, queued_run, race, waiting_lock_held
+from tests.support.contracts import contract
+from tests.support.submitter import submit
 
 ROUNDS = 20
 

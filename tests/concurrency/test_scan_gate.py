@@ -10,7 +10,8 @@ import threading
 
 from app.services.queue import wake_queued
 from app.store.gate import SCANNING_LOCK, WAITING_LOCK
-from tests.helpers import advertise, cap, contract, role, submit
+from tests.support.actors import cap
+from tests.support.agent import advertise
 from tests.support.concurrency import (
     JOIN_TIMEOUT,
     apps_on,
@@ -24,13 +25,9 @@ from tests.support.concurrency import (
     states,
     waiting_lock_held,
 )
-
-
-def _holder_and_waiter(c, sql):
-    """n1 held by ``holder``; ``waiter`` QUEUED behind it."""
-    advertise(c, "n1", cap("board"))
-    submit(c, contract("holder"), 201)
-    submit(c, contract("waiter"), 202)
+from tests.support.contracts import contract, role
+from tests.support.scenes import holder_and_waiter
+from tests.support.submitter import submit
 
 
 def test_a_wake_skips_its_scan_while_another_scan_is_waiting_and_scans_once_none_waits(
@@ -38,7 +35,7 @@ def test_a_wake_skips_its_scan_while_another_scan_is_waiting_and_scans_once_none
 ):
     with apps_on(fresh_db_url, tmp_path / "records", 1) as apps, connect(fresh_db_url) as sql:
         c = apps.client(0)
-        _holder_and_waiter(c, sql)
+        holder_and_waiter(c)
         with waiting_lock_held(sql):
             assert c.post("/v1/runs/holder/cancel").get_json()["state"] == "FAILED"
             report = wake_queued(apps.ctx(0), "test")
@@ -54,7 +51,7 @@ def test_a_wake_waits_behind_a_running_scan_and_its_scan_sees_the_node_freed_bef
 ):
     with apps_on(fresh_db_url, tmp_path / "records", 2) as apps, connect(fresh_db_url) as sql:
         c = apps.client(0)
-        _holder_and_waiter(c, sql)
+        holder_and_waiter(c)
         answer: dict[str, object] = {}
         with scanning_lock_held(sql):
             # A scan of "another process" is running. The cancel commits, then its wake takes the

@@ -5,9 +5,11 @@ one is 413, and the run's count is the bytes on disk."""
 
 from __future__ import annotations
 
-from tests.agent import claimed
-from tests.helpers import advertise, cap, contract, role, submit
+from tests.support.actors import cap
+from tests.support.agent import advertise, claimed
 from tests.support.concurrency import apps_on, connect, race
+from tests.support.contracts import contract, role
+from tests.support.submitter import submit
 
 UPLOADS = 8  # four threads of each of two worker processes
 BLOB = 300

@@ -5,10 +5,11 @@ final view, never 202 (a 202 says "queued" and would carry a final state)."""
 
 from __future__ import annotations
 
-from tests.api.test_scan_defects import crossing_acquires
-from tests.api.test_submit_queue import submit_held_after_its_read
-from tests.helpers import advertise, cap, one_step, submit
-from tests.support.concurrency import states
+from tests.support.actors import cap
+from tests.support.agent import advertise
+from tests.support.concurrency import states, submit_held_after_its_read
+from tests.support.contracts import crossing_acquires, one_step
+from tests.support.submitter import submit
 
 
 def test_a_run_promoted_by_its_submit_scan_and_ended_before_the_re_read_is_answered_201(

@@ -12,10 +12,12 @@ import threading
 import pytest
 
 from app.services.reaper import reap_pass
-from tests.apps import client_of
-from tests.helpers import advertise, cap, contract, probing_run, role
-from tests.invariants import check_settled
+from tests.support.actors import cap
+from tests.support.agent import advertise
+from tests.support.apps import client_of
 from tests.support.concurrency import JOIN_TIMEOUT, apps_on, connect, deadlocks, race
+from tests.support.contracts import contract, probing_run, role
+from tests.support.invariants import check_settled
 
 MAX_NODES = 2
 TEAMS = [{"name": "capped", "max_nodes": MAX_NODES}, {"name": "kernel"}]

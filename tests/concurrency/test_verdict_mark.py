@@ -13,10 +13,9 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from tests.api.test_submit_queue import submit_held_after_its_read
-from tests.apps import client_of
-from tests.helpers import advertise, cap, one_step, submit
-from tests.support.actors import Node
+from tests.support.actors import Node, cap
+from tests.support.agent import advertise
+from tests.support.apps import client_of
 from tests.support.concurrency import (
     JOIN_TIMEOUT,
     await_condition,
@@ -24,7 +23,10 @@ from tests.support.concurrency import (
     connect,
     lease_runs,
     states,
+    submit_held_after_its_read,
 )
+from tests.support.contracts import one_step
+from tests.support.submitter import submit
 
 
 def test_a_submit_read_between_a_result_and_its_verdict_is_placed_once_the_verdict_frees(

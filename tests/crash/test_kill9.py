@@ -7,8 +7,8 @@ open or just committed, and writes its pid to the file first. The client sees th
 drop; gunicorn reports the signal and starts a replacement, which runs through the same point
 alive. Then:
 
-- the shared invariant checker holds (tests/invariants.py), and nothing is half-created: a crash
-  inside a transaction leaves none of it, a crash after a commit leaves all of it;
+- the shared invariant checker holds (tests/support/invariants.py), and nothing is half-created:
+  a crash inside a transaction leaves none of it, a crash after a commit leaves all of it;
 - what the crash left waiting is promoted by the replacement's start-up wake (wake point 6 of
   docs/design.md#wake-points), or by the reaper's pass when only the reaper can settle it;
 - after one ``reap_pass`` every finished run is sealed, and every check holds.
@@ -17,11 +17,9 @@ alive. Then:
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, suppress
 from pathlib import Path
@@ -31,41 +29,17 @@ import pytest
 import requests
 
 from app.services.reaper import reap_pass
-from tests.apps import LiveServer, app_on, gunicorn_on
-from tests.helpers import contract, one_step, role
-from tests.invariants import check, check_after_reaper_pass, check_quiet, check_settled, connect
-from tests.rows import find_run, leases, one, run_row, states
 from tests.support.actors import Node, Submitter, cap
+from tests.support.apps import LiveServer, app_on, gunicorn_on
+from tests.support.concurrency import await_condition, connect
+from tests.support.contracts import contract, one_step, role
+from tests.support.invariants import check, check_after_reaper_pass, check_quiet, check_settled
+from tests.support.processes import children_of
+from tests.support.rows import find_run, leases, one, run_row, states
 
 pytestmark = pytest.mark.slow
 
 DEADLINE = 30.0  # a worker's replacement boots in about a second; a hang is a failure
-
-
-def children_of(pid: int) -> set[int]:
-    """The processes whose parent is ``pid`` (the master's workers), from /proc."""
-    out = set()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue  # gone meanwhile
-        # pid (comm) state ppid ...: comm may hold spaces, so split after its closing bracket
-        if int(stat.rpartition(")")[2].split()[1]) == pid:
-            out.add(int(entry))
-    return out
-
-
-def eventually(cond: Callable[[], bool], what: str, timeout: float = DEADLINE) -> None:
-    """Wait for something another process does (a worker booting, its start-up wake): there is
-    no event to await across processes, so look again until the deadline."""
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for: {what}"
-        time.sleep(0.05)
 
 
 class Crash:
@@ -101,16 +75,20 @@ class Crash:
             request()
         pid = int(self.marker.read_text())
         assert pid in before, (pid, before)
-        eventually(
+        await_condition(
             lambda: (
                 re.search(rf"Worker \(pid:{pid}\) was sent SIGKILL", self.log.read_text())
                 is not None
             ),
             "gunicorn to report the SIGKILL",
+            DEADLINE,
+            interval=0.05,
         )
-        eventually(
+        await_condition(
             lambda: pid not in (now := children_of(master)) and len(now) == self.workers,
             "gunicorn to replace the killed worker",
+            DEADLINE,
+            interval=0.05,
         )
         # The replacement's start-up wake is over before the test goes on: a scan of its own
         # running beside the test's next request would make that request's scan skip (the gate:
@@ -131,7 +109,7 @@ class Crash:
                         said.add(json.loads(line).get("pid"))
             return set(workers) <= said
 
-        eventually(ready, "every worker to finish its start-up")
+        await_condition(ready, "every worker to finish its start-up", DEADLINE, interval=0.05)
 
     def reaper_pass(self, url: str) -> None:
         with app_on(url, self.records) as app:
@@ -244,7 +222,12 @@ def test_a_worker_killed_inside_a_promotion_leaves_the_run_queued_and_the_start_
     # The cancel commits, seals the holder, and its wake dies inside the waiter's promotion.
     crash.worker_dies(lambda: crash.post("/v1/runs/holder/cancel"))
     with connect(fresh_db_url) as sql:
-        eventually(lambda: run_row(sql, "waiter")["state"] == "RUNNING", "the start-up wake")
+        await_condition(
+            lambda: run_row(sql, "waiter")["state"] == "RUNNING",
+            "the start-up wake",
+            DEADLINE,
+            interval=0.05,
+        )
         assert promoted_by(sql, "waiter") == "promoted: start-up"
         assert run_row(sql, "holder")["state"] == "FAILED"
         assert leases(sql) == [("n1", "waiter")]
@@ -302,7 +285,12 @@ def test_a_worker_killed_after_a_release_commits_is_replaced_by_one_whose_start_
     # The release of n1 commits; the worker dies before its wake.
     crash.worker_dies(lambda: crash.result(step, "n1"))
     with connect(fresh_db_url) as sql:
-        eventually(lambda: run_row(sql, "waiter")["state"] == "RUNNING", "the start-up wake")
+        await_condition(
+            lambda: run_row(sql, "waiter")["state"] == "RUNNING",
+            "the start-up wake",
+            DEADLINE,
+            interval=0.05,
+        )
         assert promoted_by(sql, "waiter") == "promoted: start-up"
         assert run_row(sql, "holder")["state"] == "RUNNING"
         assert leases(sql) == [("h1", "holder"), ("n1", "waiter")]
@@ -369,7 +357,12 @@ def test_a_worker_killed_after_a_cancel_commits_leaves_the_seal_to_the_reaper_an
     crash.submit(one_step("waiter"), 202)
     crash.worker_dies(lambda: crash.post("/v1/runs/holder/cancel"))
     with connect(fresh_db_url) as sql:
-        eventually(lambda: run_row(sql, "waiter")["state"] == "RUNNING", "the start-up wake")
+        await_condition(
+            lambda: run_row(sql, "waiter")["state"] == "RUNNING",
+            "the start-up wake",
+            DEADLINE,
+            interval=0.05,
+        )
         assert promoted_by(sql, "waiter") == "promoted: start-up"
         assert run_row(sql, "holder")["state"] == "FAILED"
         assert check(sql) == []

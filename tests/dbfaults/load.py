@@ -22,7 +22,8 @@ from typing import Any
 
 import requests
 
-from tests.apps import ROOT, LiveServer
+from tests.support.apps import ROOT, LiveServer
+from tests.support.processes import stop
 
 REQUEST_TIMEOUT = 20.0
 
@@ -202,9 +203,4 @@ def reaper_of(server: LiveServer, log: Path) -> Iterator[subprocess.Popen[bytes]
     try:
         yield proc
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=15)
+        stop(proc)

@@ -15,8 +15,9 @@ from typing import Any
 
 import psycopg
 
-from app.dev.embedded import EmbeddedPostgresError, _free_port
+from app.dev.embedded import EmbeddedPostgresError
 from tests.dbfaults.server import RestartablePostgres
+from tests.support.processes import free_port
 
 STANDBY_NAME = "mediator_standby"
 
@@ -80,7 +81,7 @@ class PrimaryAndStandby:
             timeout=120,
             **creds,
         )
-        self.standby_port = _free_port()
+        self.standby_port = free_port()
         log = open(self._dir / "standby.log", "ab")  # noqa: SIM115 (the server writes it)
         self._standby = subprocess.Popen(
             [

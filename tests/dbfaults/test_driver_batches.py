@@ -19,7 +19,7 @@ from sqlalchemy.exc import IntegrityError, ProgrammingError
 from app.config import to_libpq_url
 from app.store.driver import commit_then, fetch, pipelined
 from app.store.server import commit_and_notify
-from tests.apps import one_connection_app
+from tests.support.apps import one_connection_app
 
 PROBE = "CREATE TABLE IF NOT EXISTS driver_probe (n int PRIMARY KEY)"
 INSERT = text("INSERT INTO driver_probe (n) VALUES (:n) RETURNING n")

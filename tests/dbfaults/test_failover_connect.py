@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,17 +21,13 @@ from psycopg.conninfo import conninfo_to_dict
 
 from app.config import to_libpq_url
 from app.migrate import database_problem, server_reached, upgrade
-from tests.apps import app_on, client_of
 from tests.dbfaults.server import RestartablePostgres
-from tests.helpers import advertise, cap, one_step
+from tests.support.actors import cap
+from tests.support.agent import advertise
+from tests.support.apps import app_on, client_of
 from tests.support.concurrency import await_condition
-
-
-def refused_port() -> int:
-    """A local port nothing listens on (bound, then closed)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.support.contracts import one_step
+from tests.support.processes import free_port
 
 
 def two_hosts(url: str) -> str:
@@ -40,7 +35,7 @@ def two_hosts(url: str) -> str:
     parts = conninfo_to_dict(to_libpq_url(url))
     user = parts.get("user", "postgres")
     return (
-        f"postgresql://{user}@127.0.0.1:{refused_port()},{parts['host']}:{parts['port']}"
+        f"postgresql://{user}@127.0.0.1:{free_port()},{parts['host']}:{parts['port']}"
         f"/{parts['dbname']}"
     )
 

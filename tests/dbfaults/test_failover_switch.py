@@ -18,10 +18,12 @@ import pytest
 from app.dev.embedded import create_database
 from app.migrate import upgrade
 from app.services.reaper import reap_pass
-from tests.apps import app_on, client_of
 from tests.dbfaults.replica import PrimaryAndStandby
-from tests.helpers import advertise, cap, one_step
+from tests.support.actors import cap
+from tests.support.agent import advertise
+from tests.support.apps import app_on, client_of
 from tests.support.concurrency import await_condition
+from tests.support.contracts import one_step
 
 
 @pytest.fixture

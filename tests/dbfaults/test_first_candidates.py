@@ -21,7 +21,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from app.config import to_libpq_url
 from app.store import nodes
 from app.store.driver import fetch
-from tests.apps import app_on
+from tests.support.apps import app_on
 
 # What the read was before: ``busy`` for every satisfying node, then the first ``limit`` ordered
 # by (busy, attr_count, node_id).

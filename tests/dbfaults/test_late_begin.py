@@ -13,7 +13,7 @@ from flask import Flask
 from sqlalchemy import text
 
 from app.store.driver import fetch, pipelined
-from tests.apps import one_connection_app
+from tests.support.apps import one_connection_app
 
 PROBE = "CREATE TABLE IF NOT EXISTS late_begin_probe (n int)"
 INSERT = text("INSERT INTO late_begin_probe (n) VALUES (:n) RETURNING n")

@@ -12,10 +12,13 @@ from typing import Any
 import pytest
 
 import app.services.cancel as cancel_service
-from tests.apps import app_on, client_of
 from tests.dbfaults.server import RestartablePostgres
-from tests.helpers import advertise, cap, one_step, submit
+from tests.support.actors import cap
+from tests.support.agent import advertise
+from tests.support.apps import app_on, client_of
 from tests.support.concurrency import connect, states
+from tests.support.contracts import one_step
+from tests.support.submitter import submit
 
 
 def test_a_mark_lost_with_the_database_is_paid_by_the_next_request_once_it_is_back(

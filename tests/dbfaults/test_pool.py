@@ -17,9 +17,12 @@ import pytest
 from flask import Flask
 
 from app.config import to_libpq_url
-from tests.apps import app_on, client_of
-from tests.helpers import advertise, cap, one_step
+from tests.support.actors import cap
+from tests.support.agent import advertise
+from tests.support.apps import app_on, client_of
 from tests.support.concurrency import race
+from tests.support.contracts import one_step
+from tests.support.wire import send
 
 POOL_TIMEOUT = 0.5
 ANSWER_BOUND = POOL_TIMEOUT + 2.0  # what a busy 2-core machine adds to the time-out
@@ -71,12 +74,6 @@ def held(app: Flask, client: Any) -> Iterator[None]:
         yield
     finally:
         conn.close()
-
-
-def send(client: Any, method: str, path: str, body: Any) -> Any:
-    if isinstance(body, bytes):
-        return client.open(path, method=method, data=body)
-    return client.open(path, method=method, json=body)
 
 
 def rows(db_url: str) -> list[tuple[Any, ...]]:

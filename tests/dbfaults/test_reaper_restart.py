@@ -18,11 +18,14 @@ from flask import Flask
 
 from app.config import to_libpq_url
 from app.services.reaper import reap_pass
-from tests.apps import app_on, client_of
 from tests.dbfaults.server import RestartablePostgres
-from tests.helpers import advertise, cap, one_step, submit
-from tests.rows import leases, scalar
+from tests.support.actors import cap
+from tests.support.agent import advertise
+from tests.support.apps import app_on, client_of
 from tests.support.concurrency import await_condition, connect, states
+from tests.support.contracts import one_step
+from tests.support.rows import leases, scalar
+from tests.support.submitter import submit
 from tests.support.tables import empty_tables
 
 WAITERS = ["waiter-1", "waiter-2", "waiter-3"]

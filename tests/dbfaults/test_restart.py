@@ -6,12 +6,10 @@ restart of gunicorn, no reaper — and every run placed before the restart goes 
 
 from __future__ import annotations
 
-import json
 import signal
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +18,11 @@ import pytest
 import requests
 
 from app.config import to_libpq_url
-from tests.apps import LiveServer, gunicorn_on
 from tests.dbfaults.load import Agent, Submitter, Tally, one_step, reaper_of
 from tests.dbfaults.server import RestartablePostgres
-from tests.invariants import check, check_settled, connect
+from tests.support.apps import LiveServer, gunicorn_on, ready_workers
+from tests.support.concurrency import await_condition, connect
+from tests.support.invariants import check, check_settled
 
 pytestmark = pytest.mark.slow
 
@@ -63,23 +62,13 @@ def live(db_url: str, tmp_path: Path) -> Iterator[LiveServer]:
     wake): a restart while a worker is still starting would test that worker's start-up, not a
     serving process's first requests after it (seen on a loaded machine)."""
     with gunicorn_on(db_url, tmp_path, **SERVER_ENV) as live_server:
-        await_true(
+        await_condition(
             lambda: len(ready_workers(live_server)) >= WORKERS,
-            60,
             "every worker to finish its start-up",
+            60,
+            interval=0.1,
         )
         yield live_server
-
-
-def ready_workers(server: LiveServer) -> set[int]:
-    """The workers that have logged that their start-up is over."""
-    assert server.log is not None
-    said = set()
-    for line in server.log.read_text().splitlines():
-        if "process ready" in line:
-            with suppress(ValueError):
-                said.add(json.loads(line).get("pid"))
-    return said
 
 
 def sql(db_url: str, query: str, *args: Any) -> list[tuple[Any, ...]]:
@@ -93,16 +82,6 @@ def states(db_url: str, run_ids: list[str]) -> dict[str, str]:
 
 def wake_debt(db_url: str) -> list[tuple[Any, ...]]:
     return sql(db_url, "select reason from wake_debt")
-
-
-def await_true(
-    check: Any, timeout: float, what: str, explain: Any = None, step: float = 0.1
-) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout}s: {what}\n{explain() if explain else ''}")
-        time.sleep(step)  # polling a separate service over HTTP/SQL: there is no event to await
 
 
 def picture(db_url: str, run_ids: list[str], live: LiveServer) -> str:
@@ -151,7 +130,7 @@ def restart_under_load(server: RestartablePostgres, db_url: str, live: LiveServe
         t.start()
     try:
         # Enough runs placed, some already done, some still queued behind the three nodes.
-        await_true(lambda: len(submitter.accepted) >= 20, 30, "20 runs accepted")
+        await_condition(lambda: len(submitter.accepted) >= 20, "20 runs accepted", 30, interval=0.1)
         placed = [run_id for run_id, _ in submitter.accepted]
         with connect(db_url) as conn:
             violations += check(conn)
@@ -167,23 +146,27 @@ def restart_under_load(server: RestartablePostgres, db_url: str, live: LiveServe
         server.up()
         up_at = time.monotonic()
 
-        await_true(lambda: ready(live) == 200, 20, "/readyz 200 after the restart")
+        await_condition(
+            lambda: ready(live) == 200, "/readyz 200 after the restart", 20, interval=0.1
+        )
         with connect(db_url) as conn:
             violations += check(conn)
-        await_true(
+        await_condition(
             lambda: set(states(db_url, placed).values()) == {"SUCCEEDED"},
-            60,
             "every run placed before the restart SUCCEEDED",
-            lambda: picture(db_url, placed, live),
+            60,
+            interval=0.1,
+            explain=lambda: picture(db_url, placed, live),
         )
         submitter.join(60)
         assert not submitter.is_alive(), "the submitter never finished"
         accepted = [run_id for run_id, _ in submitter.accepted]
-        await_true(
+        await_condition(
             lambda: set(states(db_url, accepted).values()) == {"SUCCEEDED"},
-            60,
             "every accepted run SUCCEEDED",
-            lambda: picture(db_url, accepted, live),
+            60,
+            interval=0.1,
+            explain=lambda: picture(db_url, accepted, live),
         )
     finally:
         stop.set()
@@ -191,8 +174,12 @@ def restart_under_load(server: RestartablePostgres, db_url: str, live: LiveServe
             t.join(REQUEST_JOIN)
     # Quiet now: within a reaper pass or two every finished run is sealed and nothing is left.
     with connect(db_url) as conn:
-        await_true(
-            lambda: not check_settled(conn), 20, "the checker holds", lambda: check_settled(conn)
+        await_condition(
+            lambda: not check_settled(conn),
+            "the checker holds",
+            20,
+            interval=0.1,
+            explain=lambda: check_settled(conn),
         )
 
     assert violations == []

@@ -19,11 +19,13 @@ from flask import Flask
 from app.config import to_libpq_url
 from app.services.queue import wake_after_commit
 from app.services.reaper import reap_pass
-from tests.agent import run_step
-from tests.apps import app_on, client_of
-from tests.helpers import advertise, cap, one_step, submit
-from tests.rows import run_row
+from tests.support.actors import cap
+from tests.support.agent import advertise, run_step
+from tests.support.apps import app_on, client_of
 from tests.support.concurrency import waiting_lock_held
+from tests.support.contracts import one_step
+from tests.support.rows import run_row
+from tests.support.submitter import submit
 
 STATEMENT_TIMEOUT = 0.3
 # The freeing request waits at most for the scan's statements to time out (each under the

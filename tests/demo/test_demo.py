@@ -23,8 +23,9 @@ import psycopg
 import pytest
 
 from app.config import to_libpq_url
-from tests.apps import ROOT
+from tests.support.apps import ROOT
 from tests.support.pages import PageUser
+from tests.support.processes import children_of
 
 pytestmark = pytest.mark.slow  # each test starts a server and three agents
 
@@ -65,20 +66,6 @@ def alive(pid: int) -> bool:
             return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
     except (FileNotFoundError, ProcessLookupError):
         return False
-
-
-def children_of(pid: int) -> list[int]:
-    """Processes whose parent is ``pid``, now."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_bytes().rsplit(b")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == pid:
-                found.append(int(entry.name))
-    return found
 
 
 def assert_story(out: str, runs: list[str]) -> None:
@@ -312,7 +299,7 @@ def test_without_once_it_keeps_serving_until_a_signal_stops_every_child(
         pids = state["pids"]
         # still serving: the server and both agents run, and answer
         assert [name for name, pid in pids.items() if not alive(pid)] == []
-        assert set(children_of(proc.pid)) >= set(pids.values())
+        assert children_of(proc.pid) >= set(pids.values())
         url = state["url"]
         nodes = subprocess.run(
             [sys.executable, "-m", "app.cli", "--url", url, "--token", state["token"], "nodes"],

@@ -15,9 +15,10 @@ import yaml
 from app.contract import validate_contract
 from app.dev.demo import BROKEN, BURN_IN, FLEET, HEALTH_CHECK, SCENARIO
 from app.healthcheck import fits_check, load_health_check
-from tests.agent_e2e.common import agent_on, await_state, await_value, run_view
-from tests.apps import ROOT
-from tests.helpers import submit
+from tests.support.agent_process import agent_on
+from tests.support.apps import ROOT
+from tests.support.concurrency import await_value
+from tests.support.submitter import await_state, run_view, submit
 
 # One gunicorn for the module, its tables emptied before each test (tests/conftest.py).
 one_server_per_module = True

@@ -11,7 +11,6 @@ import grp
 import os
 import re
 import shlex
-import socket
 import subprocess
 import tempfile
 import time
@@ -21,9 +20,10 @@ from pathlib import Path
 
 import requests
 
-from tests.apps import ROOT
-from tests.deploy.http import Http
-from tests.deploy.programs import require_program
+from tests.support.apps import ROOT
+from tests.support.http import Http
+from tests.support.processes import free_port, stop
+from tests.support.programs import require_program
 
 DOCUMENTED = ROOT / "deploy" / "nginx.conf"
 DOCUMENTED_UPSTREAM = "server 127.0.0.1:8080;"
@@ -90,12 +90,6 @@ def make_certificate(directory: Path) -> tuple[Path, Path]:
     return cert, key
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _main_conf(prefix: Path, site: Path) -> str:
     temp = {
         name: prefix / "temp" / name
@@ -154,9 +148,9 @@ def nginx_in_front(upstream_url: str, tmp_path: Path) -> Iterator[Nginx]:
     binary = require_program("nginx", "nginx")
     prefix = Path(tempfile.mkdtemp(prefix="nginx-", dir=tmp_path))
     cert, key = make_certificate(prefix)
-    tls_port, plain_port = _free_port(), _free_port()
+    tls_port, plain_port = free_port(), free_port()
     while plain_port == tls_port:
-        plain_port = _free_port()
+        plain_port = free_port()
     site = prefix / "mediator.conf"
     site.write_text(render(upstream_url.removeprefix("http://"), tls_port, plain_port, cert, key))
     conf = prefix / "nginx.conf"
@@ -180,8 +174,4 @@ def nginx_in_front(upstream_url: str, tmp_path: Path) -> Iterator[Nginx]:
             time.sleep(0.05)  # waiting for a process to bind its port: there is no event to await
         yield server
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc)

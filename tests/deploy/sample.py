@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 from app.config import read_file
-from tests.apps import ROOT
+from tests.support.apps import ROOT
 
 ENV_SAMPLE = ROOT / "deploy" / "mediator.env.example"
 CONFIG_SAMPLE = ROOT / "deploy" / "mediator.yaml"
@@ -81,7 +81,7 @@ class Installed:
 
     def environment(self) -> dict[str, str | None]:
         """What ``EnvironmentFile=`` and ``Environment=MEDIATOR_CONFIG=`` give the unit's
-        processes when it starts, for :func:`tests.apps.gunicorn_on`: the environment file's
+        processes when it starts, for :func:`tests.support.apps.gunicorn_on`: the environment file's
         variables as the file is now, and no token variable it does not set."""
         env: dict[str, str | None] = dict.fromkeys(TOKEN_VARIABLES.values())
         env.update(environment_file(self.env_file.read_text()))

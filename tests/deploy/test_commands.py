@@ -5,7 +5,6 @@ on a bad value, ``WEB_CONCURRENCY`` honoured), the worker closing its context wh
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -16,17 +15,14 @@ import pytest
 
 from app.cli import DB_CHECK_BEHIND, DB_CHECK_UNREACHABLE
 from app.migrate import head_revision
-from tests.apps import ROOT, gunicorn_on
+from tests.support.apps import ROOT, clean_env, gunicorn_on, mediator_cli
 
 GUNICORN = [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py"]
 
 
 def _env(**extra: str) -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith("MEDIATOR_") and k not in {"WEB_CONCURRENCY", "DATABASE_URL"}
-    }
+    env = clean_env()
+    env.pop("WEB_CONCURRENCY", None)
     env["MEDIATOR_DATABASE_URL"] = "postgresql://postgres@127.0.0.1:5432/unused"
     env.update(extra)
     return env
@@ -123,14 +119,7 @@ def test_a_worker_closes_its_context_when_it_exits(fresh_db_url: str, tmp_path: 
 
 
 def _mediator(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "app.cli", *args],
-        cwd=ROOT,
-        env=_env(**env),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return mediator_cli(*args, env=_env(**env))
 
 
 def test_mediator_version_names_the_installed_package() -> None:

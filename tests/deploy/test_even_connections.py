@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.apps import LiveServer, gunicorn_on
-from tests.dbfaults.test_restart import await_true, ready_workers
+from tests.support.apps import LiveServer, gunicorn_on, ready_workers
+from tests.support.concurrency import await_condition
 
 WORKERS = 4
 CONNECTIONS = 16
@@ -25,7 +25,9 @@ CONNECTIONS = 16
 def live(fresh_db_url: str, tmp_path: Path) -> Iterator[LiveServer]:
     env = {"MEDIATOR_WORKERS": str(WORKERS), "MEDIATOR_LOG_LEVEL": "info"}
     with gunicorn_on(fresh_db_url, tmp_path, **env) as server:
-        await_true(lambda: len(ready_workers(server)) >= WORKERS, 60, "every worker ready")
+        await_condition(
+            lambda: len(ready_workers(server)) >= WORKERS, "every worker ready", 60, interval=0.1
+        )
         yield server
 
 

@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 from app.config import KEYS, load_config, read_file
-from tests.apps import ROOT
-from tests.deploy.programs import require_program
+from tests.support.apps import ROOT
+from tests.support.programs import require_program
 
 DEPLOY = ROOT / "deploy"
 # The example's one departure from the defaults: a production path for the Records.

@@ -28,13 +28,14 @@ import requests
 
 from app.api.pages import REFERRER_POLICY
 from app.config import KEYS_BY_NAME
-from tests.agent import claim, claimed, done
-from tests.apps import ROOT, TOKEN, LiveServer, gunicorn_on
-from tests.deploy.http import Answer, Http
 from tests.deploy.nginx import DOCUMENTED, Nginx, nginx_in_front
-from tests.helpers import cap, contract, one_step, role
+from tests.support.actors import cap
+from tests.support.agent import claim, claimed, done
+from tests.support.apps import ROOT, TOKEN, LiveServer, gunicorn_on
 from tests.support.browser import BrowserUser, chromium
-from tests.support.concurrency import await_condition, connect
+from tests.support.concurrency import await_condition, connect, listeners
+from tests.support.contracts import contract, one_step, role
+from tests.support.http import Answer, Http
 from tests.support.pages import csrf_of
 
 pytestmark = pytest.mark.needs_nginx
@@ -62,13 +63,6 @@ def stack(
                 yield server, nginx, url
     finally:
         drop_database(pg_admin_url, name)
-
-
-def _listeners(sql: Any) -> int:
-    return sql.execute(
-        "select count(*) from pg_stat_activity where datname = current_database()"
-        " and application_name = 'mediator-listener' and query ilike 'LISTEN%%'"
-    ).fetchone()[0]
 
 
 def _directive(block: str, name: str) -> str:
@@ -123,7 +117,7 @@ def test_a_long_poll_through_nginx_is_held_and_answered_with_the_promoted_step(s
     with connect(url) as sql:
         waiting.start()
         # The claim has reached gunicorn and waits there: its worker's LISTEN connection is up.
-        await_condition(lambda: _listeners(sql) >= 1, "the claim to wait in gunicorn")
+        await_condition(lambda: listeners(sql) >= 1, "the claim to wait in gunicorn")
     held_from = time.monotonic()
     assert waiting.is_alive(), answer
     step = claimed(http, "host-1")

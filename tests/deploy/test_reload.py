@@ -15,8 +15,8 @@ import psycopg
 import requests
 
 from app.config import to_libpq_url
-from tests.apps import LiveServer, gunicorn_on
 from tests.deploy.sample import Installed
+from tests.support.apps import LiveServer, gunicorn_on
 from tests.support.pages import PageUser
 
 ENV_WARNING = "tokens in the environment are read only when the service starts"

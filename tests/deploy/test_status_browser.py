@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.apps import ROOT, TOKEN, gunicorn_on
 from tests.deploy.nginx import nginx_in_front
-from tests.deploy.page import element_text, rows
-from tests.deploy.programs import require_program
-from tests.deploy.scenes import build_fleet
+from tests.support.apps import ROOT, TOKEN, gunicorn_on
+from tests.support.programs import require_program
+from tests.support.scenes import build_fleet
+from tests.support.status_page import element_text, rows
 
 pytestmark = [pytest.mark.needs_nginx, pytest.mark.needs_chromium]
 

@@ -10,11 +10,14 @@ from typing import Any
 
 import pytest
 
-from tests.apps import TOKEN, app_on, client_of
-from tests.deploy.page import element_text, rows
-from tests.deploy.scenes import advertise, build_fleet, submit
-from tests.helpers import cap, contract, one_step, role
+from tests.support.actors import cap
+from tests.support.agent import advertise
+from tests.support.apps import TOKEN, app_on, client_of
+from tests.support.contracts import contract, one_step, role
 from tests.support.pages import PageUser
+from tests.support.scenes import build_fleet
+from tests.support.status_page import element_text, rows
+from tests.support.submitter import submit
 
 
 def page(client: Any, **headers: str) -> str:

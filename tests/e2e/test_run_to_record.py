@@ -1,7 +1,10 @@
 import io
 import tarfile
 
-from tests.helpers import advertise, cap, role, submit
+from tests.support.actors import cap
+from tests.support.agent import advertise
+from tests.support.contracts import role
+from tests.support.submitter import submit
 
 
 def test_a_two_step_run_goes_from_submit_to_a_sealed_record(client, sql):

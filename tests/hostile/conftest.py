@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from app.dev.embedded import create_database, drop_database
-from tests.apps import LiveServer, gunicorn_on
+from tests.support.apps import LiveServer, gunicorn_on
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ import pytest
 import requests
 
 from app.config import to_libpq_url
-from tests.apps import LiveServer
+from tests.support.apps import LiveServer
 
 MAX_BODY = 64 * 1024
 MAX_BLOB = 256 * 1024

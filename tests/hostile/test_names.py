@@ -15,9 +15,11 @@ from typing import Any
 import pytest
 from flask import Flask
 
-from tests.agent import claimed
-from tests.apps import app_on
-from tests.helpers import advertise, cap, contract, role, submit
+from tests.support.actors import cap
+from tests.support.agent import advertise, claimed
+from tests.support.apps import app_on
+from tests.support.contracts import contract, role
+from tests.support.submitter import submit
 
 SECRET = b"the operator's secret, outside the Record store"
 

@@ -1,6 +1,6 @@
 """Hostile input, generated (bad input is a 4xx with a reason, never a 500:
 docs/security.md#input-and-load): contracts, adverts, step results, answers, query parameters and
-headers built by Hypothesis (``tests/hostile/strategies.py``) and sent to the app. Each answer is a
+headers built by Hypothesis (``tests/support/strategies.py``) and sent to the app. Each answer is a
 2xx or a 4xx — never a 5xx — and every 4xx has the one JSON error body. The results and answers go
 to a step that really is claimed or asked, so they reach the code behind the first checks.
 
@@ -19,8 +19,8 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from tests.hostile import strategies as hs
-from tests.rows import step_row
+from tests.support import strategies as hs
+from tests.support.rows import step_row
 
 # The app's own examples share one app and one database; function-scoped fixtures are meant.
 SETTINGS = settings(

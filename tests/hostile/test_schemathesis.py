@@ -8,7 +8,6 @@ Bounded for CI: a fixed number of generated requests per operation (``PER_OPERAT
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import pytest
@@ -17,16 +16,8 @@ import schemathesis
 from hypothesis import HealthCheck, event, settings
 from schemathesis.checks import not_a_server_error
 
-from app import create_app
-from tests.apps import LiveServer, make_config
-
-
-def hypothesis_profile() -> str:
-    """The loaded profile (``HYPOTHESIS_PROFILE`` or ``--hypothesis-profile``), read when this
-    module is collected, after both have been applied."""
-    current = getattr(settings, "get_current_profile_name", None)
-    return current() if current else os.environ.get("HYPOTHESIS_PROFILE", "ci")
-
+from tests.support.apps import LiveServer, openapi_document
+from tests.support.strategies import hypothesis_profile
 
 PER_OPERATION = 500 if hypothesis_profile() == "long" else 30
 
@@ -45,18 +36,9 @@ def seeded(live: LiveServer) -> LiveServer:
     return live
 
 
-def openapi_document() -> dict[str, Any]:
-    """The document the live server serves at /v1/openapi.json, built by the same app factory
-    (it needs no database): schemathesis makes one test per operation from it at collection,
-    before any server runs. ``test_the_live_server_serves_the_document_tested`` pins that the
-    two are the same."""
-    app = create_app(make_config("postgresql://nobody@127.0.0.1:9/none", "/nonexistent"))
-    try:
-        return app.test_client().get("/v1/openapi.json").get_json()
-    finally:
-        app.extensions["mediator"].close()
-
-
+# The document the live server serves at /v1/openapi.json, built by the same app factory:
+# schemathesis makes one test per operation from it at collection, before any server runs.
+# ``test_the_live_server_serves_the_document_tested`` pins that the two are the same.
 DOCUMENT = openapi_document()
 schema = schemathesis.openapi.from_dict(DOCUMENT)
 

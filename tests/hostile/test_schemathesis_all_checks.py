@@ -29,25 +29,18 @@ all, 108 s before the bound); the timeout below is ten times that.
 
 from __future__ import annotations
 
-import os
 from datetime import UTC
 from typing import Any
 
 import pytest
 import requests
 import schemathesis
-from hypothesis import settings
 from hypothesis import strategies as st
 from schemathesis.config import SchemathesisConfig
 from schemathesis.engine import Status, StopReason, events
 
-from tests.apps import TOKEN, LiveServer
-
-
-def hypothesis_profile() -> str:
-    current = getattr(settings, "get_current_profile_name", None)
-    return current() if current else os.environ.get("HYPOTHESIS_PROFILE", "ci")
-
+from tests.support.apps import TOKEN, LiveServer
+from tests.support.strategies import hypothesis_profile
 
 LONG = hypothesis_profile() == "long"
 PER_OPERATION = 300 if LONG else 15

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import contract, role
 from tests.support.actors import Answerer, ClientTransport, HttpTransport, Node, Submitter, cap
+from tests.support.contracts import contract, role
 from tests.support.wire import ASK_STEP
 
 WORK = {"id": "work", "uses": "dut", "run": ["true"]}

@@ -4,7 +4,7 @@ promoted by the cancel, and its steps carried through to a SUCCEEDED verdict and
 import requests
 
 from app.dev.example import run_example
-from tests.apps import TOKEN
+from tests.support.apps import TOKEN
 
 
 def test_the_readme_example_runs_to_a_sealed_record_on_gunicorn(live_server):

@@ -19,10 +19,11 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from app import create_app
-from tests.agent import claim, report
-from tests.apps import client_of, make_config
-from tests.helpers import advertise, cap, chain_over_two_nodes, contract, role
-from tests.support.concurrency import await_condition, connect
+from tests.support.actors import cap
+from tests.support.agent import advertise, claim, report
+from tests.support.apps import client_of, make_config
+from tests.support.concurrency import await_condition, connect, listeners
+from tests.support.contracts import chain_over_two_nodes, contract, role
 
 POOL_SIZE = 3
 WORKERS = 2
@@ -99,13 +100,6 @@ def connections(sql: Any) -> dict[str, int]:
         " group by application_name"
     ).fetchall()
     return dict(rows)
-
-
-def listeners(sql: Any) -> int:
-    return sql.execute(
-        "select count(*) from pg_stat_activity where datname = current_database()"
-        " and application_name = 'mediator-listener' and query ilike 'LISTEN%%'"
-    ).fetchone()[0]
 
 
 def await_listener(sql: Any, claim: HttpClaim, at_least: int = 1) -> None:

@@ -19,7 +19,7 @@ import structlog
 from app.dev.embedded import create_database, drop_database
 from app.logs import StderrHandler, configure_logging
 from app.migrate import upgrade
-from tests.apps import app_on
+from tests.support.apps import app_on
 
 JSON_LOGS = {"log.format": "json", "log.level": "info"}
 

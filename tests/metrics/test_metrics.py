@@ -13,9 +13,11 @@ from typing import Any
 
 import pytest
 
-from tests.apps import app_on, client_of
-from tests.helpers import advertise, contract, one_step, role, submit
-from tests.metrics.scrape import Samples, has, scrape, value
+from tests.support.agent import advertise
+from tests.support.apps import app_on, client_of
+from tests.support.contracts import contract, one_step, role
+from tests.support.metrics import Samples, has, scrape, value
+from tests.support.submitter import submit
 
 ASK = {
     "id": "sign-off",

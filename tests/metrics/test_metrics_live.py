@@ -18,9 +18,10 @@ import pytest
 import requests
 from prometheus_client.mmap_dict import MmapedDict
 
-from tests.apps import ROOT, LiveServer, _free_port, gunicorn_on
-from tests.helpers import one_step
-from tests.metrics.scrape import Samples, parse, value
+from tests.support.apps import ROOT, LiveServer, gunicorn_on
+from tests.support.contracts import one_step
+from tests.support.metrics import Samples, parse, value
+from tests.support.processes import free_port
 
 SCRAPES = 8  # each on a new connection: both workers answer some of them
 HEALTHZ = {"method": "GET", "route": "/healthz", "status": "200"}
@@ -125,7 +126,7 @@ def test_every_line_gunicorn_writes_is_a_json_object(
 
 
 def test_a_reaper_process_serves_its_passes_on_its_metrics_port(fresh_db_url: str, tmp_path: Path):
-    port = _free_port()
+    port = free_port()
     env = {
         **os.environ,
         "MEDIATOR_DATABASE_URL": fresh_db_url,

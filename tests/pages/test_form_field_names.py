@@ -9,10 +9,13 @@ from typing import Any
 
 import pytest
 
-from tests.apps import client_of
-from tests.auth.common import ENTRIES, SECRETS
-from tests.helpers import advertise, cap, contract, role, submit
+from tests.support.actors import cap
+from tests.support.agent import advertise
+from tests.support.apps import client_of
+from tests.support.contracts import contract, role
 from tests.support.pages import PageUser, csrf_of
+from tests.support.submitter import submit
+from tests.support.tokens import ENTRIES, SECRETS
 
 
 @pytest.fixture

@@ -17,12 +17,15 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.expected_conditions import staleness_of
 
-from tests.apps import TOKEN, client_of
-from tests.auth.common import ENTRIES, SECRETS
-from tests.deploy.http import Http
-from tests.helpers import advertise, cap, one_step, submit
+from tests.support.actors import cap
+from tests.support.agent import advertise
+from tests.support.apps import TOKEN, client_of
 from tests.support.browser import BrowserUser
+from tests.support.contracts import one_step
+from tests.support.http import Http
 from tests.support.pages import PageUser, csrf_of
+from tests.support.submitter import submit
+from tests.support.tokens import ENTRIES, SECRETS
 
 # The browser test's gunicorn (one for the module, as tests/pages/test_pages_browser.py has it).
 one_server_per_module = True

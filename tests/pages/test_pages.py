@@ -11,12 +11,14 @@ from typing import Any
 import pytest
 
 from app.services.reaper import reap_pass
-from tests.agent import claimed
-from tests.apps import app_on, client_of
-from tests.auth.common import ENTRIES, SECRETS, sha256_entry
-from tests.deploy.page import rows
-from tests.helpers import advertise, cap, contract, one_step, role, state_of, submit
+from tests.support.actors import cap
+from tests.support.agent import advertise, claimed
+from tests.support.apps import app_on, client_of
+from tests.support.contracts import contract, one_step, role
 from tests.support.pages import PageUser, csrf_of
+from tests.support.status_page import rows
+from tests.support.submitter import state_of, step_state, submit
+from tests.support.tokens import ENTRIES, SECRETS, sha256_entry
 
 
 @pytest.fixture
@@ -49,11 +51,6 @@ def busy_board(app: Any) -> Any:
     advertise(api, "board-1", cap("board"))
     submit(api, one_step("holder"), 201)
     return api
-
-
-def step_state(api: Any, run_id: str, seq: int) -> str:
-    steps = api.get(f"/v1/runs/{run_id}").get_json()["steps"]
-    return next(st["state"] for st in steps if st["seq"] == seq)
 
 
 def session_rows(sql: Any) -> list[tuple[Any, ...]]:

@@ -16,12 +16,13 @@ from typing import Any
 
 import pytest
 
-from tests.agent import claimed, done
-from tests.apps import TOKEN
-from tests.auth.common import ENTRIES, SECRETS
-from tests.deploy.http import Http
-from tests.deploy.scenes import advertise, submit
-from tests.helpers import cap, contract, one_step, role
+from tests.support.actors import cap
+from tests.support.agent import advertise, claimed, done
+from tests.support.apps import TOKEN
+from tests.support.contracts import contract, one_step, role
+from tests.support.http import Http
+from tests.support.submitter import step_state, submit
+from tests.support.tokens import ENTRIES, SECRETS
 
 pytestmark = pytest.mark.needs_chromium
 
@@ -57,11 +58,6 @@ def asking(run_id: str) -> dict[str, Any]:
             {"id": "boot", "uses": "dut", "run": ["boot"], "needs": ["sign-off"]},
         ],
     )
-
-
-def step_state(api: Http, run_id: str, seq: int) -> str:
-    steps = api.get(f"/v1/runs/{run_id}").get_json()["steps"]
-    return next(st["state"] for st in steps if st["seq"] == seq)
 
 
 def test_sign_in_answer_an_ask_through_its_form_and_see_the_run_go_on(person, api) -> None:

@@ -15,10 +15,13 @@ import pytest
 from app.services.reaper import reap_pass
 from app.teamchart import PALETTE
 from app.wire import ts
-from tests.apps import client_of
-from tests.auth.common import ENTRIES, SECRETS
-from tests.helpers import advertise, cap, contract, submit
+from tests.support.actors import cap
+from tests.support.agent import advertise
+from tests.support.apps import client_of
+from tests.support.contracts import contract
 from tests.support.pages import PageUser
+from tests.support.submitter import submit
+from tests.support.tokens import ENTRIES, SECRETS
 
 one_app_per_module = True
 

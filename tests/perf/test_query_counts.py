@@ -23,9 +23,11 @@ from psycopg._connection_base import BaseConnection
 from sqlalchemy import event
 
 from app.store import driver
-from tests.agent import claim, claimed, report
-from tests.apps import client_of
-from tests.helpers import advertise, cap, contract, submit, two_steps
+from tests.support.actors import cap
+from tests.support.agent import advertise, claim, claimed, report
+from tests.support.apps import client_of
+from tests.support.contracts import contract, two_steps
+from tests.support.submitter import submit
 
 # The most statements each request may issue. When a change makes a route cheaper, record its
 # lower count here in the same change: a limit only ever goes down.

@@ -5,10 +5,13 @@ deadline passed, through ``ix_runs_queue_deadline``, not every QUEUED run that h
 from __future__ import annotations
 
 from app.store.queue import timed_out_queued
-from tests.apps import app_on, client_of
-from tests.helpers import advertise, cap, contract, role, submit
-from tests.perf.test_scan_reads import SLACK, _copy_queued, reads_sent, touched
+from tests.support.actors import cap
+from tests.support.agent import advertise
+from tests.support.apps import app_on, client_of
 from tests.support.concurrency import connect
+from tests.support.contracts import contract, role
+from tests.support.reads import SLACK, copy_queued, reads_sent, touched
+from tests.support.submitter import submit
 
 
 def test_the_queue_timeout_read_touches_the_timed_out_runs_not_the_queue(fresh_db_url, tmp_path):
@@ -21,7 +24,7 @@ def test_the_queue_timeout_read_touches_the_timed_out_runs_not_the_queue(fresh_d
         doc["queue"] = {"timeout": "4h"}
         submit(client, doc, 202)
         with connect(fresh_db_url) as sql:
-            _copy_queued(sql, "waits", 0, 5_000, aged=False)
+            copy_queued(sql, "waits", 0, 5_000, aged=False)
             sql.execute(
                 "update runs set created_at = now() - interval '5 hours'"
                 " where run_id in ('waits-1', 'waits-2', 'waits-3')"

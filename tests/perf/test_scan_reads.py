@@ -14,34 +14,16 @@ step runs too.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from sqlalchemy import event
-
 from app.services.queue import wake_queued
-from tests.apps import app_on, client_of
-from tests.helpers import advertise, cap, contract, role, submit
+from tests.support.actors import cap
+from tests.support.agent import advertise
+from tests.support.apps import app_on, client_of
 from tests.support.concurrency import connect
-
-SLACK = 16  # rows: what a deeper index or a different tie may add, far below any growth
-
-
-def _touched(plan: dict[str, Any]) -> int:
-    loops = plan.get("Actual Loops", 1) or 1
-    here = (
-        plan.get("Actual Rows", 0)
-        + plan.get("Rows Removed by Filter", 0)
-        + plan.get("Rows Removed by Index Recheck", 0)
-        + plan.get("Rows Removed by Join Filter", 0)
-    ) * loops
-    return int(here) + sum(_touched(p) for p in plan.get("Plans", []))
-
-
-def _is_read(statement: str) -> bool:
-    s = statement.lstrip().upper()
-    side_effects = ("NEXTVAL", "SETVAL", "PG_NOTIFY", "SET_CONFIG", "INSERT", "UPDATE", "DELETE")
-    return s.startswith(("SELECT", "WITH")) and not any(w in s for w in side_effects)
+from tests.support.contracts import contract, role
+from tests.support.reads import SLACK, copy_queued, reads_sent, touched
+from tests.support.submitter import submit
 
 
 def scan_reads(app: Any) -> list[tuple[str, int]]:
@@ -52,59 +34,6 @@ def scan_reads(app: Any) -> list[tuple[str, int]]:
     report = reports[0]
     assert not report.skipped and report.promoted == [] and report.errors == 0
     return touched(app, sent)
-
-
-def reads_sent(app: Any, action: Any) -> list[tuple[str, Any]]:
-    """The read statements (with their parameters) the app's engine sends while ``action``
-    runs."""
-    engine = app.extensions["mediator"].db.engine
-    sent: list[tuple[str, Any]] = []
-
-    def on_execute(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
-        if _is_read(statement):
-            sent.append((statement, parameters))
-
-    event.listen(engine, "before_cursor_execute", on_execute)
-    try:
-        action()
-    finally:
-        event.remove(engine, "before_cursor_execute", on_execute)
-    return sent
-
-
-def touched(app: Any, sent: list[tuple[str, Any]]) -> list[tuple[str, int]]:
-    """(statement, rows touched) of each read, replayed under ``EXPLAIN ANALYZE``."""
-    engine = app.extensions["mediator"].db.engine
-    out = []
-    with engine.connect() as conn:
-        for statement, parameters in sent:
-            explained = conn.exec_driver_sql(
-                "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + statement, parameters
-            ).scalar_one()
-            plan = (explained if isinstance(explained, list) else json.loads(explained))[0]
-            out.append((" ".join(statement.split())[:100], _touched(plan["Plan"])))
-        conn.rollback()
-    return out
-
-
-def _copy_queued(sql: Any, template: str, start: int, n: int, *, aged: bool) -> None:
-    """``n`` copies of the queued run ``template``, named ``<template>-<start>`` onwards."""
-    cols = [
-        r[0]
-        for r in sql.execute(
-            "select column_name from information_schema.columns where table_name = 'runs'"
-            " and column_name not in ('run_id', 'created_at') order by ordinal_position"
-        )
-    ]
-    listed = ", ".join(cols)
-    age = "interval '1 hour'" if aged else "interval '0'"
-    sql.execute(
-        f"insert into runs (run_id, created_at, {listed})"
-        f" select %s || '-' || g, now() - {age} + g * interval '1 microsecond', {listed}"
-        " from runs, generate_series(%s::int, %s::int) as g where run_id = %s",
-        (template, start, start + n - 1, template),
-    )
-    sql.execute("analyze runs")
 
 
 # Runs wait this long before they count as aged
@@ -140,7 +69,7 @@ def test_a_scan_reads_no_more_rows_with_100k_queued_runs_than_with_1k(fresh_db_u
                     have = sql.execute(
                         "select count(*) from runs where run_id like %s", (name + "%",)
                     ).fetchone()[0]
-                    _copy_queued(sql, name, have, total // 3 - have, aged=(i == 0))
+                    copy_queued(sql, name, have, total // 3 - have, aged=(i == 0))
 
             def submitted(run_id: str) -> list[tuple[str, int]]:
                 """The reads of a queued submit (its cost does not follow the queue either:

@@ -1,9 +1,9 @@
 """Seeded random schedules of the queue with priorities and reservations
 (docs/queue.md#promotion-the-request-that-frees-a-node-promotes,
 docs/priorities.md#reservations-a-bound-on-how-long-a-wide-run-waits), checked by
-:mod:`tests.invariants` after every operation: submits of several shapes and priorities, results,
-cancels, drains and their lifting, node loss and return, reaper passes and time passing (the queued
-runs' arrival moved back past ``queue.reserve_after_seconds``).
+:mod:`tests.support.invariants` after every operation: submits of several shapes and priorities,
+results, cancels, drains and their lifting, node loss and return, reaper passes and time passing
+(the queued runs' arrival moved back past ``queue.reserve_after_seconds``).
 
 Every request here runs its own wake scan before it answers, so the system is quiet between two
 operations, and after each one: no node leased twice, no node leased while reserved against the
@@ -26,12 +26,13 @@ from typing import Any
 import pytest
 
 from app.services.reaper import reap_pass
-from tests.agent import claim, done
-from tests.apps import app_on, client_of
-from tests.helpers import advertise, cap, contract, role, submit
-from tests.invariants import check, check_quiet
-from tests.support.actors import Submitter
+from tests.support.actors import Submitter, cap
+from tests.support.agent import advertise, claim, done
+from tests.support.apps import app_on, client_of
 from tests.support.concurrency import connect
+from tests.support.contracts import contract, role
+from tests.support.invariants import check, check_quiet
+from tests.support.submitter import submit
 
 SCHEDULES = int(os.environ.get("INTERLEAVING_SCHEDULES", "12"))
 OPERATIONS = int(os.environ.get("INTERLEAVING_OPERATIONS", "40"))

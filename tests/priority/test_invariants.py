@@ -6,9 +6,11 @@ that fits nodes not reserved against it."""
 
 from __future__ import annotations
 
-from tests.helpers import advertise, cap, submit
-from tests.invariants import check, check_quiet
-from tests.priority.common import single, wide
+from tests.support.actors import cap
+from tests.support.agent import advertise
+from tests.support.contracts import single, wide
+from tests.support.invariants import check, check_quiet
+from tests.support.submitter import submit
 
 
 def test_a_reservation_of_a_run_that_is_not_queued_is_a_violation(client, sql):

@@ -5,14 +5,12 @@ not starved by low-priority narrow ones."""
 
 from __future__ import annotations
 
-from tests.helpers import advertise, cap, submit
-from tests.invariants import check
-from tests.priority.common import events_like, reservations, single, wide
-from tests.rows import leases_of, run_row
-
-
-def state(sql, run_id):
-    return run_row(sql, run_id)["state"]
+from tests.support.actors import cap
+from tests.support.agent import advertise
+from tests.support.contracts import single, wide
+from tests.support.invariants import check
+from tests.support.rows import events_like, leases_of, reservations, run_state
+from tests.support.submitter import submit
 
 
 def test_a_lower_priority_placement_makes_a_waiting_higher_priority_run_reserve_at_once(
@@ -28,7 +26,7 @@ def test_a_lower_priority_placement_makes_a_waiting_higher_priority_run_reserve_
 
     # n1 frees: w cannot start (n2 busy), the low-priority run takes n1 while w waits.
     assert client.post("/v1/runs/a/cancel").status_code == 200
-    assert state(sql, "low") == "RUNNING"
+    assert run_state(sql, "low") == "RUNNING"
 
     # The next scan (this submit's) sees it: w reserves both boards, busy as they are.
     submit(client, single("c"), 202)
@@ -38,9 +36,9 @@ def test_a_lower_priority_placement_makes_a_waiting_higher_priority_run_reserve_
 
     # n2 frees and stays idle for w; n1 frees and w starts on both.
     assert client.post("/v1/runs/b/cancel").status_code == 200
-    assert state(sql, "c") == "QUEUED" and state(sql, "w") == "QUEUED"
+    assert run_state(sql, "c") == "QUEUED" and run_state(sql, "w") == "QUEUED"
     assert client.post("/v1/runs/low/cancel").status_code == 200
-    assert state(sql, "w") == "RUNNING" and sorted(leases_of(sql, "w")) == ["n1", "n2"]
+    assert run_state(sql, "w") == "RUNNING" and sorted(leases_of(sql, "w")) == ["n1", "n2"]
     assert reservations(sql) == {}
     assert check(sql) == []
 

@@ -12,9 +12,11 @@ import pytest
 from app.context import Caller
 from app.errors import Forbidden
 from app.services.submit import dry_run, submit_run
-from tests.helpers import advertise, cap, submit
-from tests.priority.common import single
-from tests.rows import run_row, scalar
+from tests.support.actors import cap
+from tests.support.agent import advertise
+from tests.support.contracts import single
+from tests.support.rows import run_row, scalar
+from tests.support.submitter import submit
 
 
 def view(client, run_id):

@@ -6,8 +6,11 @@ own read, is looked at by that pass."""
 from __future__ import annotations
 
 from app.services.queue import wake_queued
-from tests.helpers import advertise, cap, contract, role, submit
-from tests.rows import scalar
+from tests.support.actors import cap
+from tests.support.agent import advertise
+from tests.support.contracts import contract, role
+from tests.support.rows import scalar
+from tests.support.submitter import submit
 
 
 def test_a_scan_that_releases_a_reservation_takes_a_mark_and_reads_the_queue_again(

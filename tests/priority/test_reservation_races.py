@@ -8,10 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 from app.services.queue import wake_queued
-from tests.apps import app_on, client_of
-from tests.helpers import advertise, cap, submit
-from tests.invariants import check
-from tests.priority.common import reservations, single, wide
+from tests.support.actors import cap
+from tests.support.agent import advertise
+from tests.support.apps import app_on, client_of
 from tests.support.concurrency import (
     Background,
     apps_on,
@@ -20,6 +19,10 @@ from tests.support.concurrency import (
     states,
     waiting_lock_held,
 )
+from tests.support.contracts import single, wide
+from tests.support.invariants import check
+from tests.support.rows import reservations
+from tests.support.submitter import submit
 
 
 def _waiting_on_a_lock(sql: Any) -> int:

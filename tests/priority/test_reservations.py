@@ -13,20 +13,18 @@ import pytest
 
 from app.services.reaper import reap_pass
 from app.store.queue import aged_queued_runs
-from tests.agent import run_step
-from tests.helpers import advertise, cap, contract, role, submit
-from tests.invariants import check
-from tests.priority.common import events_like, has_waited, reservations, single, wide
-from tests.rows import leases_of, run_row
+from tests.support.actors import cap
+from tests.support.agent import advertise, run_step
+from tests.support.clock import has_waited
+from tests.support.contracts import acquire_step, contract, role, single, wide
+from tests.support.invariants import check
+from tests.support.rows import events_like, leases_of, reservations, run_row, run_state
+from tests.support.submitter import submit
 
 
 @pytest.fixture
 def config_overrides() -> dict[str, Any]:
     return {"queue.reserve_after_seconds": 1}
-
-
-def state(sql, run_id):
-    return run_row(sql, run_id)["state"]
 
 
 def two_busy_boards_and_a_reserving_wide_run(client, ctx, sql, **queue: Any) -> None:
@@ -77,13 +75,13 @@ def test_a_reserved_node_goes_to_a_higher_priority_run_never_to_an_equal_one(cli
     # n1 frees: w still cannot start (n2 busy); the higher-priority run passes the reservation
     # in the cancel's own scan, the equal one does not.
     assert client.post("/v1/runs/a/cancel").status_code == 200
-    assert state(sql, "q-higher") == "RUNNING" and leases_of(sql, "q-higher") == ["n1"]
-    assert state(sql, "q-equal") == "QUEUED"
+    assert run_state(sql, "q-higher") == "RUNNING" and leases_of(sql, "q-higher") == ["n1"]
+    assert run_state(sql, "q-equal") == "QUEUED"
     assert reservations(sql) == {"n1": "w", "n2": "w"}  # kept: w's clock never restarts
 
     # n1 frees again and stays idle for w, at promotion and at submit alike.
     assert client.post("/v1/runs/q-higher/cancel").status_code == 200
-    assert state(sql, "q-equal") == "QUEUED"
+    assert run_state(sql, "q-equal") == "QUEUED"
     assert submit(client, single("new-equal")).status_code == 202
     assert submit(client, single("new-lower", priority=-1)).status_code == 202
     resp = submit(client, single("new-higher", priority=1))
@@ -100,7 +98,7 @@ def test_a_reserved_node_goes_to_a_higher_priority_run_never_to_an_equal_one(cli
 
     # n2 frees: w takes both, its reservation goes with its promotion.
     assert client.post("/v1/runs/b/cancel").status_code == 200
-    assert state(sql, "w") == "RUNNING" and sorted(leases_of(sql, "w")) == ["n1", "n2"]
+    assert run_state(sql, "w") == "RUNNING" and sorted(leases_of(sql, "w")) == ["n1", "n2"]
     assert reservations(sql) == {}
     assert events_like(sql, "w", "reserv%") == ["reserving: n1, n2", "reservation released"]
     assert check(sql) == []
@@ -114,7 +112,7 @@ def test_cancelling_a_holder_hands_its_free_node_on_in_the_same_request(client, 
     assert client.post("/v1/runs/w/cancel").status_code == 200
 
     assert reservations(sql) == {}
-    assert state(sql, "c") == "RUNNING" and leases_of(sql, "c") == ["n1"]
+    assert run_state(sql, "c") == "RUNNING" and leases_of(sql, "c") == ["n1"]
     assert events_like(sql, "w", "reserv%") == ["reserving: n1, n2", "reservation released"]
     assert check(sql) == []
 
@@ -125,15 +123,15 @@ def test_a_queue_timeout_of_a_holder_hands_its_free_node_on_in_the_same_reaper_p
     two_busy_boards_and_a_reserving_wide_run(client, ctx, sql, timeout="3s")
     assert client.post("/v1/runs/a/cancel").status_code == 200
     submit(client, single("c"), 202)
-    assert state(sql, "c") == "QUEUED"
+    assert run_state(sql, "c") == "QUEUED"
     has_waited(sql, "w", 3)
 
     report = reap_pass(ctx)
 
     assert report.queue_timeouts == ["w"]
-    assert state(sql, "w") == "FAILED"
+    assert run_state(sql, "w") == "FAILED"
     assert reservations(sql) == {}
-    assert state(sql, "c") == "RUNNING" and leases_of(sql, "c") == ["n1"]
+    assert run_state(sql, "c") == "RUNNING" and leases_of(sql, "c") == ["n1"]
     assert check(sql) == []
 
 
@@ -152,13 +150,13 @@ def test_a_promoted_holder_hands_the_reserved_node_it_did_not_take_on_in_the_sam
     submit(client, single("e", slot="2"), 202)  # b2 is reserved against it
 
     advertise(client, "b1", cap())  # the drain is lifted: w still waits for h1
-    assert state(sql, "w") == "QUEUED" and state(sql, "e") == "QUEUED"
+    assert run_state(sql, "w") == "QUEUED" and run_state(sql, "e") == "QUEUED"
 
     # h1 frees: w takes b1 and h1; b2, which it held but did not take, goes on to e in the same
     # request.
     assert client.post("/v1/runs/x/cancel").status_code == 200
-    assert state(sql, "w") == "RUNNING" and sorted(leases_of(sql, "w")) == ["b1", "h1"]
-    assert state(sql, "e") == "RUNNING" and leases_of(sql, "e") == ["b2"]
+    assert run_state(sql, "w") == "RUNNING" and sorted(leases_of(sql, "w")) == ["b1", "h1"]
+    assert run_state(sql, "e") == "RUNNING" and leases_of(sql, "e") == ["b2"]
     assert reservations(sql) == {}
     assert check(sql) == []
 
@@ -182,7 +180,7 @@ def test_the_reapers_next_pass_writes_the_reservation_of_a_run_that_crossed_the_
     assert not reap_pass(ctx).woke
     # The reservation holds n1 for w when a then ends, also against a newcomer.
     assert client.post("/v1/runs/a/cancel").status_code == 200
-    assert state(sql, "w") == "RUNNING"
+    assert run_state(sql, "w") == "RUNNING"
 
 
 def acquiring(run_id: str, priority: int = 0) -> dict[str, Any]:
@@ -192,14 +190,7 @@ def acquiring(run_id: str, priority: int = 0) -> dict[str, Any]:
         role("host", "host"),
         steps=[
             {"id": "prep", "uses": "host", "run": ["prep"]},
-            {
-                "id": "grab",
-                "acquire": {
-                    "want": {"as": "extra", "capability": "board"},
-                    "acquired": "measure",
-                    "unavailable": "fallback",
-                },
-            },
+            acquire_step("grab", "extra", "board", "measure", "fallback"),
             {"id": "measure", "uses": "extra", "run": ["measure"]},
             {"id": "fallback", "uses": "host", "run": ["fallback"], "needs": ["grab"]},
         ],
@@ -258,7 +249,7 @@ def test_the_reservation_step_reads_a_shape_only_as_far_as_its_candidates_allow(
     # run of the shape reserves at the next scan (the reservation step runs first in a scan),
     # here the one after a cancel of a waiting run.
     assert client.post("/v1/runs/a/cancel").status_code == 200
-    assert state(sql, "q1") == "RUNNING" and leases_of(sql, "q1") == ["n1"]
+    assert run_state(sql, "q1") == "RUNNING" and leases_of(sql, "q1") == ["n1"]
     assert reservations(sql) == {"n2": "q2"}
     assert client.post("/v1/runs/q7/cancel").status_code == 200
     assert reservations(sql) == {"n1": "q3", "n2": "q2"}

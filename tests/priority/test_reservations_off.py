@@ -9,8 +9,11 @@ from typing import Any
 import pytest
 
 from app.services.reaper import reap_pass
-from tests.helpers import advertise, cap, submit
-from tests.priority.common import reservations, single, wide
+from tests.support.actors import cap
+from tests.support.agent import advertise
+from tests.support.contracts import single, wide
+from tests.support.rows import reservations
+from tests.support.submitter import submit
 
 
 @pytest.fixture

@@ -24,11 +24,11 @@ from typing import Any
 import pytest
 import requests
 
-from tests.apps import LiveServer, gunicorn_on
-from tests.helpers import cap
-from tests.invariants import check, connect
-from tests.priority.common import single, wide
-from tests.support.concurrency import await_condition
+from tests.support.actors import cap
+from tests.support.apps import LiveServer, gunicorn_on
+from tests.support.concurrency import await_condition, connect
+from tests.support.contracts import single, wide
+from tests.support.invariants import check
 
 pytestmark = pytest.mark.slow
 

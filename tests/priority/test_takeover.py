@@ -24,12 +24,15 @@ from typing import Any
 import pytest
 
 from app import create_app
-from tests.agent import done
-from tests.apps import client_of, make_config
-from tests.helpers import advertise, cap, submit
-from tests.invariants import check
-from tests.priority.common import has_waited, reservations, single, wide
+from tests.support.actors import cap
+from tests.support.agent import advertise, done
+from tests.support.apps import client_of, make_config
+from tests.support.clock import has_waited
 from tests.support.concurrency import connect
+from tests.support.contracts import single, wide
+from tests.support.invariants import check
+from tests.support.rows import reservations, run_state
+from tests.support.submitter import submit
 
 BOARDS = 4
 RESERVE_AFTER = 1
@@ -75,10 +78,6 @@ class Fleet:
                 self.order.append(node)
 
 
-def state(sql: Any, run_id: str) -> str:
-    return sql.execute("select state from runs where run_id = %s", (run_id,)).fetchone()[0]
-
-
 @pytest.mark.parametrize("attempt", range(REPEAT))
 def test_a_top_priority_wide_run_takes_over_a_low_reservation_and_starts_within_its_bound(
     fresh_db_url, tmp_path, attempt
@@ -108,21 +107,21 @@ def test_a_top_priority_wide_run_takes_over_a_low_reservation_and_starts_within_
                 fleet.feed()
                 fleet.claim_all()
             assert set(reservations(sql).values()) == {"low"}
-            assert state(sql, "low") == "QUEUED"
+            assert run_state(sql, "low") == "QUEUED"
 
             submit(client, wide("top", count=BOARDS, priority=10), 202)
             results = 0
-            while state(sql, "top") == "QUEUED":
+            while run_state(sql, "top") == "QUEUED":
                 assert results < BOUND, (results, reservations(sql))
                 fleet.turn()
                 results += 1
                 fleet.feed()
                 fleet.claim_all()
                 assert check(sql) == []
-            assert state(sql, "top") == "RUNNING"
+            assert run_state(sql, "top") == "RUNNING"
             assert results <= BOUND
             # low's reservation was taken over, not lost for good: it is reserving again.
-            assert state(sql, "low") == "QUEUED"
+            assert run_state(sql, "low") == "QUEUED"
             assert check(sql) == []
     finally:
         app.extensions["mediator"].close()

@@ -7,9 +7,12 @@ are moved with SQL."""
 from __future__ import annotations
 
 from app.services.reaper import reap_pass
-from tests.helpers import advertise, cap, contract, role, submit
-from tests.reaper.common import LEASE_EXPIRED
-from tests.rows import run_row, scalar
+from tests.support.actors import cap
+from tests.support.agent import advertise
+from tests.support.clock import LEASE_EXPIRED
+from tests.support.contracts import contract, role
+from tests.support.rows import run_row, scalar
+from tests.support.submitter import submit
 
 
 def outage(sql, last_pass_ago: str) -> None:

@@ -7,10 +7,13 @@ from __future__ import annotations
 
 from app.services.queue import wake_queued
 from app.services.reaper import reap_pass
-from tests.apps import app_on, client_of
-from tests.helpers import advertise, cap, contract, role, submit
-from tests.invariants import marks
+from tests.support.actors import cap
+from tests.support.agent import advertise
+from tests.support.apps import app_on, client_of
 from tests.support.concurrency import connect, states, waiting_lock_held
+from tests.support.contracts import contract, role
+from tests.support.invariants import marks
+from tests.support.submitter import submit
 
 
 def test_a_run_whose_promotion_always_raises_does_not_make_every_reaper_pass_scan(

@@ -4,14 +4,13 @@ leases, deadlines, queue ages and the last pass are moved back with SQL."""
 from __future__ import annotations
 
 from app.services.reaper import reap_pass
-from tests.helpers import advertise, cap, contract, role, submit
-from tests.reaper.common import (
-    LEASE_EXPIRED,
-    ask_contract,
-    expire_leases,
-    running_on_n1_and_one_queued,
-)
-from tests.rows import count_events, leases, run_row, scalar, step_outcomes
+from tests.support.actors import cap
+from tests.support.agent import advertise
+from tests.support.clock import LEASE_EXPIRED, expire_leases
+from tests.support.contracts import ask_contract, contract, role
+from tests.support.rows import count_events, leases, run_row, scalar, step_outcomes
+from tests.support.scenes import running_on_n1_and_one_queued
+from tests.support.submitter import submit
 
 
 def sealed(ctx, sql, run_id: str) -> bool:

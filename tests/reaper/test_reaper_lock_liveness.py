@@ -22,10 +22,10 @@ from typing import Any
 from app.services.reaper import reap_pass
 from app.store.gate import SCANNING_LOCK
 from app.store.reaper import REAPER_LOCK
-from tests.apps import ROOT, TOKEN
-from tests.helpers import advertise, cap, contract, role, submit
-from tests.reaper.common import LEASE_EXPIRED, expire_leases
-from tests.rows import run_row, scalar
+from tests.support.actors import cap
+from tests.support.agent import advertise
+from tests.support.apps import ROOT, TOKEN
+from tests.support.clock import LEASE_EXPIRED, expire_leases
 from tests.support.concurrency import (
     Background,
     apps_on,
@@ -36,6 +36,9 @@ from tests.support.concurrency import (
     lock_waiters,
     states,
 )
+from tests.support.contracts import contract, role
+from tests.support.rows import run_row, scalar
+from tests.support.submitter import submit
 
 IDLE = 3.0  # gate.idle_seconds: PostgreSQL drops an idle reaper-lock session after this
 RENEW = 1  # lease.renew_seconds: the reaper's period

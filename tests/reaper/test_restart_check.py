@@ -8,8 +8,8 @@ tests/dbfaults/test_reaper_restart.py restarts a real server."""
 from __future__ import annotations
 
 from app.services.reaper import reap_pass
-from tests.reaper.common import running_on_n1_and_one_queued
-from tests.rows import leases, run_row, scalar
+from tests.support.rows import leases, run_row, scalar
+from tests.support.scenes import running_on_n1_and_one_queued
 
 
 def _freed_without_a_mark(sql) -> None:

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 from app.services.reaper import reap_pass
 from app.store.reaper import REAPER_LOCK
-from tests.helpers import advertise, cap, contract, role, submit
-from tests.reaper.common import expire_leases, running_on_n1_and_one_queued
-from tests.rows import count_events, leases, run_row
+from tests.support.actors import cap
+from tests.support.agent import advertise
+from tests.support.clock import expire_leases
 from tests.support.concurrency import apps_on, connect, race
+from tests.support.contracts import contract, role
+from tests.support.rows import count_events, leases, run_row
+from tests.support.scenes import running_on_n1_and_one_queued
+from tests.support.submitter import submit
 
 
 def test_a_pass_skips_whole_while_another_reaper_holds_the_reaper_lock(client, ctx, sql, db_url):

@@ -11,10 +11,14 @@ from app.services.notify import AfterCommit
 from app.services.reaper import reap_once, reap_pass
 from app.services.settle_and_wake import settle_and_wake
 from app.store.reaper import REAPER_LOCK
-from tests.apps import app_on
-from tests.helpers import advertise, cap, contract, submit
-from tests.reaper.common import expire_leases, running_on_n1_and_one_queued
+from tests.support.actors import cap
+from tests.support.agent import advertise
+from tests.support.apps import app_on
+from tests.support.clock import expire_leases
 from tests.support.concurrency import connect, states
+from tests.support.contracts import contract
+from tests.support.scenes import running_on_n1_and_one_queued
+from tests.support.submitter import submit
 
 
 def _debt(sql) -> list[str]:

@@ -32,7 +32,8 @@ from app.records import (
 )
 from app.records.common import json_bytes
 from app.records.interface import location_name
-from tests.records.common import BACKENDS, MULTIPART, RUN, Backend, seal_example
+from tests.support.record_contents import verify_sums
+from tests.support.records import BACKENDS, MULTIPART, RUN, Backend, seal_example
 
 NOTE = b"\n[mediator: log truncated at %d bytes]\n"
 CAPPED = b'{"type":"enode.capped","bytes":%d}\n'
@@ -75,17 +76,6 @@ def _files(rec: RecordStore, location: str = RUN) -> dict[str, bytes]:
                 assert f is not None
                 out[m.name[len(top) + 1 :]] = f.read()
     return out
-
-
-def _verify_sums(files: dict[str, bytes]) -> list[str]:
-    lines = files["SHA256SUMS"].decode().splitlines()
-    paths = [line.split("  ", 1)[1] for line in lines]
-    assert paths == sorted(paths)
-    for line in lines:
-        digest, rel = line.split("  ", 1)
-        assert hashlib.sha256(files[rel]).hexdigest() == digest
-    assert paths == sorted(p for p in files if p != "SHA256SUMS")
-    return paths
 
 
 # -- the interface ---------------------------------------------------------------------------------
@@ -586,7 +576,7 @@ def test_the_seal_drops_progress_and_refuses_more(rec: RecordStore) -> None:
     files = _files(rec)
     assert files["logs/01-build.log"] == b"final\n"
     assert not [p for p, data in files.items() if b"RAW TRANSCRIPT" in data]
-    assert "logs/01-build.log" in _verify_sums(files)
+    assert "logs/01-build.log" in verify_sums(files)
     with pytest.raises(RecordSealed):
         rec.put_progress(RUN, 1, "build", 0, b"late\n", 1000)
     assert rec.read_progress(RUN, 1, "build", 0) is None
@@ -643,7 +633,7 @@ def test_seal_writes_files_and_sums(rec: RecordStore) -> None:
     assert manifest == {"run_id": RUN, "state": "SUCCEEDED", "ended_at": "2024-01-01T00:00:00Z"}
     assert files["logs/01-build.log"] == b"compiling\n"
     assert files["blobs/01.1-out.json"] == b"{}"
-    assert _verify_sums(files) == [
+    assert verify_sums(files) == [
         "blobs/01.1-out.json",
         "events.json",
         "logs/01-build.log",
@@ -673,7 +663,7 @@ def test_sealed_record_refuses_writes(rec: RecordStore) -> None:
     assert rec.read_blob(RUN, 1, 1, "late") is None
     assert rec.read_log(RUN, 1, "build", 0) == b"x\n"
     assert _files(rec) == before
-    _verify_sums(before)
+    verify_sums(before)
 
 
 def test_seal_is_idempotent(rec: RecordStore) -> None:
@@ -689,7 +679,7 @@ def test_seal_without_open(store: RecordStore) -> None:
     assert store.is_sealed("never-opened")
     files = _files(store, "never-opened")
     assert json.loads(files["manifest.json"])["state"] == "SUCCEEDED"
-    _verify_sums(files)
+    verify_sums(files)
 
 
 def test_is_sealed_missing(store: RecordStore) -> None:
@@ -724,7 +714,7 @@ def test_tar_stream(rec: RecordStore) -> None:
         assert f is not None and f.read() == big
         f = tar.extractfile(f"{top}/logs/01-build.log")
         assert f is not None and f.read() == b"line\n" * 1000
-    _verify_sums(_files(rec))
+    verify_sums(_files(rec))
 
 
 def test_tar_stream_hashed_dir_name(store: RecordStore) -> None:
@@ -804,4 +794,4 @@ def test_a_blob_and_a_log_past_the_multipart_threshold_seal_and_stream_whole(
     assert files["blobs/01.1-big.bin"] == big
     assert files["logs/01-build.log"] == piece * 6
     assert rec.read_log(RUN, 1, "build", 5 << 20, limit=WHOLE) == piece
-    assert "blobs/01.1-big.bin" in _verify_sums(files)
+    assert "blobs/01.1-big.bin" in verify_sums(files)

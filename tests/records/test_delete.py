@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from app.records import FilesystemRecords, RecordStore
-from tests.records.common import BACKENDS, RUN, Backend, seal_example
+from tests.support.records import BACKENDS, RUN, Backend, seal_example
 
 OTHER = "run-0002"
 

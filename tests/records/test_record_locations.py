@@ -10,10 +10,8 @@ The API tests run against both backends: a directory, and a bucket on moto's S3 
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
-import tarfile
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -28,10 +26,13 @@ from app.errors import ConfigError
 from app.migrate import alembic_config
 from app.records import FilesystemRecords
 from app.services.retention import _prune_batch, prune, sweep_records
-from tests.agent import claimed, done
-from tests.helpers import advertise, cap, contract, role, submit
-from tests.rows import scalar
-from tests.s3 import bucket_keys, new_bucket, shared_server
+from tests.support.actors import cap
+from tests.support.agent import advertise, claimed, done
+from tests.support.contracts import contract, role
+from tests.support.record_contents import tar_files
+from tests.support.rows import scalar
+from tests.support.s3 import bucket_keys, new_bucket, shared_server
+from tests.support.submitter import submit
 
 LONG = "long-" + "x" * 150  # a valid run id, too long to be a file name: hashed
 HASHED = hashlib.sha256(LONG.encode()).hexdigest()
@@ -82,13 +83,7 @@ def record(client: Any, run_id: str) -> dict[str, bytes]:
     """The sealed Record's files by their path inside it."""
     resp = client.get(f"/v1/runs/{run_id}/record")
     assert resp.status_code == 200, resp.get_json()
-    out = {}
-    with tarfile.open(fileobj=io.BytesIO(resp.data)) as tar:
-        for m in tar.getmembers():
-            f = tar.extractfile(m) if m.isfile() else None
-            if f is not None:
-                out[m.name.split("/", 1)[1]] = f.read()
-    return out
+    return tar_files(resp.data, in_run=True)
 
 
 def stored_paths(ctx: Any) -> list[str]:

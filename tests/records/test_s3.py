@@ -2,7 +2,7 @@
 layout in the bucket, two hosts appending to one log, multipart uploads, and an unreachable store —
 a 503 for the routes that need it, and a seal that the reaper does again once the store is back.
 
-Against moto's S3 server on 127.0.0.1, started here (tests/s3.py): real HTTP, no mock of boto3."""
+Against moto's S3 server on 127.0.0.1, started here (tests/support/s3.py): real HTTP, no mock of boto3."""
 
 from __future__ import annotations
 
@@ -20,11 +20,14 @@ from app.errors import ConfigError
 from app.records import RecordSealed, RecordStoreUnavailable
 from app.records.s3 import S3Records
 from app.services.reaper import reap_pass
-from tests.agent import claimed, done
-from tests.helpers import advertise, cap, contract, role, submit
-from tests.records.common import RUN, seal_example
-from tests.rows import scalar
-from tests.s3 import S3Server, bucket_keys, new_bucket, s3_client, shared_server
+from tests.support.actors import cap
+from tests.support.agent import advertise, claimed, done
+from tests.support.contracts import contract, role
+from tests.support.record_contents import tar_files
+from tests.support.records import RUN, seal_example
+from tests.support.rows import scalar
+from tests.support.s3 import S3Server, bucket_keys, new_bucket, s3_client, shared_server
+from tests.support.submitter import submit
 
 PREFIX = "mediator/records"
 
@@ -39,15 +42,7 @@ def store_on(url: str, bucket: str, **kw: Any) -> S3Records:
 
 
 def _tar_files(store: S3Records, run_id: str = RUN) -> dict[str, bytes]:
-    data = b"".join(store.tar_stream(run_id))
-    out = {}
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
-        for m in tar.getmembers():
-            if m.isfile():
-                f = tar.extractfile(m)
-                assert f is not None
-                out[m.name.split("/", 1)[1]] = f.read()
-    return out
+    return tar_files(b"".join(store.tar_stream(run_id)), in_run=True)
 
 
 def test_a_log_is_one_object_per_append_until_the_seal_writes_it_whole(bucket: str) -> None:

@@ -5,38 +5,26 @@ reaper cleans up."""
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from typing import Any
 
 import pytest
 
 from app.services.reaper import reap_pass
-from tests.apps import ROOT
-from tests.retention.common import finished_run, no_rows, rejected_run, rows_of, tombstone
-from tests.rows import scalar
+from tests.support.apps import clean_env, mediator_cli
+from tests.support.rows import no_rows, rows_of, scalar, tombstone
+from tests.support.scenes import finished_run, rejected_run
 
 
 def mediator(ctx: Any, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    clean = {
-        k: v for k, v in os.environ.items() if not k.startswith("MEDIATOR_") and k != "DATABASE_URL"
-    }
-    clean.update(
+    clean = clean_env(
         MEDIATOR_DATABASE_URL=ctx.config["database.url"],
         MEDIATOR_RECORDS_ROOT=ctx.config["records.root"],
         MEDIATOR_LOG_FORMAT="console",
         MEDIATOR_LOG_LEVEL="error",
         **env,
     )
-    return subprocess.run(
-        [sys.executable, "-m", "app.cli", *args],
-        cwd=ROOT,
-        env=clean,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return mediator_cli(*args, env=clean)
 
 
 @pytest.fixture

@@ -12,9 +12,13 @@ import pytest
 
 from app.services.reaper import reap_pass
 from app.services.retention import prune, prune_expired
-from tests.helpers import advertise, cap, contract, role, submit
-from tests.retention.common import age, finished_run, no_rows, rejected_run, rows_of, tombstone
-from tests.rows import run_row, scalar
+from tests.support.actors import cap
+from tests.support.agent import advertise
+from tests.support.clock import age
+from tests.support.contracts import contract, role
+from tests.support.rows import no_rows, rows_of, run_row, scalar, tombstone
+from tests.support.scenes import finished_run, rejected_run
+from tests.support.submitter import submit
 
 pytestmark = pytest.mark.config({"retention.days": 30})
 
@@ -168,7 +172,7 @@ def test_a_run_still_being_pruned_reads_as_it_was_and_live_requests_do_not_wait(
     while other requests run: on a live run, on the fleet and on the very run being pruned."""
     import concurrent.futures
 
-    from tests.apps import client_of
+    from tests.support.apps import client_of
 
     client = client_of(app)
     finished_run(client, "old", "n1")

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-from tests.apps import ROOT, LiveServer, gunicorn_on
-from tests.s3 import AWS_ENV, new_bucket, shared_server
+from tests.support.apps import ROOT, LiveServer, gunicorn_on
+from tests.support.s3 import AWS_ENV, new_bucket, shared_server
 
 
 def store_keys(prefix: str = "records") -> dict[str, str]:

@@ -15,9 +15,9 @@ import pytest
 
 from app.config import to_libpq_url
 from app.records.s3 import S3Records
-from tests.s3 import s3_client
 from tests.scaleout.hosts import store_keys
-from tests.storm.storm import Plan, run_storm, storm_seed
+from tests.support.s3 import s3_client
+from tests.support.storm import Plan, run_storm, storm_seed
 
 pytestmark = pytest.mark.slow
 

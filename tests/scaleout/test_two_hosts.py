@@ -6,9 +6,7 @@ sealed by A's reaper; its Record downloaded from both hosts byte for byte the sa
 from __future__ import annotations
 
 import hashlib
-import io
 import os
-import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +15,12 @@ import pytest
 import requests
 
 from app.config import to_libpq_url
-from tests.apps import LiveServer
-from tests.helpers import cap, contract, role
-from tests.s3 import bucket_keys
 from tests.scaleout.hosts import reaper_once, store_keys, two_hosts
+from tests.support.actors import cap
+from tests.support.apps import LiveServer
+from tests.support.contracts import contract, role
+from tests.support.record_contents import tar_files
+from tests.support.s3 import bucket_keys
 
 pytestmark = pytest.mark.slow
 
@@ -35,17 +35,6 @@ def scalar(db_url: str, query: str) -> Any:
     with psycopg.connect(to_libpq_url(db_url), autocommit=True) as conn:
         row = conn.execute(query).fetchone()
         return None if row is None else row[0]
-
-
-def tar_files(data: bytes) -> dict[str, bytes]:
-    out = {}
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
-        for m in tar.getmembers():
-            if m.isfile():
-                f = tar.extractfile(m)
-                assert f is not None
-                out[m.name] = f.read()
-    return out
 
 
 def test_a_run_moves_between_two_hosts_and_its_record_is_the_same_from_both(

@@ -1,10 +1,10 @@
 """The storm: several processes submitting, cancelling, advertising (drains, restarts, capability
 changes, silences), claiming and reporting at once against a real gunicorn with 4 workers and two
-reapers, with the invariant checker of tests/invariants.py sampled throughout and run in full at
-the end.
+reapers, with the invariant checker of tests/support/invariants.py sampled throughout and run in
+full at the end.
 
 - ``driver.py``: one process of the storm (a submitter, the canceller, node agents, a reaper).
-- ``storm.py``: starts the server and the drivers, samples, collects, checks.
+- ``tests/support/storm.py``: starts the server and the drivers, samples, collects, checks.
 - ``test_storm.py``: the bounded storm CI runs (a fixed number of operations; its seed printed,
   ``STORM_SEED=<n>`` replays it).
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from app.dev.embedded import create_database, drop_database, resolve_admin_url
 from app.migrate import upgrade
-from tests.storm.storm import Plan, run_storm
+from tests.support.storm import Plan, run_storm
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     store: dict[str, str] = {}
     if args.hosts > 1:
-        from tests.s3 import new_bucket, shared_server
+        from tests.support.s3 import new_bucket, shared_server
 
         s3 = shared_server()
         store = {

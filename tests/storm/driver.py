@@ -614,7 +614,7 @@ class Reaper(Driver):
     def run(self) -> None:
         from app import create_app
         from app.services.reaper import reap_pass
-        from tests.apps import make_config
+        from tests.support.apps import make_config
 
         config = make_config(
             self.args.db,

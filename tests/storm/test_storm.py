@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.storm.storm import Plan, run_storm, storm_seed
+from tests.support.storm import Plan, run_storm, storm_seed
 
 pytestmark = pytest.mark.slow
 

@@ -7,7 +7,7 @@ Every actor talks through one small :class:`Transport` with two backends: :class
 over Flask's test client (or anything with its ``post``/``get``/``put``), and
 :class:`HttpTransport` over HTTP to a live server's base URL with the token header. An actor takes
 either backend, or what :func:`transport_of` turns into one (a test client, a Flask app, a
-:class:`~tests.apps.LiveServer`).
+:class:`~tests.support.apps.LiveServer`).
 
 Replies are those of the backend as they are (Flask's ``TestResponse`` or ``requests.Response``);
 :func:`json_of` reads the JSON body of either."""
@@ -21,7 +21,7 @@ from typing import Any, Protocol, runtime_checkable
 import requests
 from flask import Flask
 
-from tests.apps import TOKEN, LiveServer, client_of
+from tests.support.apps import TOKEN, LiveServer, client_of
 from tests.support.concurrency import await_condition
 
 HTTP_TIMEOUT = 30.0  # seconds; a safety net far above a busy machine's replies
@@ -46,8 +46,9 @@ class Transport(Protocol):
 
 
 class ClientTransport:
-    """Flask's test client (which carries the token, :func:`tests.apps.client_of`), or an object
-    with the same ``post``/``get``/``put`` methods (the HTTPS client of tests/deploy/http.py)."""
+    """Flask's test client (which carries the token, :func:`tests.support.apps.client_of`), or an
+    object with the same ``post``/``get``/``put`` methods (the HTTPS client of
+    tests/support/http.py)."""
 
     def __init__(self, client: Any) -> None:
         self.client = client

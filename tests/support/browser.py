@@ -22,8 +22,8 @@ from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.expected_conditions import staleness_of
 from selenium.webdriver.support.ui import WebDriverWait
 
-from tests.apps import ROOT
-from tests.deploy.programs import require_program
+from tests.support.apps import ROOT
+from tests.support.programs import require_program
 
 WINDOW = (1200, 1000)
 WAIT_SECONDS = 60  # a safety net: every wait ends as soon as the page shows what it waits for

@@ -1,6 +1,8 @@
-"""Shared pieces of the concurrency tests: several apps on one fresh database (each app is what one
-gunicorn worker process has: its own pool and its own scan-gate connection), threads released
-together at a Barrier, and invariant checks read straight from the tables.
+"""Concurrency for the tests: several apps on one fresh database (each app is what one gunicorn
+worker process has: its own pool and its own scan-gate connection), threads released together at
+a Barrier, a submit held inside its transaction, waiting (with a bounded deadline) for what only
+another connection or process can show, and what the database shows of them: locks held and
+waited for, listening sessions, deadlocks, run states.
 
 Nothing here mocks the database or the clock: every thread commits for real on its own
 connection, and "time passes" only by SQL on the database's own timestamps.
@@ -12,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from sqlalchemy import text
@@ -24,9 +26,10 @@ from app.match import Reject, match
 from app.store.gate import SCANNING_LOCK, WAITING_LOCK
 from app.store.nodes import live_adverts, unavailable_node_ids
 from app.store.queue import QueuedRun
-from tests.apps import client_of, make_config
+from tests.support.apps import client_of, make_config
 
 JOIN_TIMEOUT = 30.0
+T = TypeVar("T")
 
 
 class Apps:
@@ -61,8 +64,9 @@ def apps_on(url: str, records: Any, n: int = 2, **keys: Any) -> Iterator[Apps]:
 
 
 @contextmanager
-def connect(url: str) -> Iterator[Any]:
-    """An operator's autocommit psycopg connection to the same database."""
+def connect(url: str) -> Iterator[psycopg.Connection[Any]]:
+    """An operator's autocommit psycopg connection to the database ``url`` (a SQLAlchemy or
+    libpq URL)."""
     with psycopg.connect(to_libpq_url(url), autocommit=True) as conn:
         yield conn
 
@@ -148,15 +152,34 @@ def scanning_lock_held(sql: Any) -> Iterator[None]:
 
 
 def await_condition(
-    check: Callable[[], bool], what: str, timeout: float = 10.0, interval: float = 0.005
+    check: Callable[[], Any],
+    what: str,
+    timeout: float = 10.0,
+    interval: float = 0.005,
+    explain: Callable[[], Any] | None = None,
 ) -> None:
-    """Wait for a state that only the database can show (a backend waiting on a lock): there is
-    no event to subscribe to across connections, so look at pg_locks / pg_stat_activity with a
-    bounded deadline (every ``interval`` seconds: longer for a look that is a request)."""
+    """Wait for a state that only the database can show (a backend waiting on a lock), or another
+    process (a live server, a database server of the test's): there is no event to subscribe to
+    across connections, so look with a bounded deadline, every ``interval`` seconds (longer for a
+    look that is a request). ``explain``: what to add to the failure, read when it fails."""
     deadline = time.monotonic() + timeout
     while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for: {what}"
+        if time.monotonic() >= deadline:
+            detail = f"\n{explain()}" if explain is not None else ""
+            raise AssertionError(f"timed out after {timeout}s waiting for: {what}{detail}")
         time.sleep(interval)
+
+
+def await_value(look: Callable[[], T | None], what: str, timeout: float = 20.0) -> T:
+    """Look until ``look`` answers something (not None, not False) or the deadline passes: what
+    another process did shows only in what it serves, and there is no event to subscribe to."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = look()
+        if value is not None and value is not False:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for: {what}"
+        time.sleep(0.05)
 
 
 def lock_holders(sql: Any, key: int) -> int:
@@ -183,6 +206,14 @@ def backends_waiting_on_locks(sql: Any, application_name: str = "mediator") -> i
         "select count(*) from pg_stat_activity where datname = current_database()"
         " and application_name = %s and wait_event_type = 'Lock'",
         (application_name,),
+    ).fetchone()[0]
+
+
+def listeners(sql: Any) -> int:
+    """Sessions of the Mediator's claim listeners (``mediator-listener``) that are listening."""
+    return sql.execute(
+        "select count(*) from pg_stat_activity where datname = current_database()"
+        " and application_name = 'mediator-listener' and query ilike 'LISTEN%%'"
     ).fetchone()[0]
 
 
@@ -247,3 +278,36 @@ def queued_runs_that_fit_free_nodes(ctx: Any) -> list[str]:
         if not isinstance(match(roles, adverts, unavailable), Reject):
             left.append(run_id)
     return left
+
+
+@contextmanager
+def submit_held_after_its_read(
+    app: Any, sql: Any, db_url: str, doc: dict[str, Any], *, others_waiting: int = 0
+) -> Iterator[dict[str, Any]]:
+    """Submit ``doc`` in a thread and hold it right after it has read the fleet and the
+    unavailable set: an uncommitted row with the same run_id (on ``sql``) makes its insert of the
+    run row wait. The body of the ``with`` runs while it waits; on leaving, that row is rolled
+    back, the submit goes on, and the dict holds its response under ``resp``.
+    ``others_waiting``: the Mediator's backends already waiting on a lock of the test's."""
+    other = client_of(app)
+    answer: dict[str, Any] = {}
+    t = threading.Thread(
+        target=lambda: answer.update(resp=other.post("/v1/runs", json=doc)), daemon=True
+    )
+    with connect(db_url) as watcher:
+        with sql.transaction():
+            sql.execute(
+                "insert into runs (run_id, state, contract, requires, requires_key)"
+                " values (%s, 'FAILED', '{}', '[]', 'blocker')",
+                (doc["run_id"],),
+            )
+            t.start()
+            await_condition(
+                lambda: backends_waiting_on_locks(watcher) == others_waiting + 1,
+                "the submit's insert waiting on the uncommitted run row",
+            )
+            answer["watcher"] = watcher
+            yield answer
+            raise psycopg.Rollback()
+    t.join(JOIN_TIMEOUT)
+    assert not t.is_alive()

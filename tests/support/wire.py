@@ -1,12 +1,45 @@
-"""What a caller's request leaves behind (rows and Record files), a run with a claimed step, and
-every /v1 route: for tests that check that a refused request changes nothing."""
+"""The API's wire as the tests read it: the one error body, a timestamp of a reply, a request sent
+as the route table below spells it; and what a caller's request leaves behind (rows and Record
+files), a run with a claimed step, and every /v1 route: for tests that check that a refused
+request changes nothing."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from tests.helpers import advertise, cap, contract, role, submit
+from tests.support.actors import cap
+from tests.support.agent import advertise
+from tests.support.contracts import contract, role
+from tests.support.submitter import submit
+
+
+def error_body(status: int, reason: str) -> dict[str, Any]:
+    """The one error body of the API (docs/api.md#conventions)."""
+    return {"error": {"code": status, "reason": reason}}
+
+
+def error_of(resp: Any) -> str:
+    """The reason of an error body, checked to be exactly ``{"error": {"code", "reason"}}``."""
+    body = resp.get_json(silent=True)
+    assert isinstance(body, dict) and set(body) == {"error"}, resp.data[:300]
+    assert body["error"]["code"] == resp.status_code
+    return body["error"]["reason"]
+
+
+def when(text: str) -> datetime:
+    """A timestamp of a reply (ISO 8601, ``Z`` for UTC) as an aware datetime."""
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def send(client: Any, method: str, path: str, body: Any) -> Any:
+    """``method path`` over ``client`` with ``body``: bytes as they are, anything else as JSON
+    (a row of :data:`V1_ROUTES`)."""
+    if isinstance(body, bytes):
+        return client.open(path, method=method, data=body)
+    return client.open(path, method=method, json=body)
+
 
 _SNAPSHOT_SQL = "SELECT " + ", ".join(
     f"(SELECT coalesce(array_agg(to_jsonb(x)::text ORDER BY to_jsonb(x)::text), '{{}}') FROM {t} x)"

@@ -17,7 +17,8 @@ from app import create_app
 from app.config import load_config, to_libpq_url
 from app.db import CONNECT_DEFAULTS, conninfo
 from app.errors import ConfigError
-from tests.apps import TOKEN
+from tests.support.apps import TOKEN, clean_env, mediator_cli
+from tests.support.processes import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 MIB = 1024 * 1024
@@ -416,28 +417,9 @@ def test_a_wrong_type_for_the_legacy_token_does_not_show_it(tmp_path):
 # ------------------------------------------------------------------ the process stops with one line
 
 
-def _clean_env(**extra: str) -> dict[str, str]:
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith("MEDIATOR_") and k != "DATABASE_URL"
-    }
-    env.update(extra)
-    return env
-
-
-def _mediator(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "app.cli", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
 def test_the_cli_stops_on_a_lease_ttl_of_0_with_one_line_naming_the_key(db_url):
-    proc = _mediator(
-        "db", "check", env=_clean_env(MEDIATOR_DATABASE_URL=db_url, MEDIATOR_LEASE_TTL_SECONDS="0")
+    proc = mediator_cli(
+        "db", "check", env=clean_env(MEDIATOR_DATABASE_URL=db_url, MEDIATOR_LEASE_TTL_SECONDS="0")
     )
     assert proc.returncode != 0
     lines = (proc.stdout + proc.stderr).strip().splitlines()
@@ -449,8 +431,8 @@ def test_the_cli_stops_on_an_invalid_value_in_the_config_file_with_one_line_nami
     db_url, tmp_path
 ):
     path = _write(tmp_path / "m.toml", "[lease]\nrenew_seconds = -5\n")
-    proc = _mediator(
-        "--config", str(path), "db", "check", env=_clean_env(MEDIATOR_DATABASE_URL=db_url)
+    proc = mediator_cli(
+        "--config", str(path), "db", "check", env=clean_env(MEDIATOR_DATABASE_URL=db_url)
     )
     assert proc.returncode != 0
     lines = (proc.stdout + proc.stderr).strip().splitlines()
@@ -459,12 +441,8 @@ def test_the_cli_stops_on_an_invalid_value_in_the_config_file_with_one_line_nami
 
 
 def test_gunicorn_stops_on_an_invalid_config_naming_the_key_without_a_traceback(db_url, tmp_path):
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = _clean_env(
+    port = free_port()
+    env = clean_env(
         MEDIATOR_DATABASE_URL=db_url,
         MEDIATOR_RECORDS_ROOT=str(tmp_path / "records"),
         MEDIATOR_LEASE_TTL_SECONDS="0",

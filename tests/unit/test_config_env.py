@@ -103,7 +103,11 @@ def _sources() -> list[Path]:
     """The Mediator's own code and scripts, and the test suite's set-up."""
     paths = [*sorted((ROOT / "app").rglob("*.py")), ROOT / "gunicorn.conf.py", ROOT / "wsgi.py"]
     paths += [p for p in sorted((ROOT / "scripts").glob("*")) if p.is_file()]
-    paths += [ROOT / ".ci" / "run", ROOT / "tests" / "conftest.py", ROOT / "tests" / "apps.py"]
+    paths += [
+        ROOT / ".ci" / "run",
+        ROOT / "tests" / "conftest.py",
+        ROOT / "tests" / "support" / "apps.py",
+    ]
     return [p for p in paths if p.is_file()]
 
 

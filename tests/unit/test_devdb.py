@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import socket
 import tempfile
 import threading
 import uuid
@@ -24,17 +23,12 @@ from app.dev.embedded import (
     resolve_admin_url,
     server_answers,
 )
+from tests.support.processes import free_port
 
 
 def _select_one(url: str) -> int:
     with psycopg.connect(url, connect_timeout=5) as conn:
         return conn.execute("select 1").fetchone()[0]
-
-
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # ------------------------------------------------------------------ embedded
@@ -105,7 +99,7 @@ def test_embedded_postgres_from_a_thread_and_url_requires_start():
 
 def test_server_answers_false_for_nothing_listening():
     assert (
-        server_answers(f"postgresql://postgres@127.0.0.1:{_closed_port()}/postgres", timeout=1)
+        server_answers(f"postgresql://postgres@127.0.0.1:{free_port()}/postgres", timeout=1)
         is False
     )
 
@@ -217,7 +211,7 @@ def test_resolve_admin_url_falls_back_to_embedded(monkeypatch):
 
     monkeypatch.delenv("MEDIATOR_DEVDB_TEST_URL", raising=False)
     monkeypatch.setattr(
-        embedded, "DEFAULT_LOCAL_URL", f"postgresql://postgres@127.0.0.1:{_closed_port()}/postgres"
+        embedded, "DEFAULT_LOCAL_URL", f"postgresql://postgres@127.0.0.1:{free_port()}/postgres"
     )
     url, server = resolve_admin_url("MEDIATOR_DEVDB_TEST_URL")
     try:

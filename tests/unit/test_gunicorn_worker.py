@@ -21,7 +21,7 @@ from gunicorn.workers.gthread import TConn
 
 from app import gunicorn_worker
 from app.gunicorn_worker import ConnectionBoard, Logger, ThreadWorker
-from tests.apps import ROOT
+from tests.support.apps import ROOT
 
 SAFETY_NET = 60  # seconds; the handler itself returns in about 0.1 s (gunicorn's pause before exit)
 

@@ -1,6 +1,6 @@
-"""The invariant checker of tests/invariants.py must be able to fail: each rule is shown here on
-rows made by hand to break it, next to the same picture left intact, and a picture the Mediator
-made itself through its API passes every check."""
+"""The invariant checker of tests/support/invariants.py must be able to fail: each rule is shown
+here on rows made by hand to break it, next to the same picture left intact, and a picture the
+Mediator made itself through its API passes every check."""
 
 from __future__ import annotations
 
@@ -9,9 +9,11 @@ from typing import Any
 import pytest
 from psycopg.types.json import Jsonb
 
-from tests.agent import claimed, done
-from tests.helpers import advertise, cap, contract, one_step, role, submit
-from tests.invariants import check, check_after_reaper_pass, check_quiet, check_settled
+from tests.support.actors import cap
+from tests.support.agent import advertise, claimed, done
+from tests.support.contracts import contract, one_step, role
+from tests.support.invariants import check, check_after_reaper_pass, check_quiet, check_settled
+from tests.support.submitter import submit
 
 BOARD = [{"as": "dut", "capability": "board", "attrs": {}}]
 

@@ -6,7 +6,6 @@ through ``RecordStore`` is in tests/records."""
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import multiprocessing
@@ -26,7 +25,8 @@ from app.records import (
     record_location,
     write_atomic,
 )
-from tests.records.common import RUN, seal_example
+from tests.support.record_contents import verify_sums
+from tests.support.records import RUN, seal_example
 
 
 @pytest.fixture
@@ -277,20 +277,6 @@ def test_odd_run_id_writes_stay_inside_root(tmp_path: Path) -> None:
 # -- seal ----------------------------------------------------------------------------------------
 
 
-def _verify_sums(d: Path) -> list[str]:
-    lines = (d / "SHA256SUMS").read_text().splitlines()
-    paths = [line.split("  ", 1)[1] for line in lines]
-    assert paths == sorted(paths)
-    for line in lines:
-        digest, rel = line.split("  ", 1)
-        assert hashlib.sha256((d / rel).read_bytes()).hexdigest() == digest
-    on_disk = sorted(
-        p.relative_to(d).as_posix() for p in d.rglob("*") if p.is_file() and p.name != "SHA256SUMS"
-    )
-    assert paths == on_disk
-    return paths
-
-
 def test_seal_writes_files_and_sums(rec: FilesystemRecords) -> None:
     rec.append_log(RUN, 1, "build", b"compiling\n", 1000)
     rec.put_blob(RUN, 1, 1, "out.json", b"{}")
@@ -304,7 +290,7 @@ def test_seal_writes_files_and_sums(rec: FilesystemRecords) -> None:
         "state": "SUCCEEDED",
     }
     assert (d / "steps" / "02-test.json").exists()
-    paths = _verify_sums(d)
+    paths = verify_sums(d)
     assert paths == [
         "blobs/01.1-out.json",
         "events.json",
@@ -339,7 +325,7 @@ def test_sealed_record_refuses_writes(rec: FilesystemRecords) -> None:
     assert (rec.path(RUN) / "logs" / "01-build.log").read_bytes() == before
     assert (rec.path(RUN) / "steps" / "01-build.json").read_bytes() == step
     assert not (rec.path(RUN) / "blobs" / "01.1-late").exists()
-    _verify_sums(rec.path(RUN))
+    verify_sums(rec.path(RUN))
 
 
 def test_seal_completes_half_seal_after_sums(rec: FilesystemRecords) -> None:
@@ -355,7 +341,7 @@ def test_seal_completes_half_seal_after_sums(rec: FilesystemRecords) -> None:
         rec.append_log(RUN, 1, "build", b"late\n", 1000)
     seal_example(rec)
     assert rec.is_sealed(RUN)
-    _verify_sums(d)
+    verify_sums(d)
     for p in [d, *d.rglob("*")]:
         assert _mode(p) == (0o555 if p.is_dir() else 0o444), p
 
@@ -372,7 +358,7 @@ def test_seal_completes_half_seal_before_sums(rec: FilesystemRecords) -> None:
     assert rec.is_sealed(RUN)
     assert json.loads((d / "verdict.json").read_bytes()) == {"state": "SUCCEEDED"}
     assert not (d / "blobs" / ".tmp-abandoned").exists()
-    assert "steps/01-build.json" in _verify_sums(d)
+    assert "steps/01-build.json" in verify_sums(d)
 
 
 # -- tar -----------------------------------------------------------------------------------------

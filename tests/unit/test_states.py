@@ -23,8 +23,10 @@ from app.states import (
 )
 from app.store.runs import set_run_state, settle_run
 from app.store.steps import fail_step, update_step
-from tests.agent import claim, done
-from tests.helpers import advertise, cap, contract, role, submit
+from tests.support.actors import cap
+from tests.support.agent import advertise, claim, done
+from tests.support.contracts import contract, role
+from tests.support.submitter import submit
 
 # The run states of docs/design.md#states, written out from the text rather than copied from
 # the code:

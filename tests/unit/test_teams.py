@@ -13,7 +13,7 @@ from app.context import Caller
 from app.errors import BadRequest, ConfigError, Forbidden
 from app.services.teams import choose_team
 from app.teams import Team, Teams, parse_teams
-from tests.auth.common import sha256_entry
+from tests.support.tokens import sha256_entry
 
 
 def teams_of(*entries: dict[str, Any]) -> Teams:

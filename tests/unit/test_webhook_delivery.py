@@ -18,6 +18,7 @@ import structlog
 
 from app.logs import configure_logging
 from app.services.notify import WebhookQueue
+from tests.support.processes import free_port
 from tests.support.webhooks import Endpoint
 
 SECRET_PATH = "/hooks/T0KEN-IN-PATH"
@@ -165,9 +166,7 @@ def test_a_webhook_that_answers_a_byte_at_a_time_is_given_up_at_the_deadline(log
 
 
 def test_log_lines_name_only_the_scheme_and_host_of_a_webhook_url(logs):
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]  # closed and never listened on: the connection is refused
+    port = free_port()  # closed and never listened on: the connection is refused
     url = f"http://hook-user:hook-password@127.0.0.1:{port}{SECRET_PATH}{SECRET_QUERY}"
 
     deliver(url, {"event": "ask", "run_id": "r1"})

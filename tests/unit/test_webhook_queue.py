@@ -13,9 +13,10 @@ from app.config import load_config
 from app.errors import ConfigError
 from app.logs import configure_logging
 from app.services.notify import WebhookQueue, dropped_webhooks, post_webhook
-from tests.agent import claimed, done
-from tests.apps import app_on, client_of
-from tests.helpers import advertise, cap, contract
+from tests.support.actors import cap
+from tests.support.agent import advertise, claimed, done
+from tests.support.apps import app_on, client_of
+from tests.support.contracts import contract
 from tests.support.webhooks import SENDERS
 
 

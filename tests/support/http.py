@@ -1,6 +1,6 @@
 """An HTTP client of a live server shaped like Flask's test client, so that the helpers of
-tests/agent.py and tests/deploy/scenes.py drive gunicorn (or nginx in front of it) as they drive
-the test client."""
+tests/support/agent.py and tests/support/scenes.py drive gunicorn (or nginx in front of it) as
+they drive the test client."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import requests
 
 
 class Http:
-    """A client of ``base`` shaped like Flask's test client for the agent helpers of tests/agent.py
-    (``post``/``put``/``get`` answering objects with ``status_code`` and ``get_json()``)."""
+    """A client of ``base`` shaped like Flask's test client for the agent helpers of
+    tests/support/agent.py (``post``/``put``/``get`` answering objects with ``status_code`` and
+    ``get_json()``)."""
 
     def __init__(self, base: str, token: str | None, verify: str | bool = True) -> None:
         """``token`` None sends no Authorization header; ``verify`` is the certificate to trust

@@ -1,17 +1,18 @@
 """Mediator apps for tests: their configuration, a test client that carries the token, an app
-opened and closed around a block, and a real gunicorn serving the Mediator on 127.0.0.1."""
+opened and closed around a block, the ``mediator`` command run as a process of the test, and a real
+gunicorn serving the Mediator on 127.0.0.1."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +22,10 @@ from flask.testing import FlaskClient
 from sqlalchemy import text
 
 from app import create_app
+from tests.support.processes import children_of, free_port, stop
 
 TOKEN = "test-token-of-the-mediator-long-enough"
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def make_config(url: str, records: Any, **extra: Any) -> dict[str, Any]:
@@ -57,6 +59,18 @@ def app_on(url: str, records: Any, **keys: Any) -> Iterator[Flask]:
         application.extensions["mediator"].close()
 
 
+def openapi_document() -> dict[str, Any]:
+    """The document an app serves at /v1/openapi.json, built by the app factory alone (it needs
+    no database: the app is made on a URL nothing answers at, and closed at once), so a module
+    can read it when it is collected, before any server runs."""
+    app = create_app(make_config("postgresql://nobody@127.0.0.1:9/none", "/nonexistent"))
+    try:
+        document: dict[str, Any] = app.test_client().get("/v1/openapi.json").get_json()
+        return document
+    finally:
+        app.extensions["mediator"].close()
+
+
 @contextmanager
 def one_connection_app(url: str, records: Any, probe: str) -> Iterator[Flask]:
     """:func:`app_on` with one connection in its pool (the next unit of work gets the same one)
@@ -69,6 +83,37 @@ def one_connection_app(url: str, records: Any, probe: str) -> Iterator[Flask]:
             conn.execute(text(probe))
             conn.execute(text(f"TRUNCATE {table}"))
         yield application
+
+
+def records_root(app: Flask) -> Path:
+    """Where ``app`` keeps its Records (``records.root``)."""
+    return Path(app.extensions["mediator"].config["records.root"])
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """This process's environment without the Mediator's variables (``MEDIATOR_*`` and
+    ``DATABASE_URL``), with ``extra`` added: what a command of the test is given."""
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith("MEDIATOR_") and k != "DATABASE_URL"
+    }
+    env.update(extra)
+    return env
+
+
+def mediator_cli(
+    *args: str, env: dict[str, str], cwd: Path = ROOT, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """``mediator ARGS`` (``python -m app.cli``) as a process of its own, in ``env``; its output
+    captured as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "app.cli", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def empty_records(root: Path) -> None:
@@ -88,12 +133,6 @@ def empty_records(root: Path) -> None:
 # ---------------------------------------------------------------- a real gunicorn
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 class LiveServer:
     """A real gunicorn (gthread workers) serving the Mediator on 127.0.0.1."""
 
@@ -109,18 +148,7 @@ class LiveServer:
     def workers(self) -> set[int]:
         """The master's worker processes, from /proc (one that exited and that the master has
         not reaped yet included)."""
-        out = set()
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue  # gone meanwhile
-            # pid (comm) state ppid ...: comm may hold spaces, so split after its closing bracket
-            if int(stat.rpartition(")")[2].split()[1]) == self.proc.pid:
-                out.add(int(entry))
-        return out
+        return children_of(self.proc.pid)
 
     def reload(self, timeout: float = 120.0) -> set[int]:
         """``kill -HUP`` of the master, what ``systemctl reload`` sends; returns the new workers
@@ -163,7 +191,7 @@ def gunicorn_on(db_url: str, tmp_path: Path, **env_extra: str | None) -> Iterato
     (docs/deploy.md#6-gunicorn), 2 gthread workers unless ``MEDIATOR_WORKERS`` says otherwise;
     yields once /readyz answers 200 (with one worker, its start-up, wake included, has then
     completed). A variable of ``env_extra`` given as None is left out of gunicorn's environment."""
-    port = _free_port()
+    port = free_port()
     env = dict(os.environ)
     env.update(
         {
@@ -205,8 +233,15 @@ def gunicorn_on(db_url: str, tmp_path: Path, **env_extra: str | None) -> Iterato
         server.out = out
         yield server
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc)
+
+
+def ready_workers(server: LiveServer) -> set[int]:
+    """The workers of ``server`` that have logged that their start-up is over."""
+    assert server.log is not None
+    said = set()
+    for line in server.log.read_text().splitlines():
+        if "process ready" in line:
+            with suppress(ValueError):
+                said.add(json.loads(line).get("pid"))
+    return said

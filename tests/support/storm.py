@@ -21,9 +21,9 @@ from psycopg.rows import dict_row
 
 from app.config import KEYS_BY_NAME
 from app.services.reaper import reap_pass
-from tests.apps import ROOT, TOKEN, LiveServer, app_on, gunicorn_on
-from tests.invariants import check, check_settled, connect
-from tests.support.concurrency import deadlocks
+from tests.support.apps import ROOT, TOKEN, LiveServer, app_on, gunicorn_on
+from tests.support.concurrency import connect, deadlocks
+from tests.support.invariants import check, check_settled
 
 RENEW_SECONDS = 2  # lease window 6 s: a silent node's leases expire within a storm
 SAMPLE_EVERY = 0.25

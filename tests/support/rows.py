@@ -41,11 +41,26 @@ def run_row(sql: Any, run_id: str) -> dict[str, Any]:
     return row
 
 
+def run_state(sql: Any, run_id: str) -> str:
+    """The run's state; the run must exist."""
+    return str(run_row(sql, run_id)["state"])
+
+
 def transitions(sql: Any, run_id: str) -> list[tuple[str | None, str]]:
     """(from_state, to_state) of the run's audit events, oldest first."""
     return [
         (r["from_state"], r["to_state"])
         for r in rows(sql, "select * from run_events where run_id = %s order by id", run_id)
+    ]
+
+
+def events_like(sql: Any, run_id: str, pattern: str) -> list[str]:
+    return [
+        r[0]
+        for r in sql.execute(
+            "select cause from run_events where run_id = %s and cause like %s order by id",
+            (run_id, pattern),
+        )
     ]
 
 
@@ -92,7 +107,7 @@ def step_outcomes(sql: Any, run_id: str) -> list[tuple[int, str, str | None]]:
     ]
 
 
-# ---------------------------------------------------------------- leases
+# ---------------------------------------------------------------- leases and reservations
 
 
 def leases(sql: Any) -> list[tuple[str, str]]:
@@ -108,3 +123,32 @@ def leases_of(sql: Any, run_id: str) -> list[str]:
             "select node_id from leases where run_id = %s order by node_id", (run_id,)
         )
     ]
+
+
+def reservations(sql: Any) -> dict[str, str]:
+    """node -> holder, as stored."""
+    return dict(sql.execute("select node_id, run_id from reservations").fetchall())
+
+
+# ---------------------------------------------------------------- every row of a run
+
+# Every table that holds rows of a run, with the column naming it.
+RUN_TABLES = ("runs", "steps", "run_events", "blobs", "leases")
+
+
+def rows_of(sql: Any, run_id: str) -> dict[str, int]:
+    """The run's rows in every table that holds any."""
+    return {
+        t: scalar(sql, f"select count(*) from {t} where run_id = %s", run_id) for t in RUN_TABLES
+    }
+
+
+def no_rows(sql: Any, run_id: str) -> bool:
+    return all(n == 0 for n in rows_of(sql, run_id).values())
+
+
+def tombstone(sql: Any, run_id: str) -> tuple[bool] | None:
+    """(record_pending,) of the run's tombstone, or None when it has none."""
+    return sql.execute(
+        "select record_pending from run_tombstones where run_id = %s", (run_id,)
+    ).fetchone()

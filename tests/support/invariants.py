@@ -18,7 +18,7 @@ transaction), so it may sample a database that is busy:
 - :func:`check_settled`: the three together, for the end of a test.
 
 The connection is a psycopg connection in autocommit mode (the ``sql`` fixture, or
-:func:`connect`): each check opens its own transaction on it.
+:func:`tests.support.concurrency.connect`): each check opens its own transaction on it.
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from app.config import to_libpq_url
 from app.contract.types import role_from_wire
 from app.match import (
     Assignment,
@@ -46,13 +45,6 @@ FINISHED = ("SUCCEEDED", "FAILED")
 OPEN_STEPS = ("PENDING", "CLAIMED", "ASKED")
 
 Rows = list[dict[str, Any]]
-
-
-@contextmanager
-def connect(url: str) -> Iterator[psycopg.Connection[Any]]:
-    """An autocommit connection to the database ``url`` (a SQLAlchemy or libpq URL)."""
-    with psycopg.connect(to_libpq_url(url), autocommit=True) as conn:
-        yield conn
 
 
 @contextmanager

@@ -1,71 +1,33 @@
-"""A ``mediator agent`` process of a test, awaiting the server's state with a bounded deadline,
-and a proxy that loses one claim's answer on its way to the agent."""
+"""A ``mediator agent`` process of a test (its JSON log lines awaited with a bounded deadline),
+a node as the server lists it, and a proxy that loses one claim's answer on its way to the
+agent."""
 
 from __future__ import annotations
 
-import io
 import json
 import os
-import signal
 import subprocess
 import sys
-import tarfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import requests
 
-from tests.apps import TOKEN, LiveServer
-from tests.support.actors import Submitter
+from tests.support.apps import TOKEN, LiveServer
+from tests.support.concurrency import await_value
+from tests.support.processes import stop
 
 MEDIATOR = Path(sys.executable).parent / "mediator"  # .venv/bin/mediator
-T = TypeVar("T")
-
-
-def await_value(look: Callable[[], T | None], what: str, timeout: float = 20.0) -> T:
-    """Look until ``look`` answers something (not None, not False) or the deadline passes:
-    what the agent did shows on the server, and there is no event to subscribe to."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = look()
-        if value is not None and value is not False:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for: {what}"
-        time.sleep(0.05)
-
-
-def run_view(server: LiveServer, run_id: str) -> dict[str, Any]:
-    return Submitter(server).view(run_id)
-
-
-def await_state(server: LiveServer, run_id: str, *states: str, timeout: float = 20.0) -> dict:
-    return Submitter(server).wait_for_state(run_id, *states, timeout=timeout)
 
 
 def node_view(server: LiveServer, node_id: str) -> dict[str, Any] | None:
     nodes = server.get("/v1/nodes").json()["nodes"]
     return next((n for n in nodes if n["node_id"] == node_id), None)
-
-
-def record_files(server: LiveServer, run_id: str) -> dict[str, bytes]:
-    """The sealed Record's files by their path inside ``run-<id>/``, once it is sealed."""
-    resp = await_value(
-        lambda: (r := server.get(f"/v1/runs/{run_id}/record")).status_code == 200 and r,
-        f"the Record of {run_id} to be sealed",
-    )
-    files: dict[str, bytes] = {}
-    with tarfile.open(fileobj=io.BytesIO(resp.content)) as tar:
-        for member in tar.getmembers():
-            if member.isfile():
-                extracted = tar.extractfile(member)
-                assert extracted is not None
-                files[member.name.split("/", 1)[1]] = extracted.read()
-    return files
 
 
 class AgentProcess:
@@ -123,12 +85,7 @@ class AgentProcess:
 
     def stop(self) -> int:
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            stop(self.proc)
         return self.proc.returncode
 
 

@@ -1,4 +1,6 @@
-"""What the Record store tests share: the run they use and a seal with a typical verdict."""
+"""The Record stores the tests run against: the backends (a directory, a bucket on moto's S3
+server), the run they use and a seal with a typical verdict. What a Record holds is
+tests/support/record_contents.py's."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from app.records import (
     RecordStore,
 )
 from app.records.s3 import S3Records
-from tests.s3 import new_bucket, s3_client, shared_server
+from tests.support.s3 import new_bucket, s3_client, shared_server
 
 RUN = "run-0001"
 

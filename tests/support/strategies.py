@@ -1,14 +1,25 @@
 """Hypothesis strategies for what callers send the Mediator: contracts, adverts, results, answers,
 query parameters and names — shaped like the real thing (so they reach the code behind the first
 check) with hostile values anywhere: NUL and control characters, lone surrogates, numbers past 32
-and 64 bits, floats at the edge of a double, wrong types, unknown keys, deep nesting.
+and 64 bits, floats at the edge of a double, wrong types, unknown keys, deep nesting; and which
+Hypothesis profile is loaded (``ci`` or ``long``, tests/conftest.py).
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
+from hypothesis import settings
 from hypothesis import strategies as st
+
+
+def hypothesis_profile() -> str:
+    """The loaded Hypothesis profile (``HYPOTHESIS_PROFILE`` or ``--hypothesis-profile``), for a
+    test module to read when it is collected, after both have been applied."""
+    current = getattr(settings, "get_current_profile_name", None)
+    return current() if current else os.environ.get("HYPOTHESIS_PROFILE", "ci")
+
 
 # ---------------------------------------------------------------- scalars
 

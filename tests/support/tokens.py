@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import hashlib
-from pathlib import Path
 from typing import Any
 
 from flask import Flask
 from flask.testing import FlaskClient
 
-from tests.apps import TOKEN
+from tests.support.apps import TOKEN
 
 
 def sha256_entry(name: str, secret: str, *roles: str, **extra: Any) -> dict[str, Any]:
@@ -63,7 +62,3 @@ def forbidden(resp: Any) -> str:
     body = resp.get_json()
     assert set(body) == {"error"} and body["error"]["code"] == 403, body
     return body["error"]["reason"]
-
-
-def records_root(app: Flask) -> Path:
-    return Path(app.extensions["mediator"].config["records.root"])

@@ -1,5 +1,5 @@
 """A node agent's side of the API as functions of a client (thin wrappers over
-:class:`tests.support.actors.Node`): claiming steps
+:class:`tests.support.actors.Node`): advertising, claiming steps
 (docs/api.md#post-v1nodesnode_idclaim--the-next-step-for-a-node), reporting their results
 (docs/api.md#post-v1runsrun_idstepsseqresult--report-a-steps-result), and a claim long-polling in a
 thread of its own."""
@@ -12,9 +12,14 @@ from typing import Any
 
 from flask import Flask
 
-from tests.apps import client_of
 from tests.support.actors import Node
+from tests.support.apps import client_of
 from tests.support.concurrency import await_condition
+
+
+def advertise(client: Any, node_id: str, *caps: dict[str, Any], **body: Any) -> Any:
+    """:meth:`Node.advertise` of ``node_id`` over ``client`` (a test client or a live server)."""
+    return Node(client, node_id).advertise(*caps, **body)
 
 
 def claim(client: Any, node: str, instance: str | None = None, wait: float | None = 0) -> Any:

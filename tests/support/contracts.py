@@ -1,13 +1,9 @@
-"""Builders for contracts and adverts, the actors' most used requests as functions of a client
-(tests/support/actors.py); the receiver of the runs webhook is tests/support/webhooks.py's."""
+"""Contracts as the tests submit them: a role, a contract of roles and steps, and the shapes
+many tests share (one step, two steps, a loop, an acquire, priorities, an ask)."""
 
 from __future__ import annotations
 
 from typing import Any
-
-from tests.rows import run_row
-from tests.support.actors import Node, Submitter, cap
-from tests.support.webhooks import RunsHook as RunsHook  # where the tests of runs_url find it
 
 
 def role(name: str, capability: str = "board", count: int = 1, **attrs: str) -> dict[str, Any]:
@@ -26,20 +22,6 @@ def contract(
     return {"run_id": run_id, "requires": list(roles), "steps": steps, **top}
 
 
-def advertise(client: Any, node_id: str, *caps: dict[str, Any], **body: Any) -> Any:
-    """:meth:`Node.advertise` of ``node_id`` over ``client`` (a test client or a live server)."""
-    return Node(client, node_id).advertise(*caps, **body)
-
-
-def submit(client: Any, doc: dict[str, Any], status: int | None = None) -> Any:
-    """:meth:`Submitter.submit` over ``client``: the reply, its status asserted when given."""
-    return Submitter(client).submit(doc, status)
-
-
-def state_of(client: Any, run_id: str) -> str:
-    return Submitter(client).state_of(run_id)
-
-
 def two_steps(run_id: str, uses: str = "dut", **top: Any) -> dict[str, Any]:
     """flash then boot on one node of role ``uses``; boot needs flash (the default)."""
     return contract(
@@ -56,6 +38,30 @@ def two_steps(run_id: str, uses: str = "dut", **top: Any) -> dict[str, Any]:
 def one_step(run_id: str, uses: str = "dut", capability: str = "board") -> dict[str, Any]:
     return contract(
         run_id, role(uses, capability), steps=[{"id": "work", "uses": uses, "run": ["x"]}]
+    )
+
+
+def two_free_steps(run_id: str = "run-1") -> dict[str, Any]:
+    """Two steps on the one board, both startable at once (explicit ``needs: []``)."""
+    return contract(
+        run_id,
+        role("dut"),
+        steps=[
+            {"id": "flash", "uses": "dut", "run": ["flash"]},
+            {"id": "boot", "uses": "dut", "run": ["boot"], "needs": []},
+        ],
+    )
+
+
+def slotted_two_steps(run_id: str, slot: str = "s") -> dict[str, Any]:
+    """flash then boot on one board whose ``slot`` attribute is ``slot``."""
+    return contract(
+        run_id,
+        role("dut", slot=slot),
+        steps=[
+            {"id": "flash", "uses": "dut", "run": ["flash"]},
+            {"id": "boot", "uses": "dut", "run": ["boot"]},
+        ],
     )
 
 
@@ -89,16 +95,6 @@ def chain_over_two_nodes(run_id: str = "run-1") -> dict[str, Any]:
     )
 
 
-def queued_behind_a_freed_scope(client: Any, sql: Any) -> None:
-    """Node x1 (a scope) held by run ``holder``; run ``waiter`` QUEUED for a scope; then the
-    holder's lease is deleted by raw SQL, so x1 is free but no wake has looked yet."""
-    advertise(client, "x1", cap("scope"))
-    submit(client, one_step("holder", "probe", "scope"), 201)
-    submit(client, one_step("waiter", "probe", "scope"), 202)
-    sql.execute("delete from leases where run_id = 'holder'")
-    assert run_row(sql, "waiter")["state"] == "QUEUED"
-
-
 def contract_naming(where: str, name: str) -> tuple[dict[str, Any], str]:
     """A contract that uses ``name`` as an artifact name at ``where``; the field's path."""
     run = {"id": "s", "uses": "dut", "run": ["x"], "out": ["ok.json"]}
@@ -128,6 +124,23 @@ def contract_naming(where: str, name: str) -> tuple[dict[str, Any], str]:
     return contract("r1", role("dut"), steps=steps, **top), path
 
 
+def acquire_step(
+    step_id: str, want: str, capability: str, acquired: str, unavailable: str, **more: Any
+) -> dict[str, Any]:
+    """A step that acquires one more node (docs/contract.md#acquire), held as role ``want``:
+    ``acquired`` runs if it gets one of ``capability``, ``unavailable`` if not; ``more`` adds
+    keys to the step (``needs``, say)."""
+    return {
+        "id": step_id,
+        "acquire": {
+            "want": {"as": want, "capability": capability},
+            "acquired": acquired,
+            "unavailable": unavailable,
+        },
+        **more,
+    }
+
+
 def acquire_run(run_id: str = "r1", **top: Any) -> dict[str, Any]:
     """prep on the board, then grab one scope: measure on it, or fallback on the board."""
     return contract(
@@ -135,14 +148,7 @@ def acquire_run(run_id: str = "r1", **top: Any) -> dict[str, Any]:
         role("dut"),
         steps=[
             {"id": "prep", "uses": "dut", "run": ["prep"]},
-            {
-                "id": "grab",
-                "acquire": {
-                    "want": {"as": "scope", "capability": "scope"},
-                    "acquired": "measure",
-                    "unavailable": "fallback",
-                },
-            },
+            acquire_step("grab", "scope", "scope", "measure", "fallback"),
             {"id": "measure", "uses": "scope", "run": ["measure"]},
             {"id": "fallback", "uses": "dut", "run": ["fallback"]},
         ],
@@ -157,17 +163,64 @@ def probing_run(run_id: str, **top: Any) -> dict[str, Any]:
         run_id,
         role("dut"),
         steps=[
-            {
-                "id": "get-scope",
-                "acquire": {
-                    "want": {"as": "scope", "capability": "scope"},
-                    "acquired": "with-scope",
-                    "unavailable": "without-scope",
-                },
-                "needs": [],
-            },
+            acquire_step("get-scope", "scope", "scope", "with-scope", "without-scope", needs=[]),
             {"id": "with-scope", "uses": "scope", "run": ["measure"]},
             {"id": "without-scope", "uses": "dut", "run": ["estimate"], "needs": ["get-scope"]},
         ],
         **top,
+    )
+
+
+def crossing_acquires(run_id: str) -> dict[str, Any]:
+    """Two acquire steps over the same two targets: the scope is got (its ``unavailable`` target,
+    ``probe_only``, is SKIPPED), the probe is not (its ``acquired`` target, ``scope_only``, is
+    SKIPPED). Every step settles at once, so the run ends inside the transaction that promotes
+    it."""
+    return contract(
+        run_id,
+        role("dut"),
+        steps=[
+            acquire_step("grab_scope", "scope", "scope", "scope_only", "probe_only"),
+            acquire_step("grab_probe", "probe", "probe", "scope_only", "probe_only"),
+            {"id": "scope_only", "uses": "dut", "run": ["measure"]},
+            {"id": "probe_only", "uses": "dut", "run": ["probe"]},
+        ],
+    )
+
+
+def single(run_id: str, priority: int = 0, **attrs: str) -> dict[str, Any]:
+    """One board, one step; ``queue.priority`` when not 0."""
+    doc = contract(run_id, role("dut", **attrs))
+    if priority:
+        doc["queue"] = {"priority": priority}
+    return doc
+
+
+def wide(run_id: str, count: int = 2, priority: int = 0, **queue: Any) -> dict[str, Any]:
+    """``count`` boards in one role, one step on them."""
+    doc = contract(run_id, role("duts", count=count))
+    if priority or queue:
+        doc["queue"] = {**queue, **({"priority": priority} if priority else {})}
+    return doc
+
+
+def ask_contract(run_id: str, **ask: Any) -> dict[str, Any]:
+    """An ask raised at creation (needs nothing), then a board step after it."""
+    return contract(
+        run_id,
+        role("dut"),
+        steps=[
+            {
+                "id": "approve",
+                "ask": {"prompt": "Looks right?", **ask},
+                "out": ["decision"],
+                "schema": {
+                    "decision": {
+                        "type": "object",
+                        "properties": {"verdict": {"enum": ["approve", "reject"]}},
+                    }
+                },
+            },
+            {"id": "flash", "uses": "dut", "run": ["flash-image"]},
+        ],
     )
