@@ -25,7 +25,7 @@ from app.logs import configure_logging, log
 from app.metrics import count_request
 from app.migrate import schema_problem
 from app.services.queue import pay_owed, wake_after_commit
-from app.store.driver import driver_problem
+from app.store.pipeline import driver_problem
 
 
 def _error(status: int, reason: str, headers: Mapping[str, str] | None = None) -> Response:
@@ -202,7 +202,7 @@ def create_app(config: Config | Mapping[str, Any] | None = None) -> Flask:
         submit,
     )
     from app.api.openapi import make_api
-    from app.api.pages import init_pages
+    from app.pages.views import init_pages
 
     api = make_api(app)
 

@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from app.config import Config, to_libpq_url
 from app.jsonbytes import compact
-from app.store.driver import LATE_BEGIN
+from app.store.pipeline import LATE_BEGIN
 
 # What every connection the Mediator opens adds to the configured string, unless the string sets
 # it (docs/deploy.md#11-a-database-with-a-standby): only the primary is taken, a host that does
@@ -47,7 +47,7 @@ CONNECT_DEFAULTS = {
 DEAD_SQLSTATES = frozenset({"25006", "57P01", "57P02", "57P03"})
 
 
-# psycopg's own timeout of a wait (private; app/store/driver.py's start-up check looks for it).
+# psycopg's own timeout of a wait (private; app/store/pipeline.py's start-up check looks for it).
 _WaitTimeout: type[Exception] = getattr(psycopg.errors, "_WaitTimeout", psycopg.OperationalError)
 
 
@@ -114,7 +114,7 @@ def engine_for(
     (:class:`BoundedConnection`); ``kwargs`` go to ``create_engine`` (pool settings).
 
     No statement is prepared by psycopg itself: the statements that run often are prepared by
-    ``app.store.driver`` under names of its own, which live as long as the connection; psycopg
+    ``app.store.pipeline`` under names of its own, which live as long as the connection; psycopg
     would send ``DEALLOCATE ALL`` after every ROLLBACK once it had prepared a statement of its
     own (the end of every read), dropping those with its own."""
     info = conninfo(url)
@@ -234,7 +234,7 @@ class Database:
     def transaction(self) -> Iterator[Connection]:
         """``with db.transaction() as conn:`` one transaction on a pooled connection, committed on
         success, rolled back on error: :meth:`begin` without the ORM session, for the hot paths
-        whose statements run on the driver path (``app.store.driver``), where the session's
+        whose statements run on the driver path (``app.store.pipeline``), where the session's
         bookkeeping around each statement was a tenth of a placed submit's CPU.
 
         The transaction begins with its first write, a statement the store sends with

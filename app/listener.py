@@ -36,7 +36,7 @@ from sqlalchemy import Connection
 from app.config import Config
 from app.db import bounded_connect, conninfo
 from app.logs import log
-from app.store.server import notify_each
+from app.store.clock import notify_each
 
 CLAIM_CHANNEL = "mediator_claims"
 STOP_CHECK_SECONDS = 0.2

@@ -1,4 +1,4 @@
-"""The client commands of ``mediator``: what each does, over :mod:`app.client.http`.
+"""The client commands of ``mediator``: what each does, over :mod:`app.client.api`.
 
 Exit codes, for every command: :mod:`app.client.exits` (``mediator help exit-codes``). Output is
 for people (tables, lines); ``--json`` (after ``mediator`` or after the command) prints the
@@ -20,6 +20,7 @@ import click
 from click.shell_completion import CompletionItem
 
 from app.client import render
+from app.client.api import Client, ClientError, Refused, quote
 from app.client.exits import (
     EXIT_CREDENTIALS,
     EXIT_FAILED,
@@ -29,7 +30,6 @@ from app.client.exits import (
     EXIT_TIMEOUT,
     EXIT_USAGE,
 )
-from app.client.http import Client, ClientError, Refused, quote
 from app.client.settings import (
     DEFAULT_URL,
     Settings,

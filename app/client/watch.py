@@ -16,8 +16,8 @@ from datetime import datetime
 from typing import Any, BinaryIO, TextIO
 
 from app.client import render
+from app.client.api import Client, Refused, Unreachable, quote
 from app.client.exits import EXIT_REFUSED
-from app.client.http import Client, Refused, Unreachable, quote
 from app.states import ASKED, CLAIMED, DONE, FAILED, PENDING, QUEUED, RUN_FINISHED, RUNNING
 
 FINISHED = RUN_FINISHED

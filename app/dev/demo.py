@@ -47,7 +47,7 @@ import yaml
 
 import app
 from app.client import render
-from app.client.http import Client, ClientError, quote
+from app.client.api import Client, ClientError, quote
 from app.client.watch import StepChanges
 from app.dev.embedded import (
     WHEEL_MISSING,
@@ -263,7 +263,7 @@ class Children:
 
 def mediator_argv(*args: str) -> list[str]:
     """``mediator ARGS`` with this very interpreter and package."""
-    return [sys.executable, "-m", "app.cli", *args]
+    return [sys.executable, "-m", "app.commands", *args]
 
 
 def child_env(**extra: str) -> dict[str, str]:

@@ -10,11 +10,11 @@ from app.contract import parse_json
 from app.contract.violations import schema_violation
 from app.errors import BadRequest, Conflict, Forbidden, Unprocessable
 from app.models import Run, Step
+from app.services.after_commit import settle_and_reply
 from app.services.execution import Picture
 from app.services.notify import AfterCommit
 from app.services.records import record_of, store_blob
 from app.services.results import complete_step
-from app.services.settle_and_wake import settle_and_reply
 from app.services.tx import retrying
 from app.states import ASKED, RUNNING
 from app.store.blobs import newest_blob

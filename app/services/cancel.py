@@ -6,9 +6,9 @@ from app.context import Caller, Context
 from app.errors import Forbidden, NotFound
 from app.faults import fault
 from app.models import Run
+from app.services.after_commit import settle_and_wake
+from app.services.end_run import settle_cancelled
 from app.services.notify import AfterCommit
-from app.services.settle_and_wake import settle_and_wake
-from app.services.settle_failed import settle_cancelled
 from app.services.tx import retrying
 from app.states import RUN_FINISHED
 from app.store.runs import lock_run

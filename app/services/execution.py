@@ -20,9 +20,9 @@ from app.contract import parse_duration, parse_requirement
 from app.contract.types import StepDef
 from app.match import Assignment, match
 from app.models import Run, Step
+from app.services.end_run import settle_failed, step_did_not_complete
 from app.services.notify import AfterCommit
 from app.services.records import store_blob
-from app.services.settle_failed import settle_failed, step_did_not_complete
 from app.states import (
     ASKED,
     DONE,

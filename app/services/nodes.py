@@ -11,16 +11,16 @@ from sqlalchemy.orm import Session
 
 from app.context import Context
 from app.models import Lease, Run
+from app.services.after_commit import settle_and_wake
+from app.services.end_run import settle_failed, step_did_not_complete
 from app.services.notify import AfterCommit
 from app.services.operators import cancel_at_boundary, strike
-from app.services.settle_and_wake import settle_and_wake
-from app.services.settle_failed import settle_failed, step_did_not_complete
 from app.services.tx import retrying
 from app.states import CLAIMED, RUNNING
+from app.store.clock import durable_commit
 from app.store.leases import leases_of_node
 from app.store.nodes import LeaseLine, heartbeat
 from app.store.runs import lock_run
-from app.store.server import durable_commit
 from app.store.steps import claimed_by_other_instance, fail_step
 from app.wire import ts
 

@@ -28,7 +28,7 @@ from app.httpclient import Connection
 from app.listener import CLAIM_CHANNEL, claim_payloads
 from app.logs import log
 from app.metrics import WEBHOOKS_DROPPED
-from app.store.server import commit_and_notify
+from app.store.clock import commit_and_notify
 
 
 def commit_notifying(conn: SAConnection, nodes: set[str]) -> None:

@@ -24,10 +24,10 @@ from app.services.placement import node_for_role
 from app.services.records import event_document, ledger_entries
 from app.services.teams import Shares
 from app.states import PENDING, QUEUED, RUNNING
+from app.store.clock import database_now
 from app.store.nodes import candidate_adverts, live_nodes, node_labels
 from app.store.queue import QueuedRun, QueuePlace, queue_place
 from app.store.runs import get_run, list_runs, run_events
-from app.store.server import database_now
 from app.store.steps import steps_of
 from app.teams import Standing
 from app.wire import mark_declared, ts

@@ -19,10 +19,10 @@ from app.contract import is_valid_id
 from app.errors import BadRequest, NotFound
 from app.models import Run, Step
 from app.names import NAME_RULE
+from app.services.after_commit import settle_and_wake
+from app.services.end_run import settle_cancelled
 from app.services.nodechanges import MEDIATOR, lift_quarantine, note_change
 from app.services.notify import AfterCommit
-from app.services.settle_and_wake import settle_and_wake
-from app.services.settle_failed import settle_cancelled
 from app.services.tx import retrying
 from app.states import CLAIMED, PENDING, RUN_FINISHED, RUNNING
 from app.store.leases import lease_of_node

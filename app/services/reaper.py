@@ -22,6 +22,8 @@ from app.context import Context
 from app.db import gate_options
 from app.logs import log
 from app.metrics import LEASE_EXPIRIES, REAPER_DONE, REAPER_PASSES
+from app.services.after_commit import settle_and_wake
+from app.services.end_run import settle_failed
 from app.services.execution import Picture, settle
 from app.services.health import queue_due_health_runs
 from app.services.notify import AfterCommit
@@ -30,18 +32,16 @@ from app.services.queue import mark_wake, wake_after_commit, wake_queued
 from app.services.records import seal_run
 from app.services.retention import prune_expired
 from app.services.settle import complete_verdict
-from app.services.settle_and_wake import settle_and_wake
-from app.services.settle_failed import settle_failed
 from app.services.teams import charge_usage
 from app.services.tx import retrying
 from app.states import ASKED, FAILED, QUEUED, RUN_FINISHED, RUNNING
 from app.store import reaper as reaper_store
 from app.store.auth import forget_old_failures
+from app.store.clock import database_now, has_passed
 from app.store.queue import timed_out_queued
 from app.store.reaper import ReaperLock, ReaperLockLost
 from app.store.reservations import queued_crossed_age
 from app.store.runs import clear_wake_debt, lock_run, set_wake_debt, wake_debt_set
-from app.store.server import database_now, has_passed
 from app.store.steps import fail_open_steps, lock_steps, update_step
 from app.store.ui_sessions import forget_expired_sessions
 

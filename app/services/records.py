@@ -36,7 +36,7 @@ from app.store.files import (
     lock_run_for_files,
     record_log_file,
 )
-from app.store.logs import lock_log
+from app.store.log_lock import lock_log
 from app.store.runs import get_run, mark_sealed, run_events, try_lock_seal
 from app.store.steps import get_step, share_claimed_step, steps_with_labels
 from app.wire import mark_declared, ts

@@ -19,6 +19,8 @@ from app.healthcheck import fits_check
 from app.logs import log
 from app.metrics import CLAIMS_WAITING
 from app.models import Node, Run, Step
+from app.services.after_commit import settle_and_reply
+from app.services.end_run import settle_cancelled
 from app.services.execution import (
     Picture,
     advance,
@@ -28,8 +30,6 @@ from app.services.execution import (
 from app.services.notify import AfterCommit
 from app.services.operators import strike
 from app.services.records import ledger_entries, record_of
-from app.services.settle_and_wake import settle_and_reply
-from app.services.settle_failed import settle_cancelled
 from app.services.tx import retrying
 from app.states import CLAIMED, DONE, FAILED, PENDING, RUN_FINISHED, RUNNING, SKIPPED
 from app.store.blobs import accepted_blob_names

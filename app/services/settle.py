@@ -1,7 +1,7 @@
 """What a commit leaves settled (docs/design.md#settle-and-the-verdict, docs/contract.md#ask,
 docs/design.md#records): verdicts of runs whose VERIFYING has committed, ask webhooks, sealing and
 run webhooks. Never wakes the queue and never notifies claims: that is
-:func:`app.services.settle_and_wake.settle_and_wake`, one layer up, and a wake scan's own
+:func:`app.services.after_commit.settle_and_wake`, one layer up, and a wake scan's own
 promotions, which hold the scan gate themselves."""
 
 from __future__ import annotations

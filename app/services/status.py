@@ -14,13 +14,13 @@ from app.reserve import reserved_against
 from app.services.observe import explain_roles
 from app.services.operators import effective_drain
 from app.states import ASKED, CLAIMED, RUNNING, STEP_SETTLED, VERIFYING
+from app.store.clock import database_now
 from app.store.leases import all_holders
 from app.store.node_health import Health, health_by_node
 from app.store.nodes import listed_nodes, live_adverts, node_labels
 from app.store.queue import queue_depth
 from app.store.reservations import draining_and_reserved
 from app.store.runs import queued_runs, recently_finished, runs_in_states
-from app.store.server import database_now
 from app.store.steps import open_asks, steps_of_runs
 from app.wire import ts
 

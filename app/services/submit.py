@@ -28,6 +28,7 @@ from app.match import (
 from app.metrics import SUBMITS
 from app.records import record_location
 from app.reserve import Held, reserved_against
+from app.services.after_commit import settle_and_wake
 from app.services.execution import start_steps, starts_anything
 from app.services.expected import EstimateBudget
 from app.services.notify import AfterCommit, commit_notifying
@@ -35,7 +36,6 @@ from app.services.observe import new_run_view, queued_run_view, render_run
 from app.services.placement import assigned_json, grants, node_for_role
 from app.services.queue import scan_ended_at_marks, wake_after_commit
 from app.services.records import manifest
-from app.services.settle_and_wake import settle_and_wake
 from app.services.teams import Shares, check_queue_room, choose_team, token_team
 from app.services.tx import retrying
 from app.states import FAILED, QUEUED, RUNNING

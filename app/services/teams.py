@@ -12,8 +12,8 @@ from sqlalchemy.orm import Session
 
 from app.context import Caller, Context
 from app.errors import BadRequest, Forbidden, QueueFull
+from app.store.clock import database_now
 from app.store.queue import TeamOrder
-from app.store.server import database_now
 from app.store.teams import (
     CHARGE_BATCH,
     FOLD_BATCH,

@@ -33,7 +33,7 @@ from sqlalchemy import Connection, bindparam, func, select, text
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.orm import Session
 
-from app.store.driver import fetch
+from app.store.pipeline import fetch
 
 # Two fixed keys in one namespace of the bigint advisory-lock space ("Mediat" + 1 / 2).
 WAITING_LOCK = 0x4D6564696174_0001

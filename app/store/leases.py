@@ -16,14 +16,14 @@ from sqlalchemy.orm import Session
 from app.models import LEASES_PKEY, Lease, Run
 from app.states import RUN_ALIVE
 from app.store import NodeTaken, constraint_name
-from app.store.driver import pipelined
+from app.store.bulk import delete_in_key_order
+from app.store.pipeline import pipelined
 from app.store.placing import (
     check_and_place,
     check_unreserved,
     free_node_lock,
     leasing_statements,
 )
-from app.store.rows import delete_in_key_order
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ def insert_leases(
 
 def delete_leases_of_run(s: Session, run_id: str) -> list[str]:
     """Delete every lease of a run (settle, cancel, reaper cleanup); the run row is locked first,
-    then its leases in node_id order (:func:`app.store.rows.delete_in_key_order`). Returns the
+    then its leases in node_id order (:func:`app.store.bulk.delete_in_key_order`). Returns the
     freed node ids."""
     rows = s.execute(delete_in_key_order(Lease.node_id, Lease.run_id == run_id)).all()
     return sorted(r.node_id for r in rows)
@@ -188,7 +188,7 @@ def _acquire(
 
 def delete_leases(s: Session, run_id: str, node_ids: Sequence[str]) -> list[str]:
     """Release: delete this run's leases of the given nodes (docs/contract.md#release), in node_id
-    order (:func:`app.store.rows.delete_in_key_order`); the run row is locked first."""
+    order (:func:`app.store.bulk.delete_in_key_order`); the run row is locked first."""
     if not node_ids:
         return []
     rows = s.execute(

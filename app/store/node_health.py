@@ -18,7 +18,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
 from app.models import Node, NodeEvent, NodeHealth
-from app.store.driver import fetch
+from app.store.pipeline import fetch
 
 # An out-of-service node's row for the candidate reads: the predicate of ``ix_node_health_out``.
 OUT_OF_SERVICE = (

@@ -18,8 +18,8 @@ from app.contract.types import Role
 from app.match import Advert, Firsts, adverts_from_rows, candidate_order
 from app.models import NODE_OUT, Lease, Node, NodeHealth, Reservation, Run
 from app.reserve import Held
-from app.store.driver import fetch
 from app.store.node_health import OUT_OF_SERVICE
+from app.store.pipeline import fetch
 
 
 @dataclass(frozen=True)

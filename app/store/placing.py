@@ -1,7 +1,7 @@
 """A lease insert's statements, in the global lock order (docs/queue.md, "Lock order"): the
 nodes' rows, then (with reservations on) the check that no reservation is held against the run
 together with the record of placements, then the leases. Written as statements a caller sends
-with its own in one round trip (:func:`app.store.driver.pipelined`): a submit after its run's
+with its own in one round trip (:func:`app.store.pipeline.pipelined`): a submit after its run's
 insert (:func:`app.store.runs.create_run`), a promotion (:func:`app.store.reservations.place_unreserved`
 and :func:`app.store.leases.insert_leases`), an acquire (:func:`app.store.leases.acquire_lease`).
 

@@ -40,8 +40,8 @@ from sqlalchemy import (
 from sqlalchemy.orm import Session
 
 from app.models import Placement, QueueCount, Reservation, Run
-from app.store.driver import fetch
 from app.store.gate import LAST_MARK_SQL
+from app.store.pipeline import fetch
 
 # The state as a constant in the SQL text, not a parameter: a prepared statement's generic plan
 # could not prove the partial indexes' ``state = 'QUEUED'`` predicate from a parameter.

@@ -29,7 +29,8 @@ from sqlalchemy.orm import Session
 from app.models import Node, NodeHealth, Placement, Reservation, Run
 from app.reserve import Held
 from app.states import QUEUED
-from app.store.driver import pipelined
+from app.store.bulk import delete_in_key_order
+from app.store.pipeline import pipelined
 from app.store.placing import check_unreserved, unreserved_statements
 from app.store.queue import (
     IS_QUEUED,
@@ -38,7 +39,6 @@ from app.store.queue import (
     queued_columns,
     reservation_probes,
 )
-from app.store.rows import delete_in_key_order
 from app.store.runs import add_event
 
 RESERVING = "reserving: "

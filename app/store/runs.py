@@ -40,9 +40,9 @@ from app.models import (
 )
 from app.states import FAILED, QUEUED, RUN_ALIVE, RUNNING, check_run_change
 from app.store import DuplicateRun, NodeTaken, NotQueued, PrunedRunId, constraint_name
-from app.store.driver import pipelined
+from app.store.bulk import STEP_COLUMNS, rows_insert
+from app.store.pipeline import pipelined
 from app.store.placing import check_unreserved, leasing_statements
-from app.store.rows import STEP_COLUMNS, rows_insert
 from app.store.teams import over_quota, quota_statement
 from app.teams import Quota
 
@@ -367,7 +367,7 @@ def set_run_fields(s: Session, run_id: str, **values: Any) -> None:
     s.execute(update(Run).where(Run.run_id == run_id).values(**values))
 
 
-# The two-int4 advisory-lock space ("MSea"), as the log locks use it (app/store/logs.py).
+# The two-int4 advisory-lock space ("MSea"), as the log locks use it (app/store/log_lock.py).
 SEAL_LOCK_CLASS = 0x4D536561
 
 

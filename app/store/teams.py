@@ -11,7 +11,7 @@ from sqlalchemy import Connection, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
-from app.store.driver import fetch
+from app.store.pipeline import fetch
 
 # One configured team's QUEUED runs, up to :m, by ``ix_runs_queued_team``.
 _QUEUED_OF_TEAM = text(

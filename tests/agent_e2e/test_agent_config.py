@@ -8,7 +8,7 @@ from click.testing import CliRunner
 
 from app.agent.config import AgentConfigError, Capability, load_agent_config
 from app.agent.step import expand
-from app.cli import main
+from app.commands.main import main
 
 
 def write(tmp_path, text: str):

@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 from app.config import to_libpq_url
-from app.store.logs import LOG_LOCK_CLASS, log_lock_key
+from app.store.log_lock import LOG_LOCK_CLASS, log_lock_key
 from tests.support.actors import cap
 from tests.support.agent import advertise, claimed, done, put_blob
 from tests.support.apps import client_of

@@ -19,7 +19,7 @@ import structlog
 import yaml
 from click.testing import CliRunner
 
-from app.cli import main
+from app.commands.main import main
 from app.config import load_config
 from app.errors import ConfigError
 from app.tokens import (

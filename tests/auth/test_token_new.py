@@ -13,7 +13,7 @@ import yaml
 from click.testing import CliRunner
 
 from app import create_app
-from app.cli import main
+from app.commands.main import main
 from app.config import load_config
 from tests.support.actors import cap
 from tests.support.apps import TOKEN, app_on, gunicorn_on

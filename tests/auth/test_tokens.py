@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 import app.tokens
-from app.cli import main
+from app.commands.main import main
 from app.config import load_config
 from app.errors import ConfigError
 from app.tokens import ALL_ROLES, TokenSet, legacy_token, parse_tokens

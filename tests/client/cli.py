@@ -67,7 +67,7 @@ class Running:
 
     def __init__(self, server: Any, *args: str, **env: str) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", *args],
+            [sys.executable, "-m", "app.commands", *args],
             cwd=ROOT,
             env=client_env(server, **env),
             # As from a terminal: a test run started in the background (a shell without job

@@ -1,6 +1,6 @@
 """The ``mediator`` client commands against a real gunicorn
 (docs/client.md#following-a-run-answering-listing): each command run as a process of its own
-(``python -m app.cli``) over real HTTP, its output for people and with ``--json``, and its exit
+(``python -m app.commands``) over real HTTP, its output for people and with ``--json``, and its exit
 codes: 0 done or SUCCEEDED, 1 FAILED, 2 a usage error, 3 unreachable, 5 credentials refused (401,
 403), 6 any other refusal (a 4xx, with the server's reason, or input the client refuses itself).
 Node agents are played by the test over HTTP."""
@@ -608,7 +608,7 @@ def test_record_to_stdout_is_the_tar_itself(live_server):
     report(live_server, "rec-2", 1, "board-1")
 
     result = subprocess.run(
-        [sys.executable, "-m", "app.cli", "record", "rec-2", "-o", "-"],
+        [sys.executable, "-m", "app.commands.main", "record", "rec-2", "-o", "-"],
         cwd=ROOT,
         env=client_env(live_server),
         capture_output=True,
@@ -679,7 +679,7 @@ def test_answer_input_reads_stdin_and_the_old_json_spelling_still_works_with_a_w
     asked(live_server, "ask-3")
 
     broken = subprocess.run(
-        [sys.executable, "-m", "app.cli", "answer", "ask-3", "2", "--input", "-"],
+        [sys.executable, "-m", "app.commands.main", "answer", "ask-3", "2", "--input", "-"],
         cwd=ROOT,
         env=client_env(live_server, MEDIATOR_CLIENT_PRINCIPAL="qa@lab.test"),
         input='{"verdict": ',
@@ -689,7 +689,7 @@ def test_answer_input_reads_stdin_and_the_old_json_spelling_still_works_with_a_w
         check=False,
     )
     from_stdin = subprocess.run(
-        [sys.executable, "-m", "app.cli", "answer", "ask-3", "2", "--input", "-"],
+        [sys.executable, "-m", "app.commands.main", "answer", "ask-3", "2", "--input", "-"],
         cwd=ROOT,
         env=client_env(live_server, MEDIATOR_CLIENT_PRINCIPAL="qa@lab.test"),
         input='{"verdict": "approve", "ok": true}',

@@ -18,8 +18,8 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from app.cli import main, server
 from app.client.exits import EXIT_CODES
+from app.commands.main import main, server
 from tests.client.cli import mediator
 from tests.support.apps import ROOT
 

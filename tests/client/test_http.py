@@ -7,7 +7,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from app.client.http import Client
+from app.client.api import Client
 
 
 class OneRequestPerConnection(BaseHTTPRequestHandler):

@@ -194,7 +194,7 @@ def reaper_of(server: LiveServer, log: Path) -> Iterator[subprocess.Popen[bytes]
     ops deploy it; stopped (SIGTERM, then SIGKILL) when the block ends."""
     with open(log, "wb") as err:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "reaper"],
+            [sys.executable, "-m", "app.commands.main", "reaper"],
             cwd=ROOT,
             env=server.env,
             stdout=subprocess.DEVNULL,

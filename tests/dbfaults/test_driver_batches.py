@@ -1,4 +1,4 @@
-"""``app.store.driver``'s batches on libpq (``exchange``): statements prepared once per connection
+"""``app.store.pipeline``'s batches on libpq (``exchange``): statements prepared once per connection
 under names of their own, which outlive a rollback; an error raised with its class and
 constraint after the whole batch was read, the connection usable after it; the BEGIN of a
 session outside autocommit sent in the batch with its isolation level; a statement the server
@@ -17,8 +17,8 @@ from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError, ProgrammingError
 
 from app.config import to_libpq_url
-from app.store.driver import commit_then, fetch, pipelined
-from app.store.server import commit_and_notify
+from app.store.clock import commit_and_notify
+from app.store.pipeline import commit_then, fetch, pipelined
 from tests.support.apps import one_connection_app
 
 PROBE = "CREATE TABLE IF NOT EXISTS driver_probe (n int PRIMARY KEY)"

@@ -20,7 +20,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 
 from app.config import to_libpq_url
 from app.store import nodes
-from app.store.driver import fetch
+from app.store.pipeline import fetch
 from tests.support.apps import app_on
 
 # What the read was before: ``busy`` for every satisfying node, then the first ``limit`` ordered

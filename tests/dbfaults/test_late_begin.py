@@ -12,7 +12,7 @@ import pytest
 from flask import Flask
 from sqlalchemy import text
 
-from app.store.driver import fetch, pipelined
+from app.store.pipeline import fetch, pipelined
 from tests.support.apps import one_connection_app
 
 PROBE = "CREATE TABLE IF NOT EXISTS late_begin_probe (n int)"

@@ -39,7 +39,7 @@ def _env() -> dict[str, str]:
 
 
 def _argv(*args: str) -> list[str]:
-    return [sys.executable, "-m", "app.cli", "demo", *args]
+    return [sys.executable, "-m", "app.commands.main", "demo", *args]
 
 
 def demo_once(*args: str) -> subprocess.CompletedProcess[str]:
@@ -302,7 +302,16 @@ def test_without_once_it_keeps_serving_until_a_signal_stops_every_child(
         assert children_of(proc.pid) >= set(pids.values())
         url = state["url"]
         nodes = subprocess.run(
-            [sys.executable, "-m", "app.cli", "--url", url, "--token", state["token"], "nodes"],
+            [
+                sys.executable,
+                "-m",
+                "app.commands.main",
+                "--url",
+                url,
+                "--token",
+                state["token"],
+                "nodes",
+            ],
             cwd=ROOT,
             env=_env(),
             capture_output=True,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from app.cli import DB_CHECK_BEHIND, DB_CHECK_UNREACHABLE
+from app.commands.main import DB_CHECK_BEHIND, DB_CHECK_UNREACHABLE
 from app.migrate import head_revision
 from tests.support.apps import ROOT, clean_env, gunicorn_on, mediator_cli
 

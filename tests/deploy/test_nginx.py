@@ -26,8 +26,8 @@ from typing import Any
 import pytest
 import requests
 
-from app.api.pages import REFERRER_POLICY
 from app.config import KEYS_BY_NAME
+from app.pages.views import REFERRER_POLICY
 from tests.deploy.nginx import DOCUMENTED, Nginx, nginx_in_front
 from tests.support.actors import cap
 from tests.support.agent import claim, claimed, done

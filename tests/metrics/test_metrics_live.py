@@ -136,7 +136,7 @@ def test_a_reaper_process_serves_its_passes_on_its_metrics_port(fresh_db_url: st
         "MEDIATOR_LOG_LEVEL": "warning",
     }
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    cmd = [sys.executable, "-m", "app.cli", "reaper", "--metrics-port", str(port)]
+    cmd = [sys.executable, "-m", "app.commands.main", "reaper", "--metrics-port", str(port)]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 30

@@ -191,7 +191,7 @@ def test_the_installed_package_starts_without_the_development_helpers(
 ) -> None:
     script = (
         "import json, sys\n"
-        "import app.cli, wsgi\n"
+        "import app.commands.main, wsgi\n"
         "import app\n"
         "print(json.dumps({'app': app.__file__, 'wsgi': wsgi.__file__, 'loaded': sorted(\n"
         "    m for m in sys.modules\n"

@@ -313,7 +313,7 @@ def test_waiting_claims_cost_one_safety_net_statement_a_period_whatever_their_nu
 def exchanges() -> Iterator[list[tuple[str, int | None]]]:
     """What this thread sends to the database, in order: each statement and each transaction
     command, with the number of the round trip it went in when it went with others (a batch of
-    ``app.store.driver.exchange``), None when it went alone (psycopg's own BEGIN or COMMIT, a
+    ``app.store.pipeline.exchange``), None when it went alone (psycopg's own BEGIN or COMMIT, a
     statement through a psycopg cursor). The real calls run; this only records them."""
     seen: list[tuple[str, int | None]] = []
     batches = [0]

@@ -73,7 +73,7 @@ def reaper_process(url: str, records: Path, log: Path) -> Iterator[subprocess.Po
     )
     with open(log, "wb") as err:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "reaper"],
+            [sys.executable, "-m", "app.commands.main", "reaper"],
             cwd=ROOT,
             env=env,
             stdout=subprocess.DEVNULL,

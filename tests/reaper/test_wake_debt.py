@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 from sqlalchemy.exc import DBAPIError
 
+from app.services.after_commit import settle_and_wake
 from app.services.notify import AfterCommit
 from app.services.reaper import reap_once, reap_pass
-from app.services.settle_and_wake import settle_and_wake
 from app.store.reaper import REAPER_LOCK
 from tests.support.actors import cap
 from tests.support.agent import advertise

@@ -50,7 +50,7 @@ def two_hosts(
 def reaper_once(host: LiveServer) -> subprocess.CompletedProcess[str]:
     """``mediator reaper --once`` configured as ``host`` is (its environment, its directory)."""
     return subprocess.run(
-        [sys.executable, "-m", "app.cli", "reaper", "--once"],
+        [sys.executable, "-m", "app.commands.main", "reaper", "--once"],
         cwd=ROOT,
         env=host.env,
         capture_output=True,

@@ -103,10 +103,10 @@ def clean_env(**extra: str) -> dict[str, str]:
 def mediator_cli(
     *args: str, env: dict[str, str], cwd: Path = ROOT, timeout: float = 60
 ) -> subprocess.CompletedProcess[str]:
-    """``mediator ARGS`` (``python -m app.cli``) as a process of its own, in ``env``; its output
+    """``mediator ARGS`` (``python -m app.commands``) as a process of its own, in ``env``; its output
     captured as text."""
     return subprocess.run(
-        [sys.executable, "-m", "app.cli", *args],
+        [sys.executable, "-m", "app.commands", *args],
         cwd=cwd,
         env=env,
         capture_output=True,

@@ -1,12 +1,12 @@
-"""An ask's form from its schema and the answer read back (docs/pages.md#asks-asks; app/askform.py,
-pure), and a run's timeline (app/timeline.py, pure)."""
+"""An ask's form from its schema and the answer read back (docs/pages.md#asks-asks; app/pages/askform.py,
+pure), and a run's timeline (app/pages/timeline.py, pure)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from app.askform import TOP, field_of_violation, form_of, read_answer
-from app.timeline import LABEL, NO_NODE_LANE, WIDTH, timeline
+from app.pages.askform import TOP, field_of_violation, form_of, read_answer
+from app.pages.timeline import LABEL, NO_NODE_LANE, WIDTH, timeline
 
 SCHEMA = {
     "type": "object",

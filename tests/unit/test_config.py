@@ -478,7 +478,7 @@ def test_a_process_without_a_database_url_stops_with_one_line_naming_the_key(arg
     env["PYTHONPATH"] = str(ROOT)
 
     done = subprocess.run(
-        [sys.executable, "-m", "app.cli", *args],
+        [sys.executable, "-m", "app.commands", *args],
         cwd=tmp_path,
         env=env,
         stdin=subprocess.DEVNULL,

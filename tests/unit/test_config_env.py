@@ -128,7 +128,7 @@ def test_a_process_warns_at_start_up_in_its_log_format_and_goes_on(db_url):
     env.update({"MEDIATOR_DATABASE_URL": db_url, "MEDIATOR_LEASE_TTL": "0"})
 
     proc = subprocess.run(
-        [sys.executable, "-m", "app.cli", "db", "check"],
+        [sys.executable, "-m", "app.commands.main", "db", "check"],
         cwd=ROOT,
         env=env,
         capture_output=True,

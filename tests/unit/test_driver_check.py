@@ -1,4 +1,4 @@
-"""The start-up check of what the statement pipeline (app/store/driver.py) takes from psycopg and
+"""The start-up check of what the statement pipeline (app/store/pipeline.py) takes from psycopg and
 SQLAlchemy below their public API (docs/deploy.md#1-install): None on the tested versions; a
 release that moved one of those parts is named in one line, with the file of tested versions,
 and the app is not built."""
@@ -13,7 +13,7 @@ from sqlalchemy import Connection
 
 from app import create_app
 from app.errors import RuntimeEnvironmentError
-from app.store.driver import driver_problem
+from app.store.pipeline import driver_problem
 
 
 def test_the_installed_versions_have_what_the_pipeline_uses() -> None:

@@ -127,7 +127,7 @@ PURE = (
     "app.reserve",
     "app.states",
     "app.wire",
-    "app.askform",
+    "app.pages.askform",
     "app.teamchart",
     "app.teams",
     "app.names",

@@ -10,10 +10,10 @@ from typing import Any
 import click
 
 from app.agent.command import agent as agent_command
-from app.cli_help import completion, help_command
-from app.cli_prune import prune_command
-from app.cli_token import token as token_command
 from app.client.commands import client_options, register_client_commands
+from app.commands.help import completion, help_command
+from app.commands.prune import prune_command
+from app.commands.token import token as token_command
 from app.config import Config, load_config
 from app.errors import ConfigError, RuntimeEnvironmentError
 
@@ -337,7 +337,7 @@ def demo(
 
 
 server.add_command(token_command)  # token new, token upgrade
-server.add_command(prune_command)  # retention on demand (app/cli_prune.py)
+server.add_command(prune_command)  # retention on demand (app/commands/prune.py)
 
 main.add_command(agent_command)  # the reference node agent (app/agent)
 main.add_command(help_command)  # help exit-codes, help COMMAND...
@@ -359,6 +359,6 @@ for _name, _command in server.commands.items():
 
 
 if __name__ == "__main__":
-    # `python -m app.cli` is the same command: its usage lines and its shell completion's
+    # `python -m app.commands` is the same command: its usage lines and its shell completion's
     # variable (docs/client.md) name it mediator.
     main(prog_name="mediator")

@@ -382,6 +382,6 @@ def driver_problem() -> str | None:
     installed = f"psycopg {psycopg.__version__}, SQLAlchemy {sqlalchemy.__version__}"
     tested = ", ".join(f"{k} {v}" for k, v in TESTED.items())
     return (
-        f"the statement pipeline (app/store/driver.py) needs {', '.join(missing)}, which "
+        f"the statement pipeline (app/store/pipeline.py) needs {', '.join(missing)}, which "
         f"{installed} lack; install the versions of constraints/runtime.txt (tested: {tested})"
     )

@@ -9,7 +9,7 @@ from datetime import datetime
 from sqlalchemy import Connection, func, literal, select, text
 from sqlalchemy.orm import Session
 
-from app.store.driver import commit_then, fetch
+from app.store.pipeline import commit_then, fetch
 
 
 def database_now(s: Session) -> datetime:

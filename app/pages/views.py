@@ -44,7 +44,6 @@ from app.api.common import ctx, query_args
 from app.api.observe import run_filters
 from app.api.results import _seq
 from app.api.schemas import LogReadQuerySchema
-from app.askform import AskForm, Reading, field_of_violation, form_of, read_answer
 from app.context import Caller
 from app.contract import is_valid_id
 from app.errors import (
@@ -57,6 +56,8 @@ from app.errors import (
     Unauthorized,
     Unprocessable,
 )
+from app.pages.askform import AskForm, Reading, field_of_violation, form_of, read_answer
+from app.pages.timeline import timeline
 from app.services.access import note_failed_authentication
 from app.services.asks import answer, list_asks, open_ask_schema
 from app.services.cancel import cancel_run
@@ -75,7 +76,6 @@ from app.services.ui_sessions import (
 )
 from app.states import NODE_KINDS, QUEUED, RUN_ALIVE
 from app.teamchart import team_chart
-from app.timeline import timeline
 
 F = TypeVar("F", bound=Callable[..., Any])
 
