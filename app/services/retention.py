@@ -1,6 +1,6 @@
 """Retention (docs/retention.md#retention-pruning-old-runs): finished runs older than
-``retention.days`` (the reaper) or a given time (``mediator prune --before``) are deleted with every
-row that refers to them and their Record.
+``retention.days`` (the reaper) or a given time (``mediator server prune --before``) are deleted
+with every row that refers to them and their Record.
 
 A batch of at most ``batch_size`` runs is one short transaction (``app.store.retention``); a reaper
 pass runs at most ``PASS_BATCHES`` of them and leaves the rest for the next pass, so a long history
@@ -178,7 +178,7 @@ def prune_expired(
 ) -> PruneReport | None:
     """The reaper's retention step: with ``retention.days`` set, prune what ended longer ago, at
     most ``max_batches`` transactions a pass; off (0), only sweep Records left by a crash of an
-    earlier ``mediator prune``. Returns the report, or None when retention is off."""
+    earlier ``mediator server prune``. Returns the report, or None when retention is off."""
     days = ctx.config["retention.days"]
     if not days:
         swept = sweep_records(ctx)
