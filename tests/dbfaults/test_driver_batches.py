@@ -146,3 +146,62 @@ def test_a_commit_that_fails_is_raised_and_nothing_after_it_runs(app: Flask):
     with db.transaction() as conn:  # the same connection, usable; the insert after never ran
         assert fetch(conn, COUNT, {}) == [(0,)]
         assert fetch(conn, text("SELECT count(*) FROM driver_deferred"), {}) == [(0,)]
+
+
+def test_the_pipeline_answers_what_psycopgs_public_pipeline_answers(app: Flask, clean_db: str):
+    """The same statements, the same values: through this module's batches (psycopg's private
+    query conversion, libpq's pipeline driven by hand) and through psycopg's public
+    ``Connection.pipeline()`` with cursors, the rows are equal, types included (the start-up
+    check in ``driver_problem`` guards the private parts; this guards what they compute)."""
+    from app.store.nodes import _FIRSTS
+    from app.store.pipeline import _compile
+
+    typed = text(
+        "SELECT CAST(:doc AS jsonb), CAST(:n AS integer), CAST(:names AS text[]),"
+        " CAST(:at AS timestamptz), CAST(NULL AS text), CAST(:big AS bigint), :label"
+    )
+    wanted = [{"contains": [{"capability": "board"}], "limit": 2}]
+    statements = [
+        (
+            typed,
+            {
+                "doc": '{"a": [1, "x", null]}',
+                "n": 42,
+                "names": ["n1", "n-2"],
+                "at": "2026-12-07T12:00:00+00:00",
+                "big": 2**40,
+                "label": "é \u202e",
+            },
+        ),
+        (_FIRSTS, {"wanted": wanted, "reserved_for": None}),
+        (COUNT, {}),
+    ]
+    db = app.extensions["mediator"].db
+    with db.begin() as s:
+        s.execute(
+            text(
+                "INSERT INTO nodes (node_id, capabilities, attr_count, expires_at) VALUES"
+                " ('n1', '[{\"capability\": \"board\", \"attrs\": {}}]', 0, now() + interval '1 h'),"
+                " ('n2', '[{\"capability\": \"board\", \"attrs\": {}}]', 0, now() + interval '1 h')"
+            )
+        )
+    with db.transaction() as conn:
+        ours = pipelined(conn, *statements)
+        dialect = conn.dialect
+    with psycopg.connect(to_libpq_url(clean_db)) as plain:
+        theirs = []
+        with plain.pipeline():
+            cursors = []
+            for statement, params in statements:
+                compiled = _compile(statement, dialect)
+                cur = plain.cursor()
+                cur.execute(compiled.sql, compiled.values(params))
+                cursors.append(cur)
+        for cur in cursors:
+            theirs.append(cur.fetchall() if cur.description else [])
+        plain.rollback()
+    assert [[tuple(r) for r in rows] for rows in ours] == [
+        [tuple(r) for r in rows] for rows in theirs
+    ]
+    assert ours[1] == [(1, "n1", None, False), (1, "n2", None, False)]
+    assert ours[2] == [(0,)]
