@@ -22,7 +22,7 @@ from flask import Flask
 from psycopg._connection_base import BaseConnection
 from sqlalchemy import event
 
-from app.store import driver
+from app.store import pipeline
 from tests.support.actors import cap
 from tests.support.agent import advertise, claim, claimed, report
 from tests.support.apps import client_of
@@ -321,7 +321,7 @@ def exchanges() -> Iterator[list[tuple[str, int | None]]]:
     execute, command, batch_of = (
         psycopg.Cursor.execute,
         BaseConnection._exec_command,
-        driver.exchange,
+        pipeline.exchange,
     )
 
     def on_execute(cursor: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
@@ -345,13 +345,13 @@ def exchanges() -> Iterator[list[tuple[str, int | None]]]:
 
     psycopg.Cursor.execute = on_execute  # type: ignore[method-assign]
     BaseConnection._exec_command = on_command  # type: ignore[method-assign]
-    driver.exchange = on_exchange
+    pipeline.exchange = on_exchange
     try:
         yield seen
     finally:
         psycopg.Cursor.execute = execute  # type: ignore[method-assign]
         BaseConnection._exec_command = command  # type: ignore[method-assign]
-        driver.exchange = batch_of
+        pipeline.exchange = batch_of
 
 
 def round_trips(seen: list[tuple[str, int | None]]) -> list[list[str]]:
