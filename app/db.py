@@ -293,8 +293,9 @@ class Database:
 
     def met_dead(self) -> None:
         """A connection of this process was found dead
-        (docs/deploy.md#11-a-database-with-a-standby): the pool is invalidated by SQLAlchemy; the sessions outside it (the gate's,
-        the listener's) see :attr:`deaths` move and close theirs."""
+        (docs/deploy.md#11-a-database-with-a-standby): the pool is invalidated by SQLAlchemy;
+        the sessions outside it (the gate's, the listener's) see :attr:`deaths` move and close
+        theirs."""
         with self._lock:
             self.deaths += 1
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.states import CLAIMED, DONE, FAILED, SKIPPED
+from app.teams import rank_of
 
 # expected_basis, as on the wire.
 HISTORY = "history"
@@ -267,13 +268,9 @@ class _Sim:
         return self.fair.teams[team].share if team in self.fair.teams else None
 
     def rank(self, team: str) -> float:
-        """As the scan ranks teams, lowest first: the highest factor S / (U + R·h) first, a
-        team with a share and nothing spent before all, a team outside the sums after all."""
-        share = self.share(team)
-        if share is None:
-            return 0.0
+        """As the scan ranks teams (:func:`app.teams.rank_of`), with this simulation's U and R."""
         spent = self.usage.get(team, 0.0) + self.held.get(team, 0) * self.fair.running_charge
-        return float("-inf") if spent <= 0 else -share / spent
+        return rank_of(self.share(team), spent)
 
     def holding(self, team: str) -> int:
         """The nodes of this simulation that ``team`` holds now."""

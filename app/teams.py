@@ -241,6 +241,16 @@ def check_token_teams(tokens: Iterable[Any], teams: Teams) -> None:
 # ------------------------------------------------------------------ fair share
 
 
+def rank_of(share: float | None, spent: float) -> float:
+    """A team's place in the scans' order, lowest first: minus its factor S / (U + R·h)
+    (``spent`` = U + R·h); a team with a share and nothing spent before all, a team outside the
+    sums (no share) after all. The queue's order and the expected start's replay of it
+    (app/estimate.py) both rank by it."""
+    if share is None:
+        return 0.0
+    return float("-inf") if spent <= 0 else -share / spent
+
+
 class Standing:
     """Where each team stands for the queue's order (docs/teams.md, "Fair share"), from what is
     stored by team name: usage U (decayed node-seconds), the nodes its runs hold R, and which
@@ -307,10 +317,8 @@ class Standing:
         name = self.teams.counted_as(stored)
         if name == HEALTH_TEAM:
             return float("-inf")
-        factor = self.factor(name)
-        if factor is None:
-            return float("-inf") if self.share(name) is not None else 0.0
-        return -factor
+        spent = self.usage.get(name, 0.0) + self.held.get(name, 0) * self.h
+        return rank_of(self.share(name), spent)
 
     def order_of(self, stored: str) -> tuple[list[str], list[str]]:
         """The stored team names with queued runs ranked before ``stored``'s team, and those

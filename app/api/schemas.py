@@ -138,7 +138,7 @@ class NodeAdvertSchema(AgentBody):
         if type(data) is not dict or not data.keys() <= _ADVERT_KEYS:
             return None
         node_id = data.get("node_id")
-        if type(node_id) is not str or not _FAST_NAME.fullmatch(node_id):
+        if type(node_id) is not str or not NAME_RE.fullmatch(node_id):
             return None
         loaded: dict[str, Any] = {"node_id": node_id}
         for key in ("label", "instance"):
@@ -170,9 +170,6 @@ class NodeAdvertSchema(AgentBody):
 
 
 _ADVERT_KEYS = frozenset({"node_id", "label", "instance", "capabilities", "policy"})
-# NAME and CAPABILITY as one full match each (their lengths included).
-_FAST_NAME = NAME_RE
-_FAST_CAPABILITY = CAPABILITY_RE
 
 
 def _plain_text(value: Any, max_length: int | None) -> bool:
@@ -190,7 +187,7 @@ def _fast_capability(entry: Any) -> dict[str, Any] | None:
     if type(entry) is not dict or not entry.keys() <= {"capability", "attrs"}:
         return None
     name = entry.get("capability")
-    if type(name) is not str or not _FAST_CAPABILITY.fullmatch(name):
+    if type(name) is not str or not CAPABILITY_RE.fullmatch(name):
         return None
     attrs = entry.get("attrs", {})
     if attrs is not None:

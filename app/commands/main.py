@@ -151,13 +151,10 @@ def db_check(ctx: click.Context) -> None:
     try:
         problem = database_problem(cfg.database_url)
         reached = server_reached(cfg.database_url)
-    except DriverError as exc:
-        why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        click.echo(f"mediator: database unreachable: {why}", err=True)
-        sys.exit(DB_CHECK_UNREACHABLE)
-    except DBAPIError as exc:
+    except (DriverError, DBAPIError) as exc:
         # The driver's first line says why (refused, timed out, authentication); never the URL.
-        why = str(exc.orig).strip().splitlines()[0] if str(exc.orig).strip() else type(exc).__name__
+        said = str(exc.orig if isinstance(exc, DBAPIError) else exc).strip()
+        why = said.splitlines()[0] if said else type(exc).__name__
         click.echo(f"mediator: database unreachable: {why}", err=True)
         sys.exit(DB_CHECK_UNREACHABLE)
     if problem:

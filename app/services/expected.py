@@ -226,6 +226,7 @@ def _shared(
     team_of = {row.run_id: row.team for row in rows}
     held_by = {n: st.teams.counted_as(team_of.get(r, "default")) for n, r in holders.items()}
     counted = [Ahead(a.roles, a.takes, st.teams.counted_as(a.team), a.priority) for a in runs_ahead]
+    requires_of = {row.run_id: row.requires for row in rows}
     typical: dict[str, Ahead] = {}
     for run_id in sorted(set(holders.values())):
         steps = plans.get(run_id)
@@ -233,8 +234,7 @@ def _shared(
         if not steps or name == HEALTH_TEAM:
             continue
         whole = remaining([replace(x, state="PENDING", ran=0.0) for x in steps], medians)
-        requires = next(row.requires for row in rows if row.run_id == run_id)
-        like = Ahead(_needs(_roles(requires), adverts), whole, name, run.priority)
+        like = Ahead(_needs(_roles(requires_of[run_id]), adverts), whole, name, run.priority)
         if name not in typical or like.takes.order > typical[name].takes.order:
             typical[name] = like
     for a in counted:

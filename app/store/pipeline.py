@@ -13,6 +13,7 @@ with its constraint name, a deadlock's SQLSTATE for ``retrying`` — as from ``S
 
 from __future__ import annotations
 
+import inspect
 import select
 import threading
 import time
@@ -22,13 +23,18 @@ from typing import Any, NoReturn
 
 import psycopg
 import psycopg.errors
+import sqlalchemy
 from psycopg import adapt, pq
-from psycopg._queries import PostgresQuery
 from psycopg.abc import Transformer
 from psycopg.pq.abc import PGconn, PGresult
 from sqlalchemy import ClauseElement, Connection, Dialect
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.compiler import SQLCompiler
+
+try:  # psycopg's private query conversion: a release without it is named by driver_problem()
+    from psycopg._queries import PostgresQuery
+except ImportError:  # pragma: no cover (the installed, tested psycopg has it)
+    PostgresQuery = None  # type: ignore[assignment,misc]
 
 Row = tuple[Any, ...]
 
@@ -352,10 +358,6 @@ def driver_problem() -> str | None:
     app/db.py's deadlines catch), else one line saying what is missing
     and what to install. Checked when the app is built: a newer release that moved one fails
     at start-up, not inside a submit."""
-    import inspect
-
-    import sqlalchemy
-
     missing: list[str] = []
     try:
         query = PostgresQuery(adapt.Transformer())

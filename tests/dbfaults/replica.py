@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ import psycopg
 
 from app.dev.embedded import EmbeddedPostgresError
 from tests.dbfaults.server import RestartablePostgres
+from tests.support.concurrency import await_condition
 from tests.support.processes import free_port
 
 STANDBY_NAME = "mediator_standby"
@@ -115,14 +115,15 @@ class PrimaryAndStandby:
         with psycopg.connect(self.primary.admin_url, autocommit=True) as conn:
             conn.execute(f"alter system set synchronous_standby_names = '{STANDBY_NAME}'")
             conn.execute("select pg_reload_conf()")
-        deadline = time.monotonic() + 60
-        while not self._in_sync():
-            if self._standby.poll() is not None:
-                text = (self._dir / "standby.log").read_text(errors="replace")
+        standby, log_path = self._standby, self._dir / "standby.log"
+
+        def in_sync() -> bool:
+            if standby.poll() is not None:
+                text = log_path.read_text(errors="replace")
                 raise EmbeddedPostgresError(f"the standby exited:\n{text}")
-            if time.monotonic() > deadline:
-                raise EmbeddedPostgresError("the standby did not reach sync in 60 s")
-            time.sleep(0.05)
+            return self._in_sync()
+
+        await_condition(in_sync, "the standby streaming in sync", 60, interval=0.05)
 
     def _in_sync(self) -> bool:
         try:

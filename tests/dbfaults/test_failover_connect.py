@@ -27,7 +27,7 @@ from tests.support.agent import advertise
 from tests.support.apps import app_on, client_of
 from tests.support.concurrency import await_condition
 from tests.support.contracts import one_step
-from tests.support.processes import free_port
+from tests.support.processes import children_of, free_port
 
 
 def two_hosts(url: str) -> str:
@@ -137,20 +137,6 @@ def test_a_server_that_takes_no_writes_is_a_dead_connection_answered_503_with_re
     assert not ctx.owed.is_set()
 
 
-def _server_processes(postmaster: int) -> list[int]:
-    """The postmaster and its children (each backend is a session of its own: a signal to the
-    postmaster's group would miss them)."""
-    found = [postmaster]
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue  # gone meanwhile
-        if int(fields[1]) == postmaster:
-            found.append(int(stat.parent.name))
-    return found
-
-
 def test_a_server_that_stops_answering_is_given_up_at_the_clients_deadline(
     own_server: RestartablePostgres, clean_db: str, tmp_path: Path
 ) -> None:
@@ -162,7 +148,10 @@ def test_a_server_that_stops_answering_is_given_up_at_the_clients_deadline(
         client = client_of(app)
         advertise(client, "n1", cap("board"))  # the pool's one session is open
         assert own_server.pg._proc is not None
-        server = _server_processes(own_server.pg._proc.pid)
+        # The postmaster and its children: each backend is a session of its own, so a signal
+        # to the postmaster's group would miss them.
+        postmaster = own_server.pg._proc.pid
+        server = [postmaster, *children_of(postmaster)]
         for pid in server:
             os.kill(pid, signal.SIGSTOP)
         try:
