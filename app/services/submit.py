@@ -22,7 +22,6 @@ from app.match import (
     Reject,
     fit_within_cap,
     match_firsts,
-    match_within_cap,
     width_exceeded,
 )
 from app.metrics import SUBMITS
@@ -430,22 +429,33 @@ def dry_run(ctx: Context, doc: Any, caller: Caller) -> dict[str, Any]:
     Reserved nodes count as free, with a warning per assigned node reserved against the run."""
     contract = checked_contract(ctx, doc, caller)
     with ctx.db.read() as s:
-        reserving = ctx.config["queue.reserve_after_seconds"] > 0
-        found = candidate_adverts(s, contract.requires, with_holders=reserving)
-        cap = ctx.config["lease.max_per_run"]
-        outcome = match_within_cap(contract.requires, found.adverts, set(), cap, ordered=True)
+        # The first candidates of each role, as a submit reads them (the fleet's size costs
+        # nothing: docs/design.md#targets), every live one counted free.
+        found = first_candidates(s, contract.requires, dry=True)
+        held, labels = found.held, found.labels
+        outcome = match_firsts(contract.requires, found.firsts)
         if isinstance(outcome, Reject):
             raise NoCandidate(outcome.reason)
+        cap = ctx.config["lease.max_per_run"]
+        over = width_exceeded(outcome, cap)
+        if over:
+            # As at submit: only a first choice wider than the cap reads every candidate.
+            every = candidate_adverts(s, contract.requires, with_holders=True)
+            within = fit_within_cap(contract.requires, every.adverts, set(), cap, ordered=True)
+            if within is not None:
+                outcome, over = within, None
+                held, labels = every.held, {a.node_id: a.label for a in every.adverts}
         quota = ctx.teams.quota(contract.team)
         over = (
-            width_exceeded(outcome, cap)
+            over
             or _wider_than_quota(contract, quota, max(r.count for r in contract.requires))
             or _wider_than_quota(contract, quota, len(outcome.nodes()))
         )
         if over:
             raise NoCandidate(over)
-        warnings = list(contract.warnings) + _reserved_warnings(found.held, contract, outcome)
-    labels = {a.node_id: a.label for a in found.adverts}
+        if ctx.config["queue.reserve_after_seconds"] <= 0:
+            held = {}
+        warnings = list(contract.warnings) + _reserved_warnings(held, contract, outcome)
     return {
         "run_id": contract.run_id,
         "state": "DRY_RUN",

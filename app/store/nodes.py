@@ -317,53 +317,80 @@ def candidate_adverts(
     return found
 
 
-# The satisfying live nodes of one wanted entry in candidate order, each with whether it is
-# unavailable (a lease, a drain, or a reservation of a run of ``reserved_for``'s priority or
-# higher). ``busy`` is computed row by row as a LIMIT above pulls them, so a placement that finds
-# free nodes first looks up the holders of those only; each holder is an index probe (a scalar
-# subquery: never a hash of the whole leases table built for one submit).
-_ORDERED = f"""
-        SELECT n.node_id, n.label, n.attr_count,
-          (n.drain <> ''
+# The satisfying live nodes of wanted entry {i} in candidate order, each with whether it is
+# unavailable (a lease, a drain, an operator's hold or a quarantine, or a reservation of a run of
+# ``reserved_for``'s priority or higher; never, for a dry-run, which reads live adverts only).
+# ``busy`` is computed row by row as a LIMIT above pulls them, so a placement that finds free nodes
+# first looks up the holders of those only; each holder is an index probe (a scalar subquery:
+# never a hash of the whole leases table built for one submit). The containment is a parameter of
+# its own, so the planner sees its value: a requirement that most of the fleet fits walks
+# ``ix_nodes_order`` in candidate order and stops at its limit, a rare one is looked up in
+# ``ix_nodes_capabilities`` (docs/design.md#targets: the fleet's size costs nothing per request).
+_BUSY = f"""(n.drain <> ''
            OR (SELECT true FROM leases WHERE leases.node_id = n.node_id LIMIT 1) IS NOT NULL
            OR {OUT_OF_SERVICE}
            OR (CAST(:reserved_for AS integer) IS NOT NULL AND (
                  SELECT true FROM reservations JOIN runs ON runs.run_id = reservations.run_id
                  WHERE reservations.node_id = n.node_id
-                   AND runs.priority >= CAST(:reserved_for AS integer) LIMIT 1) IS NOT NULL))
-            AS busy
+                   AND runs.priority >= CAST(:reserved_for AS integer) LIMIT 1) IS NOT NULL))"""
+_ORDERED = """
+        SELECT n.node_id, n.label, n.attr_count, {busy} AS busy
         FROM nodes AS n
-        WHERE n.expires_at > now() AND n.capabilities @> (k.want -> 'contains')
+        WHERE n.expires_at > now() AND n.capabilities @> :want{i}
         ORDER BY n.attr_count, n.node_id COLLATE "C"
         OFFSET 0"""
-# The first ``limit`` of them with free ones first: the free ones in order, then (only when they
-# are fewer) the unavailable ones in order.
-_FIRSTS = text(
-    f"""
-    SELECT k.i AS key_no, c.node_id, c.label, c.busy
-    FROM jsonb_array_elements(:wanted) WITH ORDINALITY AS k(want, i)
-    CROSS JOIN LATERAL (
-      SELECT * FROM (
-        (SELECT o.* FROM ({_ORDERED}) AS o
-         WHERE NOT o.busy LIMIT CAST(k.want ->> 'limit' AS integer))
+# The first ``limit`` of entry {i}: the free ones in order, then (only when they are fewer) the
+# unavailable ones in order.
+_FIRSTS_OF = """
+      (SELECT {i} AS key_no, c.* FROM (
+        (SELECT o.* FROM ({ordered}) AS o WHERE NOT o.busy LIMIT :limit{i})
         UNION ALL
-        (SELECT o.* FROM ({_ORDERED}) AS o
-         WHERE o.busy LIMIT CAST(k.want ->> 'limit' AS integer))
-      ) AS u
-      LIMIT CAST(k.want ->> 'limit' AS integer)
-    ) AS c
-    ORDER BY k.i, c.busy, c.attr_count, c.node_id COLLATE "C"
+        (SELECT o.* FROM ({ordered}) AS o WHERE o.busy LIMIT :limit{i})
+      ) AS c LIMIT :limit{i})"""
+# A dry-run's: the first ``limit`` of entry {i} in order, every one counted free.
+_DRY_FIRSTS_OF = """
+      (SELECT {i} AS key_no, o.* FROM ({ordered}) AS o LIMIT :limit{i})"""
+
+
+@functools.lru_cache(maxsize=64)
+def _firsts_statement(wanted: int, dry: bool) -> Any:
+    """:func:`first_candidates`' statement for ``wanted`` distinct containments, built once per
+    shape. A dry-run's reads each candidate's reservation holder too (its warnings)."""
+    parts = []
+    for i in range(wanted):
+        ordered = _ORDERED.format(i=i, busy="false" if dry else _BUSY)
+        parts.append((_DRY_FIRSTS_OF if dry else _FIRSTS_OF).format(i=i, ordered=ordered))
+    body = "\n      UNION ALL".join(parts)
+    if dry:
+        sql = f"""
+    SELECT f.key_no, f.node_id, f.label, f.busy, r.run_id AS holder, runs.priority AS holder_priority
+    FROM ({body}) AS f
+    LEFT JOIN reservations AS r ON r.node_id = f.node_id
+    LEFT JOIN runs ON runs.run_id = r.run_id
+    ORDER BY f.key_no, f.attr_count, f.node_id COLLATE "C"
     """
-).bindparams(bindparam("wanted", type_=JSONB), bindparam("reserved_for", type_=Integer))
+    else:
+        sql = f"""
+    SELECT f.key_no, f.node_id, f.label, f.busy, NULL AS holder, NULL AS holder_priority
+    FROM ({body}) AS f
+    ORDER BY f.key_no, f.busy, f.attr_count, f.node_id COLLATE "C"
+    """
+    params = [bindparam(f"want{i}", type_=JSONB) for i in range(wanted)]
+    params += [bindparam(f"limit{i}", type_=Integer) for i in range(wanted)]
+    if not dry:
+        params.append(bindparam("reserved_for", type_=Integer))
+    return text(sql).bindparams(*params)
 
 
 @dataclass(frozen=True)
 class FirstCandidates:
     """Per role (in the contract's order), the first satisfying nodes a placement needs to look
-    at (:class:`app.match.Firsts`, for :func:`app.match.match_firsts`), and their labels."""
+    at (:class:`app.match.Firsts`, for :func:`app.match.match_firsts`), their labels, and for a
+    dry-run the reservation holders among them."""
 
     firsts: list[Firsts]
     labels: dict[str, str | None]
+    held: dict[str, Held] = field(default_factory=dict)
 
 
 def first_candidates(
@@ -371,17 +398,20 @@ def first_candidates(
     roles: list[Role] | tuple[Role, ...],
     *,
     reserved_for: int | None = None,
+    dry: bool = False,
 ) -> FirstCandidates:
     """One statement, bounded by the run and not by the fleet (a submit's cost must not follow
     the fleet's size: docs/design.md#targets): for each distinct requirement, through
-    ``ix_nodes_capabilities``, the first ``count`` live satisfying nodes (the largest count of the
+    ``ix_nodes_order`` or ``ix_nodes_capabilities`` (whichever the planner finds cheaper for that
+    requirement's value), the first ``count`` live satisfying nodes (the largest count of the
     roles that share it) in
     :func:`app.match.candidate_order` (``node_id`` compared by code point, as Python does), free
     ones before unavailable ones (a lease, whatever its ``not_after``, a drain, or with
     ``reserved_for`` a reservation of a run of that priority or higher,
     docs/priorities.md#reservations-a-bound-on-how-long-a-wide-run-waits). Containment is exactly
     :func:`app.match.satisfies` for one role. Nothing is locked: a node taken meanwhile fails the
-    insert on ``pk_leases``."""
+    insert on ``pk_leases``. ``dry``: a dry-run's read, live adverts only (every node counts
+    free), with each one's reservation holder (``held``)."""
     keys: dict[str, int] = {}
     wanted: list[dict[str, Any]] = []
     role_keys = [containment_key(role) for role in roles]
@@ -395,18 +425,27 @@ def first_candidates(
     free: list[list[str]] = [[] for _ in wanted]
     found = [0] * len(wanted)
     labels: dict[str, str | None] = {}
+    held: dict[str, Held] = {}
     if wanted:
-        rows = fetch(s, _FIRSTS, {"wanted": wanted, "reserved_for": reserved_for})
-        for key_no, node_id, label, busy in rows:
-            found[key_no - 1] += 1
+        params: dict[str, Any] = {}
+        for i, entry in enumerate(wanted):
+            params[f"want{i}"] = entry["contains"]
+            params[f"limit{i}"] = entry["limit"]
+        if not dry:
+            params["reserved_for"] = reserved_for
+        rows = fetch(s, _firsts_statement(len(wanted), dry), params)
+        for key_no, node_id, label, busy, holder, holder_priority in rows:
+            found[key_no] += 1
             if not busy:
-                free[key_no - 1].append(node_id)
+                free[key_no].append(node_id)
             labels[node_id] = label
+            if holder is not None:
+                held[node_id] = Held(holder, int(holder_priority))
     firsts = []
     for key in role_keys:
         k = keys[key]
         firsts.append(Firsts(tuple(free[k]), found[k], wanted[k]["limit"]))
-    return FirstCandidates(firsts, labels)
+    return FirstCandidates(firsts, labels, held)
 
 
 def live_adverts(s: Session) -> list[Advert]:
