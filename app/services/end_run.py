@@ -62,6 +62,11 @@ def step_did_not_complete(step_id: str) -> dict[str, Any]:
     }
 
 
+def cancelled_verdict(note: str) -> dict[str, Any]:
+    """The verdict of a cancelled run (docs/queue.md#leaving-the-queue)."""
+    return {"state": FAILED, "checks": [{"what": "cancelled", "ok": False, "note": note}]}
+
+
 def settle_cancelled(
     s: Session, run: Run, by: str, cause: str, by_declared_token: str | None = None
 ) -> list[str]:
@@ -73,7 +78,7 @@ def settle_cancelled(
     return settle_failed(
         s,
         run,
-        checks=[{"what": "cancelled", "ok": False, "note": note}],
+        checks=cancelled_verdict(note)["checks"],
         step_error=note,
         cause=cause,
         by=by,

@@ -37,7 +37,7 @@ from app.store.files import (
     record_log_file,
 )
 from app.store.log_lock import lock_log
-from app.store.runs import get_run, mark_sealed, run_events, try_lock_seal
+from app.store.runs import get_run, mark_sealed, run_events, seal_reads, try_lock_seal
 from app.store.steps import get_step, share_claimed_step, steps_with_labels
 from app.wire import mark_declared, ts
 
@@ -419,15 +419,16 @@ def seal_run(ctx: Context, run_id: str) -> bool:
         with ctx.db.begin() as s:
             # One seal of a run at a time on every host; the one that finds it held leaves it
             # to the holder (or to the reaper's next pass, should the holder fail).
-            if not try_lock_seal(s, run_id):
+            read = seal_reads(s, run_id)
+            if read is None:
                 return False
-            run = get_run(s, run_id)
+            run = read.run
             if run is None or run.state not in RUN_FINISHED or run.sealed_at is not None:
                 return False
             if not ctx.records.exists(record_of(run)):
                 return False  # a rejected submit has no Record and is never sealed
-            steps = steps_with_labels(s, run_id)
-            events = [event_document(e) for e in run_events(s, run_id)]
+            steps = read.steps
+            events = [event_document(e) for e in read.events]
             docs = [(st.seq, st.step_id, step_document(st, label)) for st, label in steps]
             ctx.records.seal(
                 record_of(run),

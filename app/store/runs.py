@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import functools
 import hashlib
+from collections import namedtuple
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import (
     CTE,
     Connection,
+    Integer,
     Select,
     Text,
     bindparam,
@@ -20,9 +22,11 @@ from sqlalchemy import (
     insert,
     null,
     select,
+    text,
     tuple_,
     update,
 )
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session
@@ -33,15 +37,16 @@ from app.models import (
     LEASES_PKEY,
     RUNS_PKEY,
     TOMBSTONES_PKEY,
+    Node,
     Run,
     RunEvent,
     Step,
     WakeDebt,
 )
-from app.states import FAILED, QUEUED, RUN_ALIVE, RUNNING, check_run_change
+from app.states import FAILED, QUEUED, RUN_ALIVE, RUNNING, STEP_OPEN, check_run_change
 from app.store import DuplicateRun, NodeTaken, NotQueued, PrunedRunId, constraint_name
 from app.store.bulk import STEP_COLUMNS, rows_insert
-from app.store.pipeline import pipelined
+from app.store.pipeline import fetch, pipelined
 from app.store.placing import check_unreserved, leasing_statements
 from app.store.teams import over_quota, quota_statement
 from app.teams import Quota
@@ -64,6 +69,91 @@ def lock_run(s: Session, run_id: str) -> Run | None:
         .with_for_update()
         .execution_options(populate_existing=True)
     ).scalar_one_or_none()
+
+
+class LockedRun(NamedTuple):
+    """What a cancel reads of its run under the run's lock."""
+
+    run_id: str
+    state: str
+    token_name: str | None
+
+
+_LOCK_ROW = text(
+    "SELECT run_id, state, token_name FROM runs WHERE run_id = :run_id FOR UPDATE"
+).bindparams(bindparam("run_id", type_=Text))
+
+
+def lock_run_row(s: Session, run_id: str) -> LockedRun | None:
+    """:func:`lock_run` reading only the run's state and token (one small statement, no ORM
+    object): the first lock of the transaction (docs/queue.md#lock-order)."""
+    if not is_valid_id(run_id):
+        return None
+    rows = fetch(s, _LOCK_ROW, {"run_id": run_id})
+    return LockedRun(*rows[0]) if rows else None
+
+
+# A RUNNING run FAILED in one statement (docs/queue.md#leaving-the-queue): the run guarded by its
+# state, its open steps, its leases (locked in node_id order before the first goes, as
+# app.store.bulk.delete_in_key_order does), and its event. Each later part waits for the one
+# before it (a one-time filter on its count), so the rows are locked in the lock order: the run
+# (already held), its steps, its leases (docs/queue.md, "Lock order").
+_FAIL_RUNNING = text(
+    f"""
+    WITH ended AS (
+      UPDATE runs SET state = '{FAILED}', verdict = :verdict, ended_at = now()
+      WHERE run_id = :run_id AND state = '{RUNNING}' RETURNING run_id),
+    failed AS (
+      UPDATE steps SET state = '{FAILED}', error = :error, ended_at = now()
+      WHERE run_id = (SELECT run_id FROM ended)
+        AND state IN ({", ".join(f"'{st}'" for st in STEP_OPEN)})
+      RETURNING seq),
+    freed AS (
+      DELETE FROM leases WHERE node_id = ANY(ARRAY(
+        SELECT node_id FROM leases
+        WHERE run_id = (SELECT run_id FROM ended) AND (SELECT count(*) FROM failed) >= 0
+        ORDER BY node_id FOR UPDATE))
+      RETURNING node_id),
+    event AS (
+      INSERT INTO run_events (run_id, from_state, to_state, cause, by, by_declared_token)
+      SELECT run_id, '{RUNNING}', '{FAILED}', :cause, :by, :by_declared_token FROM ended
+      WHERE (SELECT count(*) FROM freed) >= 0)
+    SELECT (SELECT count(*) FROM ended), ARRAY(SELECT node_id FROM freed ORDER BY node_id)
+    """
+).bindparams(
+    bindparam("verdict", type_=JSONB),
+    bindparam("run_id", type_=Text),
+    bindparam("error", type_=Text),
+    bindparam("cause", type_=Text),
+    bindparam("by", type_=Text),
+    bindparam("by_declared_token", type_=Text),
+)
+
+
+def fail_running_run(
+    s: Session,
+    run_id: str,
+    *,
+    verdict: dict[str, Any],
+    step_error: str,
+    cause: str,
+    by: str | None,
+    by_declared_token: str | None,
+) -> list[str] | None:
+    """A RUNNING run whose row the caller locked ends FAILED with ``verdict``, its open steps
+    FAILED with ``step_error``, its leases deleted, its event written, in one statement; the freed
+    nodes, or None when the run was not RUNNING."""
+    check_run_change([RUNNING], FAILED)
+    params = {
+        "verdict": verdict,
+        "run_id": run_id,
+        "error": step_error,
+        "cause": cause,
+        "by": by,
+        "by_declared_token": by_declared_token,
+    }
+    ((settled, freed),) = fetch(s, _FAIL_RUNNING, params)
+    return sorted(freed) if settled else None
 
 
 def create_run(
@@ -381,14 +471,69 @@ def try_lock_seal(s: Session, run_id: str) -> bool:
     )
 
 
+class SealReads(NamedTuple):
+    """What a seal reads, rows with the columns' names as attributes: the run (None when it does
+    not exist), its steps each with its node's label, its events."""
+
+    run: Any
+    steps: list[tuple[Any, str | None]]
+    events: list[Any]
+
+
+_SEALED_RUN = select(
+    func.pg_try_advisory_xact_lock(
+        bindparam("lock_class", type_=Integer), bindparam("lock_key", type_=Integer)
+    ).label("locked"),
+    *Run.__table__.columns,
+).where(Run.run_id == bindparam("run_id", type_=Text))
+_SEALED_STEPS = (
+    select(*Step.__table__.columns, Node.label.label("node_label"))
+    .outerjoin(Node, Node.node_id == Step.node_id)
+    .where(Step.run_id == bindparam("run_id", type_=Text))
+    .order_by(Step.seq)
+)
+_SEALED_EVENTS = (
+    select(*RunEvent.__table__.columns)
+    .where(RunEvent.run_id == bindparam("run_id", type_=Text))
+    .order_by(RunEvent.id)
+)
+
+
+# The rows of the three, by their columns' names.
+_SealedRun = namedtuple("_SealedRun", [c.name for c in _SEALED_RUN.selected_columns])  # type: ignore[misc]
+_SealedStep = namedtuple("_SealedStep", [c.name for c in _SEALED_STEPS.selected_columns])  # type: ignore[misc]
+_SealedEvent = namedtuple("_SealedEvent", [c.name for c in _SEALED_EVENTS.selected_columns])  # type: ignore[misc]
+
+
+def seal_reads(s: Session, run_id: str) -> SealReads | None:
+    """The seal's lock (:func:`try_lock_seal`'s) and its reads in one round trip; None when
+    another holds the lock. The run is read in the statement that takes the lock: a seal that
+    committed in between leaves ``sealed_at`` unseen, and the store's seal, which is idempotent,
+    finds the Record sealed."""
+    digest = hashlib.sha256(run_id.encode("utf-8", "surrogatepass")).digest()
+    key = int.from_bytes(digest[:4], "big", signed=True)
+    params = {"run_id": run_id, "lock_class": SEAL_LOCK_CLASS, "lock_key": key}
+    runs, steps, events = pipelined(
+        s, (_SEALED_RUN, params), (_SEALED_STEPS, params), (_SEALED_EVENTS, params)
+    )
+    if not runs:
+        return SealReads(None, [], [])
+    run = _SealedRun._make(runs[0])
+    if not run.locked:
+        return None
+    rows = [_SealedStep._make(st) for st in steps]
+    return SealReads(run, [(st, st.node_label) for st in rows], [_SealedEvent._make(e) for e in events])
+
+
 def mark_sealed(s: Session, run_id: str) -> None:
     """``sealed_at`` once: the Record is written and read-only (docs/design.md#records);
     idempotent."""
-    s.execute(
-        update(Run)
-        .where(Run.run_id == run_id, Run.sealed_at.is_(None))
-        .values(sealed_at=func.now())
-    )
+    fetch(s, _MARK_SEALED, {"run_id": run_id})
+
+
+_MARK_SEALED = text(
+    "UPDATE runs SET sealed_at = now() WHERE run_id = :run_id AND sealed_at IS NULL"
+).bindparams(bindparam("run_id", type_=Text))
 
 
 def queued_runs(s: Session, limit: int) -> list[Run]:
