@@ -419,7 +419,7 @@ def _beside_floor(
     fl_work = work / "floor"
     fl_work.mkdir(parents=True, exist_ok=True)
     threads = b.threads or 1000  # gunicorn.conf.py's default: the same settings as the Mediator
-    clients = {**shape.params(b.clients), **(params or {})}
+    contracts = {**shape.params(b.clients), **(params or {})}
     with ExitStack() as stack:
         srv = stack.enter_context(b.server(url, name, {**LIVE, **(extra or {})}))
         fsrv = stack.enter_context(
@@ -441,8 +441,8 @@ def _beside_floor(
             f"window of {s.round_seconds:g} s"
         )
         windows = [
-            Window("app", srv, url, "submit", clients, prefix, "submit", ok),
-            Window("floor", fsrv, url, "submit", clients, "fl", "submit", (201,), FLOOR_RUNS),
+            Window("app", srv, url, "submit", contracts, prefix, "submit", ok),
+            Window("floor", fsrv, url, "submit", contracts, "fl", "submit", (201,), FLOOR_RUNS),
         ]
         res = _rounds(b, windows, s.submit_rounds)
     app = res.pooled("app", "submit", ok)
