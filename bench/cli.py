@@ -30,8 +30,8 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m bench",
         description="Measure the Mediator over HTTP against gunicorn on a local PostgreSQL, "
-        "beside pgbench replaying the placed submit's statements; write results.json and "
-        "results.md.",
+        "in rounds beside the floors replaying the submit's frozen statements for each shape of "
+        "fleet (and pgbench, for context); write results.json and results.md.",
     )
     p.add_argument(
         "--quick",

@@ -163,16 +163,23 @@ def pgbench_path() -> str:
 
 
 FLOOR_SQL = Path(__file__).with_name("floor.sql")
+# The pinned shape's floor: the same statements for a submit that names its one board.
+FLOOR_PINNED_SQL = Path(__file__).with_name("floor_pinned.sql")
 
+# The variables of the floors' files: a fresh key per transaction, and what the submit's
+# requirement names (the slot's number on the pool shape, the board on the pinned one).
+FLOOR_VARIABLES = ("bench_id", "slot", "board")
+_NAMES = "|".join(FLOOR_VARIABLES)
 # pgbench reads ``:name`` as a variable anywhere in a statement; only ours may appear.
-_STRAY_VARIABLE = re.compile(r"(?<!:):(?!:)(?!(?:bench_id|slot)\b)[A-Za-z0-9_]")
-FLOOR_VARIABLE = re.compile(r"(?<!:):(bench_id|slot)\b")
+_STRAY_VARIABLE = re.compile(rf"(?<!:):(?!:)(?!(?:{_NAMES})\b)[A-Za-z0-9_]")
+FLOOR_VARIABLE = re.compile(rf"(?<!:):({_NAMES})\b")
 
 
 def floor_statements(path: Path = FLOOR_SQL) -> list[str]:
-    """The frozen statements of ``bench/floor.sql`` (docs/design.md#targets), ``:bench_id`` and
-    ``:slot`` left as pgbench variables: statements end with ``;`` at the end of a line, ``--``
-    lines are comments."""
+    """The frozen statements of ``bench/floor.sql`` or ``bench/floor_pinned.sql``
+    (docs/design.md#targets), their variables (``:bench_id``, ``:slot``, ``:board``) left as
+    pgbench writes them: statements end with ``;`` at the end of a line, ``--`` lines are
+    comments."""
     statements, current = [], []
     for line in path.read_text().splitlines():
         if not line.strip() or line.lstrip().startswith("--"):

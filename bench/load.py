@@ -6,8 +6,9 @@ how many threads, closed loop (each thread sends its next request when the last 
 paced (the process sends ``rate`` requests a second in all, spread over its threads), and for how
 long. Only requests sent (paced: due) inside the measurement window, ``warmup`` seconds after
 the common start and ``duration`` seconds long, are counted. Everything is bounded: when the
-window closes nothing new is sent, and what is still in flight ``grace`` seconds later (long
-polls) is aborted.
+window closes nothing new is begun (an iteration of several requests, a submit and its cancel,
+is finished, uncounted, so that no run is left holding its board), and what is still in flight
+``grace`` seconds later (long polls) is aborted.
 """
 
 from __future__ import annotations
@@ -30,19 +31,42 @@ Request = tuple[str, str, str, bytes, dict[str, str]]
 Maker = Callable[[int, int, dict[str, Any]], list[Request]]
 
 
-def _submit(g: int, i: int, p: dict[str, Any]) -> list[Request]:
-    """A placed submit of a board with ``attrs``. With ``slots``, thread ``g`` asks only for the
-    boards of its own slot, so two threads never race for one node (the loser would be queued,
-    then promoted by a wake scan: another measurement). With ``teams``, each run names one of
-    them in ``queue.team``."""
+def _contract(g: int, i: int, p: dict[str, Any]) -> dict[str, Any]:
+    """Thread ``g``'s ``i``-th two-step contract: a board with ``attrs``. With ``slots``, thread
+    ``g`` asks only for the boards of its own slot; with ``boards`` (a list of boards per thread,
+    disjoint), it names one of its own boards, in turn: either way two threads never race for one
+    node (the loser would be queued, then promoted by a wake scan: another measurement). With
+    ``teams``, each run names one of them in ``queue.team``."""
     attrs = dict(p.get("attrs", {}))
     if p.get("slots"):
         attrs["slot"] = f"s{g % p['slots']}"
+    if p.get("boards"):
+        mine = p["boards"][g]
+        attrs["board"] = mine[i % len(mine)]
     doc = two_steps(f"{p['prefix']}-{g}-{i}", **attrs)
     if p.get("teams"):
         # Dealt in turn, so that every thread's submits go to every team.
         doc["queue"] = {"team": p["teams"][(g + i) % len(p["teams"])]}
-    return [("submit", "POST", "/v1/runs", body(doc), {})]
+    return doc
+
+
+def _submit(g: int, i: int, p: dict[str, Any]) -> list[Request]:
+    """A submit of :func:`_contract`'s run (placed or queued, as the fleet allows)."""
+    return [("submit", "POST", "/v1/runs", body(_contract(g, i, p)), {})]
+
+
+def _dry_run(g: int, i: int, p: dict[str, Any]) -> list[Request]:
+    """A dry-run of :func:`_contract`'s run: where it would be placed, nothing stored."""
+    return [("dry-run", "POST", "/v1/runs/dry-run", body(_contract(g, i, p)), {})]
+
+
+def _submit_cancel(g: int, i: int, p: dict[str, Any]) -> list[Request]:
+    """A submit of :func:`_contract`'s run, then its cancel (which frees the board again)."""
+    doc = _contract(g, i, p)
+    return [
+        ("submit", "POST", "/v1/runs", body(doc), {}),
+        ("cancel", "POST", f"/v1/runs/{doc['run_id']}/cancel", b"", {}),
+    ]
 
 
 def _advert(g: int, i: int, p: dict[str, Any]) -> list[Request]:
@@ -61,6 +85,8 @@ def _claim(g: int, i: int, p: dict[str, Any]) -> list[Request]:
 
 KINDS: dict[str, Maker] = {
     "submit": _submit,
+    "dry-run": _dry_run,
+    "submit-cancel": _submit_cancel,
     "advert": _advert,
     "claim": _claim,
 }
@@ -131,8 +157,8 @@ def _thread(
                 time.sleep(pause)
         for j, (name, method, path, data, headers) in enumerate(make(g, i, plan.params)):
             sent = time.monotonic()
-            if sent >= end:
-                break
+            if sent >= end and j == 0:
+                break  # an iteration begun is finished (a cancel after its submit), uncounted
             # A paced request's latency counts from the time it was due, so a server that
             # falls behind is not hidden by the client waiting for it (coordinated omission).
             due = scheduled if scheduled is not None and j == 0 else sent

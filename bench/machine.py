@@ -77,10 +77,11 @@ def record_opening(directory: Path, label: str, count: int = 1000) -> dict[str, 
     """What opening a Record costs on the file system the benchmark's Records live on: ``count``
     Records opened one after another in this process, as the Mediator opens one for every run it
     creates (``FilesystemRecords.open``: a directory and its ``manifest.json``, two new inodes),
-    while the benchmark loads nothing. The floor writes no file, so the placed line's ratio to it
-    moves with this cost: on an ext4 without a journal, allocating an inode skips every inode of
-    its group deleted in the last ``vm.dirtytime_expire_seconds`` (12 hours by default), one
-    lookup each, and the cost of a Record grows with the files deleted on that disk that day.
+    while the benchmark loads nothing. The floors open a Record per request too
+    (``bench/floor.py``), so the ratios no longer move with this cost, but every rate does: on an
+    ext4 without a journal, allocating an inode skips every inode of its group deleted in the
+    last ``vm.dirtytime_expire_seconds`` (12 hours by default), one lookup each, and the cost of
+    a Record grows with the files deleted on that disk that day.
     The probe's Records stay in ``directory`` (deleting them would add to that count)."""
     from app.records import record_location
     from app.records.filesystem import FilesystemRecords

@@ -10,13 +10,15 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from bench.client import Client
 from bench.contracts import advert, one_step, two_steps
 from bench.database import (
+    FLOOR_PINNED_SQL,
+    FLOOR_SQL,
     Databases,
     clone_run,
     connect,
@@ -35,13 +37,14 @@ from bench.server import Reaper, Server, floor, mediator
 class Sizes:
     mode: str
     warmup: float  # seconds of load before a window is counted
-    submit_seconds: float
-    submit_rounds: int  # alternating windows of the placed line and of the floor
-    submit_nodes: int
+    round_seconds: float  # one window of a round (docs/design.md#targets)
+    submit_rounds: int  # rounds of a line beside its floor, and of the cancel line
+    submit_nodes: int  # the pool shape
+    pinned_nodes: int  # the pinned shape
     pgbench_seconds: float
-    floor_seconds: float
-    queued_seconds: float
-    queued_before: int  # runs QUEUED before the queued-submit line starts (10,000)
+    queued_before: int  # runs QUEUED before a queued line starts (10,000)
+    candidates_nodes: tuple[int, int]  # the smaller fleet and the larger of the candidates line
+    candidates_rounds: int
     wake_sizes: tuple[int, ...]
     wake_shapes: int
     wake_reps: int  # freed nodes per size (wake_sizes × wake_reps ≤ wake_shapes)
@@ -58,13 +61,14 @@ class Sizes:
 FULL = Sizes(
     mode="full",
     warmup=3.0,
-    submit_seconds=20.0,
-    submit_rounds=4,
+    round_seconds=5.0,
+    submit_rounds=6,
     submit_nodes=2000,
+    pinned_nodes=200,
     pgbench_seconds=20.0,
-    floor_seconds=20.0,
-    queued_seconds=15.0,
     queued_before=10_000,
+    candidates_nodes=(2000, 20_000),
+    candidates_rounds=3,
     wake_sizes=(1000, 10000, 100000),
     wake_shapes=20,
     wake_reps=5,
@@ -81,13 +85,14 @@ FULL = Sizes(
 QUICK = Sizes(
     mode="quick",
     warmup=1.0,
-    submit_seconds=4.0,
+    round_seconds=2.0,
     submit_rounds=2,
     submit_nodes=2000,
+    pinned_nodes=200,
     pgbench_seconds=3.0,
-    floor_seconds=4.0,
-    queued_seconds=3.0,
     queued_before=10_000,
+    candidates_nodes=(2000, 5000),
+    candidates_rounds=2,
     wake_sizes=(1000, 10000),
     wake_shapes=20,
     wake_reps=2,
@@ -192,7 +197,9 @@ def _ok(resp: Any, status: int, what: str) -> Any:
 class Sweeper:
     """Frees the boards of placed benchmark runs behind the Mediator's back (their lease rows
     deleted every few ms), so a closed loop of placed submits never runs out of free nodes. It
-    costs the database one small DELETE per tick, beside thousands of submits."""
+    costs the database one small DELETE per tick, beside thousands of submits. On leaving, once
+    the load is over, it frees the last ones too: on the pinned shape a board left held would
+    queue the next window's submits that name it."""
 
     def __init__(self, db_url: str, run_prefix: str, every: float = 0.02) -> None:
         self.db_url, self.prefix, self.every = db_url, run_prefix, every
@@ -200,15 +207,18 @@ class Sweeper:
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.deleted = 0
 
+    def _sweep(self, conn: Any, older_than: str) -> None:
+        cur = conn.execute(
+            "DELETE FROM leases WHERE run_id LIKE %s AND created_at < now() - %s::interval",
+            (self.prefix + "%", older_than),
+        )
+        self.deleted += cur.rowcount
+
     def _run(self) -> None:
         with connect(self.db_url) as conn:
             while not self.stop.wait(self.every):
-                cur = conn.execute(
-                    "DELETE FROM leases WHERE run_id LIKE %s"
-                    " AND created_at < now() - interval '5 milliseconds'",
-                    (self.prefix + "%",),
-                )
-                self.deleted += cur.rowcount
+                self._sweep(conn, "5 milliseconds")
+            self._sweep(conn, "0 seconds")
 
     def __enter__(self) -> Sweeper:
         self.thread.start()
@@ -219,12 +229,262 @@ class Sweeper:
         self.thread.join(timeout=10)
 
 
-# ---------------------------------------------------------------- placed submits and pgbench
+# ---------------------------------------------------------------- the lines beside a floor
 
 
-# Vacuumed and analysed before each of the three windows on the one database (ours, pgbench's,
-# the floor's), so none starts on the dead rows and stale statistics the one before it left.
+# Vacuumed and analysed before every window of a line's rounds, so that none starts on the dead
+# rows and stale statistics the one before it left.
 SUBMIT_TABLES = ("nodes", "leases", "reservations", "runs", "steps", "queue_counts")
+
+# An advert lives lease.renew_seconds × lease.not_after_factor (3 minutes by default). The lines
+# that advertise once and then run rounds for minutes give it an hour, so that no node expires
+# under them; the factor is read by adverts and the reaper only, on no path these lines time.
+LIVE = {"MEDIATOR_LEASE_NOT_AFTER_FACTOR": "60"}
+
+# The sweeper of a window frees the leases of the runs whose ids start with this: ``{prefix}``
+# is the window's own prefix (the Mediator's runs), FLOOR_RUNS the floor's (``pgb-…``, leases of
+# nodes that do not exist, swept so that both windows read a leases table of the same size).
+OWN = "{prefix}-"
+FLOOR_RUNS = "pgb-"
+
+
+def board(n: int) -> str:
+    """The attribute value that names the pinned shape's board ``n``."""
+    return f"pin-{n:04d}"
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A fleet of docs/design.md#targets and the floor's statements for it.
+
+    *pool*: ``nodes`` boards dealt into one slot per client thread (attrs ``{"slot": "s<k>"}``),
+    each submit asking for any board of its thread's slot (``nodes`` ÷ clients candidates: 125
+    of 2,000 for 16 threads). *pinned*: every board with an attribute of its own (``{"board":
+    "pin-NNNN"}``), each submit naming one board (one candidate), the boards dealt to the client
+    threads so that no board is named by two threads. Either way two threads never race for one
+    node."""
+
+    name: str
+    nodes: int
+    pinned: bool
+    floor_sql: Path
+
+    def attrs(self, n: int, clients: int) -> dict[str, str]:
+        """Node ``n``'s attributes, which the submits that want it (and only those) ask for."""
+        return {"board": board(n)} if self.pinned else {"slot": f"s{n % clients}"}
+
+    def requirements(self, clients: int) -> int:
+        """How many distinct requirements the shape's submits make (node ``k`` has the ``k``-th):
+        one a board, or one a slot."""
+        return self.nodes if self.pinned else clients
+
+    def params(self, clients: int) -> dict[str, Any]:
+        """What load._contract needs so that client thread ``g`` asks only for its own boards:
+        its slot's number, or its own boards (``range(g, nodes, clients)``, cycled through)."""
+        if not self.pinned:
+            return {"slots": clients}
+        if clients > self.nodes:
+            raise ValueError(f"{clients} client threads for {self.nodes} pinned boards")
+        return {
+            "boards": [[board(n) for n in range(g, self.nodes, clients)] for g in range(clients)]
+        }
+
+    def adverts(self, clients: int) -> list[dict[str, Any]]:
+        return [
+            advert(f"{self.name}-node-{n:05d}", **self.attrs(n, clients)) for n in range(self.nodes)
+        ]
+
+
+def pool_shape(s: Sizes) -> Shape:
+    return Shape("pool", s.submit_nodes, False, FLOOR_SQL)
+
+
+def pinned_shape(s: Sizes) -> Shape:
+    return Shape("pinned", s.pinned_nodes, True, FLOOR_PINNED_SQL)
+
+
+@dataclass(frozen=True)
+class Window:
+    """One side of a line's rounds: a closed loop of ``kind`` requests (load.KINDS) carrying
+    ``params`` to ``server`` on database ``url``; its rate counts the ``ok`` answers of tally
+    ``counted``. Meanwhile a Sweeper frees the leases of the runs whose ids start with ``sweep``
+    (``{prefix}``: the window's own; None: no sweeper)."""
+
+    label: str
+    server: Server
+    url: str
+    kind: str
+    params: dict[str, Any]
+    prefix: str  # of the client's run ids; the round's number is appended
+    counted: str
+    ok: tuple[int, ...]
+    sweep: str | None = OWN
+    clients: tuple[int, int] | None = None  # (processes, threads each); None: the bench's
+
+
+@dataclass
+class Rounds:
+    """What a line's rounds measured: by window label, every tally pooled over its windows and
+    the cores of each window; each round's rate, p50 and p99 by label."""
+
+    seconds: float  # one window's length
+    rounds: list[dict[str, Any]] = field(default_factory=list)
+    tallies: dict[str, dict[str, Tally]] = field(default_factory=dict)
+    cores: dict[str, list[dict[str, float]]] = field(default_factory=dict)
+
+    def pooled(self, label: str, name: str, ok: tuple[int, ...]) -> dict[str, Any]:
+        """:func:`summary` of tally ``name`` over every window of ``label``."""
+        tally = self.tallies.get(label, {}).get(name, Tally())
+        return summary(tally, self.seconds * len(self.cores.get(label, [])), ok)
+
+    def mean_cores(self, label: str) -> dict[str, float]:
+        return _mean_cores(self.cores.get(label, []))
+
+
+def _rounds(b: Bench, windows: Sequence[Window], rounds: int) -> Rounds:
+    """``rounds`` rounds of ``windows`` (``round_seconds`` each, after ``warmup``), in order in
+    even rounds and in reverse in odd ones, so that a drift of the machine's speed (±20 % within
+    minutes on the machines we used) moves every side alike. The tables are vacuumed and
+    analysed before every window."""
+    s = b.sizes
+    out = Rounds(s.round_seconds)
+    for r in range(rounds):
+        row: dict[str, Any] = {}
+        for w in windows if r % 2 == 0 else windows[::-1]:
+            vacuum_analyze(w.url, SUBMIT_TABLES)
+            prefix = f"{w.prefix}{r}"
+            processes, threads = w.clients or (b.processes, b.client_threads)
+            plans = closed_loop(
+                w.server.port,
+                w.kind,
+                {**w.params, "prefix": prefix},
+                processes=processes,
+                threads=threads,
+                duration=s.round_seconds,
+                warmup=s.warmup,
+            )
+            with ExitStack() as stack:
+                if w.sweep is not None:
+                    stack.enter_context(Sweeper(w.url, w.sweep.format(prefix=prefix)))
+                result, cores = b.measure(w.server, plans, s.warmup, s.round_seconds)
+            pooled = out.tallies.setdefault(w.label, {})
+            for name, tally in result.tallies.items():
+                pooled.setdefault(name, Tally()).merge(tally)
+            out.cores.setdefault(w.label, []).append(cores)
+            got = summary(result.tally(w.counted), s.round_seconds, w.ok)
+            row |= {
+                w.label: got["per_s"],
+                f"{w.label}_p50_ms": got["p50_ms"],
+                f"{w.label}_p99_ms": got["p99_ms"],
+            }
+            say(
+                f"  round {r + 1}: {w.label} {got['per_s']}/s, p50 {got['p50_ms']} ms, "
+                f"p99 {got['p99_ms']} ms, {got['statuses']}"
+            )
+        out.rounds.append(row)
+    return out
+
+
+def _quotient(x: float | None, y: float | None, digits: int) -> float | None:
+    return round(x / y, digits) if x is not None and y else None
+
+
+def _mean_cores(windows: list[dict[str, float]]) -> dict[str, float]:
+    """The cores of equally long windows, averaged."""
+    keys = windows[0].keys() if windows else ()
+    return {k: round(sum(w[k] for w in windows) / len(windows), 2) for k in keys}
+
+
+def _beside_floor(
+    b: Bench,
+    url: str,
+    *,
+    name: str,
+    shape: Shape,
+    prefix: str,
+    ok: tuple[int, ...],
+    params: dict[str, Any] | None = None,
+    extra: dict[str, str] | None = None,
+    prepare: Callable[[Server, str], None] | None = None,
+) -> dict[str, Any]:
+    """A line beside its floor (docs/design.md#targets): the Mediator (``extra`` in its
+    environment) and the floor of ``shape`` up at once on ``url``, the shape advertised,
+    ``prepare`` run, then ``submit_rounds`` rounds of a Mediator window and a floor window whose
+    submits carry the same contracts (and ``params``: see load._contract). The floor opens its
+    Records under the Mediator's Records root. The line's ratio is the median of the rounds'
+    ratios; its p99 is pooled over its Mediator windows and set against the floor's, pooled over
+    the floor's windows."""
+    s = b.sizes
+    work = b.workdir / name
+    fl_work = work / "floor"
+    fl_work.mkdir(parents=True, exist_ok=True)
+    threads = b.threads or 1000  # gunicorn.conf.py's default: the same settings as the Mediator
+    contracts = {**shape.params(b.clients), **(params or {})}
+    with ExitStack() as stack:
+        srv = stack.enter_context(b.server(url, name, {**LIVE, **(extra or {})}))
+        fsrv = stack.enter_context(
+            floor(
+                url,
+                fl_work,
+                workers=b.workers,
+                threads=threads,
+                sql=shape.floor_sql,
+                records=srv.records,
+            )
+        )
+        _advertise_all(srv.port, shape.adverts(b.clients))
+        if prepare is not None:
+            prepare(srv, url)
+        say(
+            f"{name}: {b.processes}×{b.client_threads} clients, the {shape.name} shape "
+            f"({shape.nodes} nodes), {s.submit_rounds} rounds of a Mediator window and a floor "
+            f"window of {s.round_seconds:g} s"
+        )
+        windows = [
+            Window("app", srv, url, "submit", contracts, prefix, "submit", ok),
+            Window("floor", fsrv, url, "submit", contracts, "fl", "submit", (201,), FLOOR_RUNS),
+        ]
+        res = _rounds(b, windows, s.submit_rounds)
+    app = res.pooled("app", "submit", ok)
+    fl = res.pooled("floor", "submit", (201,))
+    for row in res.rounds:
+        row["ratio"] = _quotient(row["app"], row["floor"], 3)
+    ratios = [row["ratio"] for row in res.rounds if row["ratio"] is not None]
+    line = {
+        "app_per_s": app["per_s"],
+        "floor_per_s": fl["per_s"],
+        "ratio": round(statistics.median(ratios), 3) if ratios else None,
+        "ratio_min": min(ratios, default=None),
+        "ratio_max": max(ratios, default=None),
+        "ratio_pooled": _quotient(app["per_s"], fl["per_s"], 3),
+        "p50_ms": app["p50_ms"],
+        "p99_ms": app["p99_ms"],
+        "max_ms": app["max_ms"],
+        "floor_p50_ms": fl["p50_ms"],
+        "floor_p99_ms": fl["p99_ms"],
+        "p99_vs_floor": _quotient(app["p99_ms"], fl["p99_ms"], 2),
+        "statuses": app["statuses"],
+        "errors": app["errors"],
+        "floor_statuses": fl["statuses"],
+        "floor_errors": fl["errors"],
+        "shape": shape.name,
+        "nodes": shape.nodes,
+        "clients": f"{b.processes} processes × {b.client_threads} threads, keep-alive",
+        "rounds": res.rounds,
+        "round_seconds": s.round_seconds,
+        "cpu_cores": res.mean_cores("app"),
+        "floor_cpu_cores": res.mean_cores("floor"),
+    }
+    say(
+        f"  {name}: {app['per_s']}/s ÷ floor {fl['per_s']}/s: median of the rounds' ratios "
+        f"{line['ratio']} (lowest {line['ratio_min']}); pooled p99 {app['p99_ms']} ms, "
+        f"floor {fl['p99_ms']} ms ({line['p99_vs_floor']} ×); {line['cpu_cores']}, "
+        f"floor {line['floor_cpu_cores']}"
+    )
+    return line
+
+
+# ---------------------------------------------------------------- placed submits and pgbench
 
 
 def _opening(probe: dict[str, float]) -> str:
@@ -234,11 +494,9 @@ def _opening(probe: dict[str, float]) -> str:
 
 
 def placed_submits(b: Bench) -> dict[str, Any]:
-    """Closed loop of placed two-step submits on a fleet of ``submit_nodes`` boards, and the
-    floor app running the statements frozen in ``bench/floor.sql``, both up at once on one
-    database and measured in alternating windows (``submit_rounds`` each, the order swapped
-    every round), so that a drift of the machine's speed moves both alike; then pgbench
-    replaying the same statements."""
+    """Placed two-step submits on the pool shape beside its floor (:func:`_beside_floor`); then
+    pgbench replaying the floor's statements on the same database, for context. Before the
+    rounds and after them, 1,000 Records opened alone on the same file system."""
     s = b.sizes
     url = b.dbs.fresh("submit")
     work = b.workdir / "submit"
@@ -249,10 +507,9 @@ def placed_submits(b: Bench) -> dict[str, Any]:
     script.write_text(pgbench_script(statements, slots))
     opening = {"before": record_opening(work / "record-probe", "before")}
     say(f"placed submits: opening a Record here, alone: {_opening(opening['before'])}")
-    placed = _alternating(b, url, work, name="submit", prefix="sp", params={})
+    line = _beside_floor(b, url, name="submit", shape=pool_shape(s), prefix="sp", ok=(201,))
     opening["after"] = record_opening(work / "record-probe", "after")
     say(f"  opening a Record here after the rounds: {_opening(opening['after'])}")
-    app, fl = placed["app"], placed["floor"]
 
     say(f"pgbench: bench/floor.sql ({len(statements)} statements), {slots} clients")
     vacuum_analyze(url, SUBMIT_TABLES)
@@ -260,110 +517,31 @@ def placed_submits(b: Bench) -> dict[str, Any]:
     say(f"  {pg['tps']} TPS")
     return {
         "submit": {
-            "app_per_s": app["per_s"],
+            **line,
             "pgbench_per_s": pg["tps"],
-            "ratio": round(app["per_s"] / pg["tps"], 3) if pg["tps"] else None,
-            "p50_ms": app["p50_ms"],
-            "p99_ms": app["p99_ms"],
-            "max_ms": app["max_ms"],
-            "statuses": app["statuses"],
-            "errors": app["errors"],
-            "clients": f"{b.processes} processes × {b.client_threads} threads, keep-alive",
-            "nodes": s.submit_nodes,
-            "seconds": s.submit_seconds,
-            "rounds": placed["rounds"],
-            "cpu_cores": placed["cpu_cores"],
+            "vs_pgbench": _quotient(line["app_per_s"], pg["tps"], 3),
             "record_opening": opening,
         },
         "pgbench": {**pg, "statements": len(statements), "script": script.read_text()},
+        # The pool shape's floor, as results.json has always had it.
         "floor": {
-            "per_s": fl["per_s"],
-            "p50_ms": fl["p50_ms"],
-            "p99_ms": fl["p99_ms"],
-            "statuses": fl["statuses"],
-            "cpu_cores": placed["floor_cpu_cores"],
+            "per_s": line["floor_per_s"],
+            "p50_ms": line["floor_p50_ms"],
+            "p99_ms": line["floor_p99_ms"],
+            "statuses": line["floor_statuses"],
+            "cpu_cores": line["floor_cpu_cores"],
         },
     }
 
 
-def _alternating(
-    b: Bench,
-    url: str,
-    work: Path,
-    *,
-    name: str,
-    prefix: str,
-    params: dict[str, Any],
-    extra: dict[str, str] | None = None,
-) -> dict[str, Any]:
-    """The placed line's rounds: the Mediator (``extra`` in its environment) and the floor up
-    at once on ``url``, ``submit_rounds`` alternating windows of each, the order swapped every
-    round; the closed loop's submits carry ``params`` (see load._submit)."""
-    s = b.sizes
-    slots = b.clients
-    fl_work = work / "floor"
-    fl_work.mkdir(exist_ok=True)
-    threads = b.threads or 1000  # gunicorn.conf.py's default: the same settings as the Mediator
-    window = s.submit_seconds / s.submit_rounds
-    fl_window = s.floor_seconds / s.submit_rounds
-    say(
-        f"{name}: placed submits and the floor: {b.processes}×{b.client_threads} clients, "
-        f"{s.submit_nodes} nodes, {s.submit_rounds} alternating windows of {window:g} s "
-        f"and {fl_window:g} s"
+def placed_pinned(b: Bench) -> dict[str, Any]:
+    """Placed two-step submits on the pinned shape (each naming one board of its client
+    thread's own) beside the pinned floor (``bench/floor_pinned.sql``)."""
+    url = b.dbs.fresh("submit_pinned")
+    line = _beside_floor(
+        b, url, name="submit-pinned", shape=pinned_shape(b.sizes), prefix="pp", ok=(201,)
     )
-    tallies = {"app": Tally(), "floor": Tally()}
-    cores_of: dict[str, list[dict[str, float]]] = {"app": [], "floor": []}
-    rounds: list[dict[str, float]] = []
-    with (
-        b.server(url, name, extra) as srv,
-        floor(url, fl_work, workers=b.workers, threads=threads) as fsrv,
-    ):
-        _advertise_all(
-            srv.port,
-            [advert(f"sp-node-{n:05d}", slot=f"s{n % slots}") for n in range(s.submit_nodes)],
-        )
-        for r in range(s.submit_rounds):
-            rates: dict[str, float] = {}
-            for which in ("app", "floor") if r % 2 == 0 else ("floor", "app"):
-                # Vacuumed and analysed before each window, so that none starts on the dead
-                # lease rows and stale statistics the one before it left.
-                vacuum_analyze(url, SUBMIT_TABLES)
-                server, seconds = (srv, window) if which == "app" else (fsrv, fl_window)
-                run_prefix = f"{prefix}{r}" if which == "app" else f"fl{r}"
-                plans = closed_loop(
-                    server.port,
-                    "submit",
-                    {**params, "prefix": run_prefix, "slots": slots},
-                    processes=b.processes,
-                    threads=b.client_threads,
-                    duration=seconds,
-                    warmup=s.warmup,
-                )
-                # The floor's runs (``pgb-…``, bench/floor.sql) take leases of nodes that do not
-                # exist; they are swept like the placed line's, so that both windows read a
-                # leases table of the same size.
-                with Sweeper(url, run_prefix + "-" if which == "app" else "pgb-"):
-                    result, cores = b.measure(server, plans, s.warmup, seconds)
-                tally = result.tally("submit")
-                tallies[which].merge(tally)
-                cores_of[which].append(cores)
-                rates[which] = summary(tally, seconds, (201,))["per_s"]
-            rounds.append(
-                {**rates, "ratio": round(rates["app"] / rates["floor"], 3) if rates["floor"] else 0}
-            )
-            say(f"  round {r + 1}: {rates['app']}/s placed, floor {rates['floor']}/s")
-    app = summary(tallies["app"], s.submit_seconds, (201,))
-    fl = summary(tallies["floor"], s.floor_seconds, (201,))
-    cores, fcores = _mean_cores(cores_of["app"]), _mean_cores(cores_of["floor"])
-    say(f"  {app['per_s']}/s placed, p50 {app['p50_ms']} ms, p99 {app['p99_ms']} ms, {cores}")
-    say(f"  floor {fl['per_s']}/s, p99 {fl['p99_ms']} ms, {fcores}")
-    return {
-        "app": app,
-        "floor": fl,
-        "rounds": rounds,
-        "cpu_cores": cores,
-        "floor_cpu_cores": fcores,
-    }
+    return {"submit_pinned": line}
 
 
 # The teams of the placed line with teams: each with a max_nodes it never reaches (the sweeper
@@ -373,28 +551,26 @@ PLACED_TEAMS = (("kernel", 3), ("qa", 1), ("release", 2))
 
 
 def placed_submits_teams(b: Bench) -> dict[str, Any]:
-    """The placed line (same fleet, clients, sweeper and alternating rounds with the floor),
-    with ``MEDIATOR_TEAMS`` configuring three teams with ``max_nodes`` and the submits dealt in
-    turn to those three and to ``default`` (no quota) by ``queue.team``."""
+    """The placed line on the pool shape (same fleet, clients, sweeper and rounds beside the
+    floor), with ``MEDIATOR_TEAMS`` configuring three teams with ``max_nodes`` and the submits
+    dealt in turn to those three and to ``default`` (no quota) by ``queue.team``."""
     s = b.sizes
     url = b.dbs.fresh("submit_teams")
-    work = b.workdir / "submit-teams"
-    work.mkdir(parents=True, exist_ok=True)
     teams = [
         {"name": name, "weight": weight, "max_nodes": s.submit_nodes}
         for name, weight in PLACED_TEAMS
     ]
     dealt = [name for name, _ in PLACED_TEAMS] + ["default"]
-    placed = _alternating(
+    line = _beside_floor(
         b,
         url,
-        work,
         name="submit-teams",
+        shape=pool_shape(s),
         prefix="st",
+        ok=(201,),
         params={"teams": dealt},
         extra={"MEDIATOR_TEAMS": json.dumps(teams)},
     )
-    app, fl = placed["app"], placed["floor"]
     with connect(url) as conn:
         rows = conn.execute(
             "SELECT team, count(*) FROM runs WHERE run_id LIKE 'st%' GROUP BY team"
@@ -403,79 +579,249 @@ def placed_submits_teams(b: Bench) -> dict[str, Any]:
     if set(by_team) != set(dealt):
         raise RuntimeError(f"submit-teams: the runs' teams are {by_team}, not {dealt}")
     say(f"  runs by team: {by_team}")
-    return {
-        "submit_teams": {
-            "app_per_s": app["per_s"],
-            "floor_per_s": fl["per_s"],
-            "ratio": round(app["per_s"] / fl["per_s"], 3) if fl["per_s"] else None,
-            "p50_ms": app["p50_ms"],
-            "p99_ms": app["p99_ms"],
-            "max_ms": app["max_ms"],
-            "statuses": app["statuses"],
-            "errors": app["errors"],
-            "floor_p99_ms": fl["p99_ms"],
-            "teams": teams,
-            "dealt_to": dealt,
-            "runs_by_team": by_team,
-            "nodes": s.submit_nodes,
-            "seconds": s.submit_seconds,
-            "rounds": placed["rounds"],
-            "cpu_cores": placed["cpu_cores"],
-            "floor_cpu_cores": placed["floor_cpu_cores"],
-        }
-    }
-
-
-def _mean_cores(windows: list[dict[str, float]]) -> dict[str, float]:
-    """The cores of equally long windows, averaged."""
-    keys = windows[0].keys() if windows else ()
-    return {k: round(sum(w[k] for w in windows) / len(windows), 2) for k in keys}
+    return {"submit_teams": {**line, "teams": teams, "dealt_to": dealt, "runs_by_team": by_team}}
 
 
 # ---------------------------------------------------------------- queued submits
 
 
-def queued_submits(b: Bench) -> dict[str, Any]:
-    """Closed loop of submits that all wait for the one board, which a run holds, behind
-    ``queued_before`` runs already QUEUED: each is queued (202), with its post-queue scan when a
-    freeing commit was marked since its read (docs/queue.md#on-submit-placed-queued-or-rejected)."""
-    s = b.sizes
-    url = b.dbs.fresh("queued")
-    with b.server(url, "queued") as srv:
-        c = Client(srv.port)
-        _ok(c.post("/v1/nodes", advert("q-node", soc="queue")), 200, "advert")
-        _ok(c.post("/v1/runs", two_steps("q-holder", soc="queue")), 201, "holder")
-        # The line runs with 10,000 runs already QUEUED (docs/design.md#targets) (copies of one
-        # queued run, as the Mediator wrote it, one microsecond apart), so that what a queued submit
-        # costs beside a long queue is what is measured.
-        _ok(c.post("/v1/runs", two_steps("qf-0", soc="queue")), 202, "queued")
-        clone_run(url, "qf-0", "qf-", 1, s.queued_before - 1)
+def _hold_and_queue(b: Bench, shape: Shape) -> Callable[[Server, str], None]:
+    """What a queued line prepares once the shape is advertised: a run holding every board (the
+    holders of one requirement sent in order from one thread, so that none races another for a
+    board and queues), then ``queued_before`` runs QUEUED, dealt evenly over the shape's
+    requirements (docs/design.md#targets): one queued by a submit for each, copied by SQL as the
+    Mediator wrote it (interleaved in arrival order), then ``VACUUM ANALYZE``."""
+    clients = b.clients
+
+    def prepare(srv: Server, url: str) -> None:
+        keys = shape.requirements(clients)
+        holders = [
+            [two_steps(f"qh-{n}", **shape.attrs(n, clients)) for n in range(k, shape.nodes, keys)]
+            for k in range(keys)
+        ]
+        say(f"  {shape.nodes} holders, then {b.sizes.queued_before} runs queued over {keys}")
+        _post_all(srv.port, "/v1/runs", holders, 201, "holder")
+        with connect(url) as conn:
+            row = conn.execute("SELECT count(*) FROM leases WHERE run_id LIKE 'qh-%'").fetchone()
+        if not row or row[0] != shape.nodes:
+            raise RuntimeError(f"{row[0] if row else 0} boards held, not {shape.nodes}")
+        firsts = [[two_steps(f"qf{k:03d}-0", **shape.attrs(k, clients))] for k in range(keys)]
+        _post_all(srv.port, "/v1/runs", firsts, 202, "queued")
+        each = max(1, b.sizes.queued_before // keys)
+        for k in range(keys):
+            clone_run(url, f"qf{k:03d}-0", f"qf{k:03d}-", 1, each - 1, every_us=keys, offset_us=k)
         vacuum_analyze(url)
-        c.close()
-        say(f"queued submits: {b.processes}×{b.client_threads} clients, {s.queued_seconds:g} s")
-        plans = closed_loop(
-            srv.port,
-            "submit",
-            {"prefix": "qd", "attrs": {"soc": "queue"}},
-            processes=b.processes,
-            threads=b.client_threads,
-            duration=s.queued_seconds,
-            warmup=s.warmup,
-        )
-        result, cores = b.measure(srv, plans, s.warmup, s.queued_seconds)
+
+    return prepare
+
+
+def _queued_count(url: str) -> int:
     with connect(url) as conn:
         row = conn.execute("SELECT count(*) FROM runs WHERE state = 'QUEUED'").fetchone()
-        depth = row[0] if row else 0
-    out = summary(result.tally("submit"), s.queued_seconds, (202,))
-    say(f"  {out['per_s']}/s queued, p99 {out['p99_ms']} ms, {depth} queued at the end, {cores}")
-    return {
-        "queued": {
-            **out,
-            "queue_depth_at_start": s.queued_before,
-            "queue_depth_at_end": depth,
-            "cpu_cores": cores,
-        }
+    return int(row[0]) if row else 0
+
+
+def _queued_line(b: Bench, shape: Shape, name: str, prefix: str) -> dict[str, Any]:
+    """Submits that all queue (202), every board held by a run, behind ``queued_before`` runs
+    already QUEUED, beside the floor of the shape (the placed statements: the floor has no
+    queue); each queued submit with its post-queue wake scan, which ends at its check when no
+    wake mark was taken since the submit's read
+    (docs/queue.md#on-submit-placed-queued-or-rejected)."""
+    url = b.dbs.fresh(name.replace("-", "_"))
+    line = _beside_floor(
+        b, url, name=name, shape=shape, prefix=prefix, ok=(202,), prepare=_hold_and_queue(b, shape)
+    )
+    depth = _queued_count(url)
+    say(f"  {depth} runs queued at the end")
+    return {**line, "queue_depth_at_start": b.sizes.queued_before, "queue_depth_at_end": depth}
+
+
+def queued_submits(b: Bench) -> dict[str, Any]:
+    """Queued submits on the pool shape: each asks for a board of its thread's slot, all 125
+    held."""
+    return {"queued": _queued_line(b, pool_shape(b.sizes), "queued", "qd")}
+
+
+def queued_pinned(b: Bench) -> dict[str, Any]:
+    """Queued submits on the pinned shape: each names one of its thread's own boards, held."""
+    return {"queued_pinned": _queued_line(b, pinned_shape(b.sizes), "queued-pinned", "qp")}
+
+
+# ---------------------------------------------------------------- the fleet's size
+
+
+def candidates(b: Bench) -> dict[str, Any]:
+    """The fleet's size costs nothing per request (docs/design.md#targets): two fresh databases,
+    each with N live nodes of one kind (``candidates_nodes``: the smaller N and the larger), every
+    node a board that any submit of the line fits (attrs ``{"kind": "x", "n": "<i>"}``, the
+    contract asking for ``kind: x``), both gunicorns up at once. One client thread (so that no
+    two submits race for the first free node) sends dry-runs, then placed submits (the sweeper
+    frees their leases), in rounds alternating the two fleets; the p50 at the larger N against the
+    p50 at the smaller, for each."""
+    s = b.sizes
+    contract = {"attrs": {"kind": "x"}}
+    fleets: list[tuple[int, Server, str]] = []
+    advertised: dict[str, float] = {}
+    with ExitStack() as stack:
+        for n in s.candidates_nodes:
+            url = b.dbs.fresh(f"candidates{n}")
+            srv = stack.enter_context(b.server(url, f"candidates{n}", LIVE))
+            t0 = time.monotonic()
+            _advertise_all(
+                srv.port, [advert(f"c-node-{i:05d}", kind="x", n=str(i)) for i in range(n)]
+            )
+            advertised[str(n)] = round(time.monotonic() - t0, 1)
+            vacuum_analyze(url, SUBMIT_TABLES)
+            say(f"candidates: {n} nodes advertised in {advertised[str(n)]} s")
+            fleets.append((n, srv, url))
+        kinds = (("dry-run", (200,), None), ("submit", (201,), OWN))
+        windows = [
+            Window(f"{what}@{n}", srv, url, what, contract, f"c{n}-", what, ok, sweep, (1, 1))
+            for what, ok, sweep in kinds
+            for n, srv, url in fleets
+        ]
+        say(
+            f"candidates: dry-runs and placed submits, one client thread, "
+            f"{s.candidates_rounds} rounds of {len(windows)} windows of {s.round_seconds:g} s"
+        )
+        res = _rounds(b, windows, s.candidates_rounds)
+        for n, _, url in fleets:
+            with connect(url) as conn:
+                row = conn.execute("SELECT count(*) FROM nodes WHERE expires_at > now()").fetchone()
+            if not row or row[0] != n:
+                raise RuntimeError(f"candidates: {row[0] if row else 0} live nodes, not {n}")
+    small, large = (str(n) for n in s.candidates_nodes)
+    out: dict[str, Any] = {
+        "nodes": list(s.candidates_nodes),
+        "client": "1 process × 1 thread, closed loop",
+        "advert_seconds": advertised,
+        "rounds": res.rounds,
+        "round_seconds": s.round_seconds,
+        "cpu_cores": {w.label: res.mean_cores(w.label) for w in windows},
     }
+    for what, ok, _ in kinds:
+        by_n = {str(n): res.pooled(f"{what}@{n}", what, ok) for n, _, _ in fleets}
+        ratio = _quotient(by_n[large]["p50_ms"], by_n[small]["p50_ms"], 2)
+        out[what.replace("-", "_")] = {**by_n, "p50_ratio": ratio}
+        say(
+            f"  {what}: p50 {by_n[small]['p50_ms']} ms at {small} nodes, "
+            f"{by_n[large]['p50_ms']} ms at {large}: {ratio} ×"
+        )
+    return {"candidates": out}
+
+
+# ---------------------------------------------------------------- cancels
+
+
+def cancel(b: Bench) -> dict[str, Any]:
+    """Cancels on the pinned shape: rounds of a window of placed submits (the sweeper frees the
+    boards) and a window of pairs, each client thread submitting a placed run naming one of its
+    own boards and then cancelling it (the cancel frees the board), closed loop. A pair costs a
+    placed submit and a cancel, so the rate of cancels alone is 1 ÷ (1 / pairs − 1 / placed):
+    set against the placed rate, x ÷ (1 − x) with x = pairs ÷ placed of the same round (the
+    median round's). Then one placed submit's statements and its cancel's, counted in this
+    process."""
+    s = b.sizes
+    shape = pinned_shape(s)
+    url = b.dbs.fresh("cancel")
+    params = shape.params(b.clients)
+    with b.server(url, "cancel", LIVE) as srv:
+        _advertise_all(srv.port, shape.adverts(b.clients))
+        say(
+            f"cancel: {b.processes}×{b.client_threads} clients, the pinned shape "
+            f"({shape.nodes} nodes), {s.submit_rounds} rounds of a placed window and a "
+            f"submit-and-cancel window of {s.round_seconds:g} s"
+        )
+        windows = [
+            Window("placed", srv, url, "submit", params, "cp", "submit", (201,)),
+            Window("pairs", srv, url, "submit-cancel", params, "cc", "cancel", (200,), None),
+        ]
+        res = _rounds(b, windows, s.submit_rounds)
+    for row in res.rounds:
+        row["pairs_vs_placed"] = x = _quotient(row["pairs"], row["placed"], 3)
+        row["ratio"] = _alone(x)
+    xs = [row["pairs_vs_placed"] for row in res.rounds if row["pairs_vs_placed"] is not None]
+    x = round(statistics.median(xs), 3) if xs else None
+    placed = res.pooled("placed", "submit", (201,))
+    cancels = res.pooled("pairs", "cancel", (200,))
+    submits = res.pooled("pairs", "submit", (201,))
+    ratio = _alone(x)
+    statements = _statement_counts(url, b.workdir / "cancel", board(0))
+    out = {
+        "cancels_per_s": cancels["per_s"],
+        "cancel_p50_ms": cancels["p50_ms"],
+        "cancel_p99_ms": cancels["p99_ms"],
+        "cancel_statuses": cancels["statuses"],
+        "pair_submit_p50_ms": submits["p50_ms"],
+        "pair_submit_statuses": submits["statuses"],
+        "placed_per_s": placed["per_s"],
+        "placed_p50_ms": placed["p50_ms"],
+        "placed_p99_ms": placed["p99_ms"],
+        "placed_statuses": placed["statuses"],
+        "pairs_vs_placed": x,
+        "cancel_vs_placed": ratio,
+        "cancel_alone_per_s": round(ratio * placed["per_s"], 1) if ratio is not None else None,
+        # The same from the pairs' latencies alone: a request's share of a saturated server's
+        # time, if it is shared evenly, is its p50's share.
+        "cancel_vs_placed_by_latency": _quotient(submits["p50_ms"], cancels["p50_ms"], 3),
+        "statements": statements,
+        "shape": shape.name,
+        "nodes": shape.nodes,
+        "clients": f"{b.processes} processes × {b.client_threads} threads, keep-alive",
+        "rounds": res.rounds,
+        "round_seconds": s.round_seconds,
+        "cpu_cores": res.mean_cores("pairs"),
+        "placed_cpu_cores": res.mean_cores("placed"),
+    }
+    say(
+        f"  cancel: {cancels['per_s']} pairs/s against {placed['per_s']} placed/s (median "
+        f"round {x}): cancels alone at {ratio} × the placed rate; cancel p50 "
+        f"{cancels['p50_ms']} ms, p99 {cancels['p99_ms']} ms; statements {statements}"
+    )
+    return {"cancel": out}
+
+
+def _alone(x: float | None) -> float | None:
+    """The rate of cancels alone over the placed rate, from x = pairs ÷ placed (None when a pair
+    was measured as fast as a submit alone: no cost of the cancel's is left to see)."""
+    return round(x / (1 - x), 3) if x is not None and x < 1 else None
+
+
+def _statement_counts(url: str, work: Path, name: str) -> dict[str, int]:
+    """The statements of one placed submit naming board ``name`` and of its cancel, counted in
+    this process as tests/perf counts them (SQLAlchemy's ``before_cursor_execute`` on the app's
+    engine, from this thread: the test client serves the request in it), after a warm pair."""
+    from sqlalchemy import event
+
+    records = work / "inprocess-records"
+    records.mkdir(parents=True, exist_ok=True)
+    seen: list[str] = []
+    here = threading.get_ident()
+
+    def on_execute(*args: Any) -> None:
+        if threading.get_ident() == here:
+            seen.append(args[2])  # (conn, cursor, statement, parameters, context, executemany)
+
+    counts: dict[str, int] = {}
+    with mediator_app(url, records) as app:
+        c = client_of(app)
+        engine = app.extensions["mediator"].db.engine
+        event.listen(engine, "before_cursor_execute", on_execute)
+        try:
+            for run_id in ("cs-warm", "cs-counted"):
+                sends = (
+                    ("submit_placed", "/v1/runs", two_steps(run_id, board=name), 201),
+                    ("cancel", f"/v1/runs/{run_id}/cancel", None, 200),
+                )
+                for key, path, doc, status in sends:
+                    seen.clear()
+                    resp = c.post(path, json=doc) if doc is not None else c.post(path)
+                    if resp.status_code != status:
+                        raise RuntimeError(f"{key}: {resp.status_code}: {resp.get_data()[:300]!r}")
+                    counts[key] = len(seen)
+        finally:
+            event.remove(engine, "before_cursor_execute", on_execute)
+    return counts
 
 
 # ---------------------------------------------------------------- wake scan
@@ -889,15 +1235,28 @@ def fleet(b: Bench) -> dict[str, Any]:
     return {"fleet": dict(largest), "fleet_by_claims": runs}
 
 
-def _advertise_all(port: int, adverts: list[dict[str, Any]]) -> None:
-    def send(chunk: list[dict[str, Any]]) -> None:
+def _post_all(
+    port: int, path: str, lanes: Sequence[Sequence[dict[str, Any]]], status: int, what: str
+) -> None:
+    """POST every document of ``lanes`` from 8 threads of one connection each, a lane's documents
+    in order from one thread (two holders of one requirement must not race for its boards), each
+    answered ``status``."""
+
+    def send(mine: Sequence[Sequence[dict[str, Any]]]) -> None:
         c = Client(port)
-        for doc in chunk:
-            _ok(c.post("/v1/nodes", doc), 200, "advert")
-        c.close()
+        try:
+            for lane in mine:
+                for doc in lane:
+                    _ok(c.post(path, doc), status, what)
+        finally:
+            c.close()
 
     with ThreadPoolExecutor(8) as pool:
-        list(pool.map(send, [adverts[i::8] for i in range(8)]))
+        list(pool.map(send, [lanes[i::8] for i in range(8)]))
+
+
+def _advertise_all(port: int, adverts: list[dict[str, Any]]) -> None:
+    _post_all(port, "/v1/nodes", [[doc] for doc in adverts], 200, "advert")
 
 
 # ---------------------------------------------------------------- reaper
@@ -982,8 +1341,12 @@ def reaper(b: Bench) -> dict[str, Any]:
 
 PHASES: dict[str, Callable[[Bench], dict[str, Any]]] = {
     "submit": placed_submits,
+    "submit-pinned": placed_pinned,
     "submit-teams": placed_submits_teams,
     "queued": queued_submits,
+    "queued-pinned": queued_pinned,
+    "candidates": candidates,
+    "cancel": cancel,
     "wake": wake_scan,
     "wake-reserving": wake_scan_reserving,
     "release": release_to_claim,

@@ -107,38 +107,148 @@ def rows(doc: dict[str, Any], before: dict[str, Any] | None) -> list[Row]:
     for d in (doc, before):
         claims |= set((d or {}).get("fleet_by_claims") or {})
     out = list(ROWS)
+    for top, name, what, target in FLOOR_LINES:
+        out += floor_rows(top, name, what, target)
+    out += candidates_rows(doc) + CANCEL_ROWS + WAKE_ROWS
     for c in sorted(claims, key=int):
         out += fleet_rows(c)
     return out + ROWS_LAST
 
 
-def _per_floor(top: str, key: str) -> Callable[[dict[str, Any] | None], Any]:
-    """A line's rate ÷ the floor measured in the same run (the yardstick of
-    docs/design.md#targets)."""
+# The lines measured beside a floor (docs/design.md#targets): results.json's key, the line's
+# name in results.md, what it measures, and its target as a fraction of the floor.
+FLOOR_LINES = (
+    ("submit", "placed submits, pool shape", "201; 2,000 boards, 125 candidates a submit", 0.8),
+    (
+        "submit_pinned",
+        "placed submits, pinned shape",
+        "201; 200 boards, each submit naming one",
+        0.8,
+    ),
+    (
+        "queued",
+        "queued submits, pool shape",
+        "202; every board held, 10,000 runs queued before",
+        0.5,
+    ),
+    (
+        "queued_pinned",
+        "queued submits, pinned shape",
+        "202; every board held, 10,000 runs queued before",
+        0.5,
+    ),
+)
+# The pooled p99 of every line beside a floor, at most this many times the floor's pooled p99.
+P99_VS_FLOOR = 1.5
+
+
+def _legacy(doc: dict[str, Any] | None, top: str) -> bool:
+    """Whether ``top`` is of a results.json written before the lines ran in rounds beside
+    floors of their own (``before.json``): one pool floor then, and no median of rounds."""
+    return dig(doc, top, "ratio_min") is None
+
+
+def _rate(top: str) -> Callable[[dict[str, Any] | None], Any]:
+    return lambda doc: dig(doc, top, "app_per_s") or dig(doc, top, "per_s")
+
+
+def _floor_rate(top: str) -> Callable[[dict[str, Any] | None], Any]:
+    def value(doc: dict[str, Any] | None) -> Any:
+        if _legacy(doc, top):
+            return dig(doc, "floor", "per_s") if top in ("submit", "queued") else None
+        return dig(doc, top, "floor_per_s")
+
+    return value
+
+
+def _vs_floor(top: str) -> Callable[[dict[str, Any] | None], Any]:
+    """The line's ratio to its floor: the median of its rounds' ratios (an older results.json:
+    its rate ÷ the pool floor's)."""
 
     def value(doc: dict[str, Any] | None) -> Any:
-        x, y = dig(doc, top, key), dig(doc, "floor", "per_s")
+        if not _legacy(doc, top):
+            return dig(doc, top, "ratio")
+        x, y = _rate(top)(doc), _floor_rate(top)(doc)
         return round(float(x) / float(y), 3) if x is not None and y else None
 
     return value
 
 
-def _lowest_round(doc: dict[str, Any] | None) -> Any:
-    """The lowest ratio of one round's two windows (the placed line's and the floor's, measured
-    one right after the other)."""
-    rounds = dig(doc, "submit", "rounds") or []
-    return min((r["ratio"] for r in rounds), default=None)
+def floor_rows(top: str, name: str, what: str, target: float) -> list[Row]:
+    """A line beside its floor: its rate, its floor's, the median of the rounds' ratios against
+    ``target``, the lowest round, and its pooled p99 against the floor's."""
+    return [
+        Row(f"{name} ({what})", _rate(top), "/s"),
+        Row(f"{name}: its floor (its shape's statements, a Record)", _floor_rate(top), "/s"),
+        Row(f"{name} ÷ floor, median of the rounds' ratios", _vs_floor(top), "", ">=", target),
+        Row(f"{name} ÷ floor, lowest round", at(top, "ratio_min")),
+        Row(f"{name}: p50", at(top, "p50_ms"), " ms"),
+        Row(f"{name}: p99 pooled over its windows", at(top, "p99_ms"), " ms"),
+        Row(f"{name}: the floor's p99 pooled over its windows", at(top, "floor_p99_ms"), " ms"),
+        Row(f"{name}: p99 ÷ the floor's", at(top, "p99_vs_floor"), "", "<=", P99_VS_FLOOR),
+    ]
 
+
+def candidates_rows(doc: dict[str, Any]) -> list[Row]:
+    """The fleet's size: dry-run's and placed submit's p50 at the two fleets of the line."""
+    small, large = (dig(doc, "candidates", "nodes") or [2000, 20000])[:2]
+    out = []
+    for key, what in (("dry_run", "dry-run"), ("submit", "placed submit")):
+        out += [
+            Row(
+                f"fleet's size: {what} p50, {small:,} live nodes that it fits",
+                at("candidates", key, str(small), "p50_ms"),
+                " ms",
+            ),
+            Row(
+                f"fleet's size: {what} p50, {large:,} live nodes",
+                at("candidates", key, str(large), "p50_ms"),
+                " ms",
+            ),
+            Row(
+                f"fleet's size: {what} p50 at {large:,} ÷ at {small:,}",
+                at("candidates", key, "p50_ratio"),
+                "",
+                "<=",
+                1.2,
+            ),
+        ]
+    return out
+
+
+def _statements(doc: dict[str, Any] | None) -> str | None:
+    counts = dig(doc, "cancel", "statements") or {}
+    if not counts:
+        return None
+    return f"{counts.get('cancel')} (a placed submit: {counts.get('submit_placed')})"
+
+
+CANCEL_ROWS = [
+    Row(
+        "cancels, pinned shape: submit-and-cancel pairs",
+        at("cancel", "cancels_per_s"),
+        "/s",
+    ),
+    Row("cancels: placed submits of the same line", at("cancel", "placed_per_s"), "/s"),
+    Row(
+        "cancels alone ÷ placed submits (from the pairs' rate, median round)",
+        at("cancel", "cancel_vs_placed"),
+        "",
+        ">=",
+        0.5,
+    ),
+    Row("cancel p50", at("cancel", "cancel_p50_ms"), " ms"),
+    Row("cancel p99", at("cancel", "cancel_p99_ms"), " ms"),
+    Row("statements of a cancel", _statements),
+]
 
 ROWS = [
     Row("pgbench replaying bench/floor.sql", at("submit", "pgbench_per_s"), " TPS"),
-    Row("floor: bare Flask + psycopg 3 running bench/floor.sql", at("floor", "per_s"), "/s"),
-    Row("floor p99", at("floor", "p99_ms"), " ms"),
-    Row("placed submits (201)", at("submit", "app_per_s"), "/s"),
-    Row("placed submits ÷ pgbench", at("submit", "ratio"), ""),
-    Row("placed submits ÷ floor", _per_floor("submit", "app_per_s"), "", ">=", 0.8),
-    Row("placed submits ÷ floor, lowest of the alternating rounds", _lowest_round, ""),
-    Row("placed submit p50", at("submit", "p50_ms"), " ms"),
+    Row(
+        "placed submits, pool shape ÷ pgbench (context)",
+        lambda d: _ratio(d, "submit", "app_per_s", "pgbench_per_s"),
+        "",
+    ),
     Row(
         "opening a Record alone on this file system, before the placed line (p50)",
         at("submit", "record_opening", "before", "p50_us"),
@@ -149,10 +259,9 @@ ROWS = [
         at("submit", "record_opening", "after", "p50_us"),
         " µs",
     ),
-    Row("placed submit p99", at("submit", "p99_ms"), " ms", "<=", 50),
-    Row("queued submits (202), 10,000 runs queued before", at("queued", "per_s"), "/s"),
-    Row("queued submits ÷ floor", _per_floor("queued", "per_s"), "", ">=", 0.5),
-    Row("queued submit p99", at("queued", "p99_ms"), " ms", "<=", 50),
+]
+
+WAKE_ROWS = [
     Row("wake scan, 20 shapes, one node freed: 1k queued", at("wake_scan_ms", "1000"), " ms"),
     Row(
         "wake scan: 10k queued",
@@ -236,11 +345,24 @@ def _fmt(value: Any, unit: str) -> str:
 
 
 def _cpu_entries(doc: dict[str, Any]) -> list[tuple[str, dict[str, float]]]:
-    entries = [
-        ("placed submits", dig(doc, "submit", "cpu_cores")),
-        ("floor", dig(doc, "floor", "cpu_cores")),
-        ("queued submits", dig(doc, "queued", "cpu_cores")),
+    """Each line's windows and where their CPU went (the mean of its windows, by side)."""
+    entries = []
+    for top, name in [(top, name) for top, name, _, _ in FLOOR_LINES] + [
+        ("submit_teams", "placed submits, three quota'd teams")
+    ]:
+        entries += [
+            (name, dig(doc, top, "cpu_cores")),
+            (f"{name}: its floor", dig(doc, top, "floor_cpu_cores")),
+        ]
+    if dig(doc, "submit", "floor_cpu_cores") is None:
+        entries.append(("floor", dig(doc, "floor", "cpu_cores")))  # an older results.json
+    entries += [
+        ("cancels: placed windows", dig(doc, "cancel", "placed_cpu_cores")),
+        ("cancels: submit-and-cancel windows", dig(doc, "cancel", "cpu_cores")),
     ]
+    for label, cores in (dig(doc, "candidates", "cpu_cores") or {}).items():
+        what, nodes = label.split("@")
+        entries.append((f"fleet's size: {what}, {int(nodes):,} nodes (one client thread)", cores))
     for claims, run in (doc.get("fleet_by_claims") or {}).items():
         entries.append(
             (f"fleet, {claims} claims (server: gunicorn and the reaper)", run.get("cpu_cores"))
@@ -250,7 +372,7 @@ def _cpu_entries(doc: dict[str, Any]) -> list[tuple[str, dict[str, float]]]:
 
 def _cpu(doc: dict[str, Any]) -> list[str]:
     lines = [
-        "| phase | server | PostgreSQL | client | other processes | whole machine |",
+        "| phase | server (gunicorn) | PostgreSQL | client | other processes | whole machine |",
         "|---|---|---|---|---|---|",
     ]
     for name, cores in _cpu_entries(doc):
@@ -368,15 +490,15 @@ def teams_section(doc: dict[str, Any]) -> list[str]:
         )
     st = doc.get("submit_teams")
     if st:
-        lowest = min((r["ratio"] for r in st["rounds"]), default=None)
+        lowest = min((r["ratio"] for r in st["rounds"] if r.get("ratio") is not None), default=None)
         lines += [
             f"| placed submits, three quota'd teams beside the plain one (201) | "
             f"{_fmt(st['app_per_s'], '/s')} (floor {_fmt(st['floor_per_s'], '/s')}) | — | — |",
-            f"| placed submits, three quota'd teams beside the plain one ÷ floor | "
-            f"{_fmt(st['ratio'], '')} (lowest round {_fmt(lowest, '')}) | ≥ 0.7 | "
+            f"| placed submits, three quota'd teams beside the plain one ÷ floor, median of the "
+            f"rounds' ratios | {_fmt(st['ratio'], '')} (lowest round {_fmt(lowest, '')}) | ≥ 0.7 | "
             f"{_met(None if st['ratio'] is None else st['ratio'] >= 0.7)} |",
-            f"| placed submits with teams: p99 | {_fmt(st['p99_ms'], ' ms')} (floor "
-            f"{_fmt(st['floor_p99_ms'], ' ms')}) | — | — |",
+            f"| placed submits with teams: p99 pooled over its windows | "
+            f"{_fmt(st['p99_ms'], ' ms')} (floor {_fmt(st['floor_p99_ms'], ' ms')}) | — | — |",
         ]
     if lab:
         lines += ["", *_labday_detail(lab)]

@@ -101,6 +101,12 @@ class Server:
     def pids(self) -> list[int]:
         return [self.pid, *self.worker_pids()]
 
+    @property
+    def records(self) -> Path:
+        """The Mediator's Records root (``MEDIATOR_RECORDS_ROOT``), where the floor of the same
+        line opens its Records too."""
+        return Path(self.env["MEDIATOR_RECORDS_ROOT"])
+
     def rss_kib(self) -> int:
         return sum(rss_kib(p) for p in self.pids())
 
@@ -206,12 +212,19 @@ class Reaper:
         self.proc = None
 
 
-def floor(db_url: str, workdir: Path, *, workers: int, threads: int) -> Server:
-    """The stack's floor: a bare Flask app that parses the body and runs the statements of
-    ``bench/floor.sql`` in one transaction through psycopg 3, under the same gunicorn
-    settings."""
+def floor(
+    db_url: str, workdir: Path, *, workers: int, threads: int, sql: Path, records: Path
+) -> Server:
+    """The stack's floor (``bench/floor.py``): a bare Flask app that parses the body, runs the
+    statements of ``sql`` (``bench/floor.sql`` or ``bench/floor_pinned.sql``) in one transaction
+    through psycopg 3 and opens the run's Record under ``records`` (the Mediator's Records root
+    of the same line, so that both write on one file system, in one directory), under the same
+    gunicorn settings."""
+    records.mkdir(parents=True, exist_ok=True)
     env = {
         "BENCH_FLOOR_DATABASE_URL": db_url,
+        "BENCH_FLOOR_SQL": str(sql),
+        "BENCH_FLOOR_RECORDS": str(records),
         "MEDIATOR_WORKERS": str(workers),
     }
     # An empty settings file of its own: gunicorn would otherwise read ./gunicorn.conf.py.
