@@ -37,8 +37,8 @@ from app.store.files import (
     record_log_file,
 )
 from app.store.log_lock import lock_log
-from app.store.runs import get_run, mark_sealed, run_events, seal_reads, try_lock_seal
-from app.store.steps import get_step, share_claimed_step, steps_with_labels
+from app.store.runs import get_run, mark_sealed, seal_reads
+from app.store.steps import get_step, share_claimed_step
 from app.wire import mark_declared, ts
 
 

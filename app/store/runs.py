@@ -461,14 +461,10 @@ def set_run_fields(s: Session, run_id: str, **values: Any) -> None:
 SEAL_LOCK_CLASS = 0x4D536561
 
 
-def try_lock_seal(s: Session, run_id: str) -> bool:
-    """``pg_try_advisory_xact_lock`` on the run's seal: one seal of a run at a time across every
-    process and host (the finishing request's and each reaper's); False when another holds it."""
+def _seal_key(run_id: str) -> int:
+    """The advisory lock key of a run's seal (with :data:`SEAL_LOCK_CLASS`)."""
     digest = hashlib.sha256(run_id.encode("utf-8", "surrogatepass")).digest()
-    key = int.from_bytes(digest[:4], "big", signed=True)
-    return bool(
-        s.execute(select(func.pg_try_advisory_xact_lock(SEAL_LOCK_CLASS, key))).scalar_one()
-    )
+    return int.from_bytes(digest[:4], "big", signed=True)
 
 
 class SealReads(NamedTuple):
@@ -506,13 +502,13 @@ _SealedEvent = namedtuple("_SealedEvent", [c.name for c in _SEALED_EVENTS.select
 
 
 def seal_reads(s: Session, run_id: str) -> SealReads | None:
-    """The seal's lock (:func:`try_lock_seal`'s) and its reads in one round trip; None when
+    """``pg_try_advisory_xact_lock`` on the run's seal (one seal of a run at a time across every
+    process and host: the finishing request's and each reaper's) and the seal's reads, in one
+    round trip; None when
     another holds the lock. The run is read in the statement that takes the lock: a seal that
     committed in between leaves ``sealed_at`` unseen, and the store's seal, which is idempotent,
     finds the Record sealed."""
-    digest = hashlib.sha256(run_id.encode("utf-8", "surrogatepass")).digest()
-    key = int.from_bytes(digest[:4], "big", signed=True)
-    params = {"run_id": run_id, "lock_class": SEAL_LOCK_CLASS, "lock_key": key}
+    params = {"run_id": run_id, "lock_class": SEAL_LOCK_CLASS, "lock_key": _seal_key(run_id)}
     runs, steps, events = pipelined(
         s, (_SEALED_RUN, params), (_SEALED_STEPS, params), (_SEALED_EVENTS, params)
     )
@@ -522,7 +518,9 @@ def seal_reads(s: Session, run_id: str) -> SealReads | None:
     if not run.locked:
         return None
     rows = [_SealedStep._make(st) for st in steps]
-    return SealReads(run, [(st, st.node_label) for st in rows], [_SealedEvent._make(e) for e in events])
+    return SealReads(
+        run, [(st, st.node_label) for st in rows], [_SealedEvent._make(e) for e in events]
+    )
 
 
 def mark_sealed(s: Session, run_id: str) -> None:

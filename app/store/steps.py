@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session, aliased
 
 from app.contract import is_valid_id
 from app.contract.types import StepDef
-from app.models import Lease, Node, Run, Step, StepDuration
+from app.models import Lease, Run, Step, StepDuration
 from app.states import (
     ASKED,
     CLAIMED,
@@ -64,18 +64,6 @@ def bind_steps(s: Session, run_id: str, node_for_role: Mapping[str, str]) -> Non
 
 def steps_of(s: Session, run_id: str) -> list[Step]:
     return list(s.execute(select(Step).where(Step.run_id == run_id).order_by(Step.seq)).scalars())
-
-
-def steps_with_labels(s: Session, run_id: str) -> list[tuple[Step, str | None]]:
-    """The run's steps in seq order, each with the label of its node (None without one), in one
-    statement: what a seal writes into the step documents."""
-    q = (
-        select(Step, Node.label)
-        .outerjoin(Node, Node.node_id == Step.node_id)
-        .where(Step.run_id == run_id)
-        .order_by(Step.seq)
-    )
-    return [(st, label) for st, label in s.execute(q).all()]
 
 
 def steps_of_runs(s: Session, run_ids: Sequence[str]) -> dict[str, list[Step]]:

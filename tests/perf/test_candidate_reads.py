@@ -74,7 +74,7 @@ def measure(app: Any, client: Any, tag: str) -> dict[str, tuple[list[tuple[str, 
     out = {}
     for name, request in requests.items():
         replies: list[Any] = []
-        sent = reads_sent(app, lambda r=request: replies.append(r()))  # type: ignore[misc]
+        sent = reads_sent(app, lambda r=request, out=replies: out.append(r()))  # type: ignore[misc]
         assert replies[0].status_code in (200, 201), (name, replies[0].get_json())
         out[name] = (touched(app, sent), sum(seq_scans_of_nodes(p) for p in plans_of(app, sent)))
     return out
