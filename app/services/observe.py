@@ -25,7 +25,7 @@ from app.services.records import event_document, ledger_entries
 from app.services.teams import Shares
 from app.states import PENDING, QUEUED, RUNNING
 from app.store.clock import database_now
-from app.store.nodes import candidate_adverts, live_nodes, node_labels
+from app.store.nodes import Candidates, candidate_adverts, live_nodes, node_labels
 from app.store.queue import QueuedRun, QueuePlace, queue_place
 from app.store.runs import get_run, list_runs, run_events
 from app.store.steps import steps_of
@@ -143,6 +143,7 @@ def _queue_explanation(
     budget: EstimateBudget | None = None,
     shares: Shares | None = None,
     standing: Standing | None = None,
+    found: Candidates | None = None,
 ) -> None:
     """Per role: candidates {live, busy, draining, reserved}, the runs holding the busy ones and
     the holders of the reserved ones; the run's priority, its own reservation and its place in
@@ -150,9 +151,10 @@ def _queue_explanation(
     docs/priorities.md#what-you-see); with ``shares``, its team's share (docs/teams.md, "What a
     queued run shows"). A statement for the candidates with their leases, drains and reservations,
     ``place``, and one for the share."""
-    found = candidate_adverts(
-        s, [role_from_wire(wire) for wire in requires], with_holders=True, with_leases=True
-    )
+    if found is None:
+        found = candidate_adverts(
+            s, [role_from_wire(wire) for wire in requires], with_holders=True, with_leases=True
+        )
     held = found.held
     against = reserved_against(held, run.run_id, run.priority)
     view["requires"] = explain_roles(
@@ -296,17 +298,21 @@ def queued_run_view(
     budget: EstimateBudget | None = None,
     shares: Shares | None = None,
     standing: Standing | None = None,
+    found: Candidates | None = None,
 ) -> dict[str, Any]:
     """The view of a run just queued and still QUEUED at ``place``, built from what was written
-    (its steps all PENDING on no node) with the explanation of its wait read now, as
-    :func:`render_run` would show it: the submit's 202."""
+    (its steps all PENDING on no node) with the explanation of its wait, as :func:`render_run`
+    would show it: the submit's 202. ``found``: the candidates as the placement read them, with
+    their holders, leases and drains (else read now)."""
     run = _new_run(contract, caller, QUEUED, created_at)
     view = run_summary(run)
     view["steps"] = _new_steps(contract, {})
     if contract.warnings:
         view["warnings"] = list(contract.warnings)
     requires = [r.to_wire() for r in contract.requires]
-    _queue_explanation(s, run, requires, view, reserve_after, place, budget, shares, standing)
+    _queue_explanation(
+        s, run, requires, view, reserve_after, place, budget, shares, standing, found
+    )
     return view
 
 

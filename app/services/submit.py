@@ -21,6 +21,7 @@ from app.match import (
     Assignment,
     Reject,
     fit_within_cap,
+    match,
     match_firsts,
     width_exceeded,
 )
@@ -41,7 +42,7 @@ from app.states import FAILED, QUEUED, RUNNING
 from app.store import DuplicateRun, NodeTaken, PrunedRunId
 from app.store.gate import last_mark
 from app.store.leases import lease_rows
-from app.store.nodes import FirstCandidates, candidate_adverts, first_candidates
+from app.store.nodes import Candidates, candidate_adverts, first_candidates
 from app.store.queue import queue_place
 from app.store.runs import create_run, get_run
 from app.store.steps import step_rows
@@ -82,6 +83,8 @@ class _Queued:
 
     mark: int | None = None
     created_at: datetime | None = None
+    # Every candidate as placement read it, when it read them all: the 202's explanation.
+    candidates: Candidates | None = None
 
 
 def _view(ctx: Context, run_id: str) -> dict[str, Any]:
@@ -178,12 +181,22 @@ def _place(
         # scan can find anything the read did not. The mark must be read before the read's snapshot
         # is taken, so in a statement of its own: read first when the run's shape queued last time
         # in this process, else only once the read found every candidate busy, and then the read
-        # again, after it.
+        # again, after it: that read is of every candidate with what the 202 explains of each,
+        # so a run that queues reads its candidates once more at most, never for its 202.
         reserved_for = _reserved_for(ctx, contract)
 
-        def look() -> tuple[FirstCandidates, Assignment | Reject]:
-            found = first_candidates(s, contract.requires, reserved_for=reserved_for)
-            return found, match_firsts(contract.requires, found.firsts)
+        def look_whole() -> tuple[Candidates, Assignment | Reject]:
+            # The run is expected to queue: every candidate, with what the 202 explains of
+            # each (its lease's run, its drain, its reservation), read once for the match and
+            # for the explanation (docs/queue.md#what-a-queued-runs-view-explains).
+            every = candidate_adverts(
+                s,
+                contract.requires,
+                reserved_for=reserved_for,
+                with_holders=True,
+                with_leases=True,
+            )
+            return every, match(contract.requires, every.adverts, every.unavailable, ordered=True)
 
         quota = ctx.teams.quota(contract.team)
         wide = _wider_than_quota(contract, quota, max(r.count for r in contract.requires))
@@ -191,10 +204,18 @@ def _place(
             create_run(s, contract, state=FAILED, reject=_reject_body("", wide), **who)
             return _Refused(wide)
         mark = last_mark(s) if ctx.queued_shapes.get(contract.requires_key) else None
-        found, outcome = look()
-        if isinstance(outcome, Reject) and outcome.why is NOT_NOW and mark is None:
-            mark = last_mark(s)
-            found, outcome = look()
+        every: Candidates | None = None
+        if mark is None:
+            found = first_candidates(s, contract.requires, reserved_for=reserved_for)
+            outcome = match_firsts(contract.requires, found.firsts)
+            labels = found.labels
+            if isinstance(outcome, Reject) and outcome.why is NOT_NOW:
+                mark = last_mark(s)
+                every, outcome = look_whole()
+        else:
+            every, outcome = look_whole()
+        if every is not None:
+            labels = {a.node_id: a.label for a in every.adverts}
         _remember_shape(
             ctx, contract.requires_key, isinstance(outcome, Reject) and outcome.why is NOT_NOW
         )
@@ -215,19 +236,19 @@ def _place(
             check_queue_room(ctx, s, contract.team)
             ctx.records.open(location, _manifest(contract, caller, QUEUED, created_at))
             fault("submit.queued")
-            return _Queued(mark, created_at)
+            return _Queued(mark, created_at, every)
         cap = ctx.config["lease.max_per_run"]
         over = width_exceeded(outcome, cap)
         if over:
             # The first candidates of each role may take a node apiece where one node could fill
             # several roles (docs/contract.md): only then is every candidate read, once.
-            every = candidate_adverts(s, contract.requires, reserved_for=reserved_for)
+            every = every or candidate_adverts(s, contract.requires, reserved_for=reserved_for)
             within = fit_within_cap(
                 contract.requires, every.adverts, every.unavailable, cap, ordered=True
             )
             if within is not None:
                 outcome, over = within, None
-                found = FirstCandidates(found.firsts, {a.node_id: a.label for a in every.adverts})
+                labels = {a.node_id: a.label for a in every.adverts}
         over = over or _wider_than_quota(contract, quota, len(outcome.nodes()))
         if over:
             create_run(s, contract, state=FAILED, reject=_reject_body("", over), **who)
@@ -265,8 +286,7 @@ def _place(
             # Every step is PENDING and nothing starts by itself: the claims of the steps'
             # nodes are all the commit leaves to do, notified in the commit's round trip.
             commit_notifying(s, {bound[st.uses] for st in contract.steps if st.uses in bound})
-        labels = {n: found.labels.get(n) for n in outcome.nodes()}
-        return _Placed(created_at, outcome, labels, started)
+        return _Placed(created_at, outcome, {n: labels.get(n) for n in outcome.nodes()}, started)
 
 
 @retrying
@@ -413,6 +433,7 @@ def _queued_answer(ctx: Context, contract: Contract, caller: Caller, queued: _Qu
                         budget=EstimateBudget(ctx.config["estimate.max_ahead"]),
                         shares=shares,
                         standing=standing,
+                        found=queued.candidates,
                     )
                     return Submitted(202, view, queued=True)
     if scan:

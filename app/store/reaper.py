@@ -281,3 +281,36 @@ def unsealed_finished_runs(s: Session) -> list[str]:
 def delete_run_leases(s: Session, run_id: str) -> int:
     result = s.execute(delete(Lease).where(Lease.run_id == run_id))
     return rowcount(result)
+
+
+# The tables whose statistics the planner's choices for requests hang on: the candidate read's
+# index (nodes), the queue's and the runs list's (runs), a run's steps (steps). A bulk change (a
+# fleet advertising at once, a CI system queueing thousands of runs) leaves them stale until
+# autovacuum's next look, up to a minute later (docs/design.md#targets).
+STATISTICS_TABLES = ("nodes", "runs", "steps")
+_STALE_STATISTICS = text(
+    "SELECT relname FROM pg_stat_user_tables"
+    " WHERE schemaname = current_schema() AND relname = ANY(:tables)"
+    " AND n_mod_since_analyze >= :least"
+    " AND n_mod_since_analyze >= :fraction * GREATEST(n_live_tup, 1)"
+    " ORDER BY relname"
+).bindparams(bindparam("tables"), bindparam("least"), bindparam("fraction"))
+
+
+def stale_statistics(conn: Connection, *, least: int, fraction: float) -> list[str]:
+    """The tables of :data:`STATISTICS_TABLES` changed by at least ``least`` rows and by at least
+    ``fraction`` of their live rows since they were last analysed."""
+    params = {"tables": list(STATISTICS_TABLES), "least": least, "fraction": fraction}
+    return [str(r[0]) for r in conn.execute(_STALE_STATISTICS, params)]
+
+
+def analyze(conn: Connection, table: str) -> None:
+    """``ANALYZE`` one of :data:`STATISTICS_TABLES` (in autocommit), waiting for no lock: a table
+    that autovacuum is working on is left to it."""
+    if table not in STATISTICS_TABLES:
+        raise ValueError(f"not a table whose statistics the reaper keeps: {table}")
+    conn.exec_driver_sql("SET lock_timeout = '100ms'")
+    try:
+        conn.exec_driver_sql(f"ANALYZE {table}")
+    finally:
+        conn.exec_driver_sql("RESET lock_timeout")

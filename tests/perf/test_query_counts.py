@@ -50,17 +50,18 @@ MAX_STATEMENTS: dict[str, int] = {
     # check with the placements and then the leases (docs/queue.md, "Lock order"), and after the
     # commit, in its round trip, the claims' NOTIFY (which no other thread sends for it).
     "submit placed": 5,
-    # The candidates, the last wake mark and the candidates again (only a run that queues
-    # pays these two: docs/queue.md#on-submit-placed-queued-or-rejected), the insert, then its place
-    # in the queue with the marks and the candidates with their holders for the 202: no scan when
-    # nothing was freed since the read (it was 16 with the scan every queued submit ran). The 202's
+    # The candidates, the last wake mark and every candidate with its holders (only a run that
+    # queues pays these two: docs/queue.md#on-submit-placed-queued-or-rejected), the insert, then
+    # its place in the queue with the marks: no scan when nothing was freed since the read (it was
+    # 16 with the scan every queued submit ran). The 202 explains from placement's read (it read
+    # the candidates once more, and was 8). The 202's
     # expected start adds two (it was 6): the steps of the candidates' holders and the medians of
     # their recorded durations (docs/queue.md, "What a QUEUED run's view explains").
-    "submit queued": 8,
+    "submit queued": 7,
     # The next queued submit of a shape that queued last time reads the mark first: one read of
-    # the candidates. Its expected start adds four (it was 5): the queued shapes, the runs of the
+    # every candidate, which its 202 explains from (it was 9). Its expected start adds four (it was 5): the queued shapes, the runs of the
     # sharing shapes ahead of it, then the steps of the holders and those runs, and the medians.
-    "submit queued, its shape queued before": 9,
+    "submit queued, its shape queued before": 8,
     "dry-run": 1,
     # One statement: the restart look, the node row's lock, the lease renewal and the upsert
     # together (an advert that changes nothing costs one small statement: docs/design.md#targets).
@@ -164,6 +165,35 @@ def test_a_queued_submit_whose_shape_queued_before_stays_within_its_statements(
     with counting(app) as seen:
         submit(client, two_steps("r3"), 202)
     assert_within("submit queued, its shape queued before", seen)
+
+
+# The candidate reads' first words: the bounded one (app.store.nodes.first_candidates) and the
+# one of every candidate (candidate_adverts).
+CANDIDATE_READS = ("SELECT f.key_no, f.node_id", "SELECT nodes.node_id, nodes.capabilities")
+
+
+@pytest.mark.parametrize("before", ["r2 placed", "r2 queued"])
+def test_a_queued_submit_reads_every_candidate_once_and_its_202_explains_from_that_read(
+    app: Flask, client: Any, before: str
+) -> None:
+    """docs/queue.md#what-a-queued-runs-view-explains: the 202's candidates come from the read
+    placement made, not from a read of their own (a run whose shape queued last time reads them
+    once in all; one whose shape did not reads the first candidates, then every one)."""
+    # A shape of this case's own: the process remembers which shapes queued last time.
+    uses = "queued-before" if before == "r2 queued" else "placed-before"
+    fleet_of_one(client)
+    placed(client)
+    if before == "r2 queued":
+        submit(client, two_steps("r2", uses), 202)
+    with counting(app) as seen:
+        body = submit(client, two_steps("r3", uses), 202).get_json()
+    reads = [st for st in seen if st.startswith(CANDIDATE_READS)]
+    whole = [st for st in reads if st.startswith(CANDIDATE_READS[1])]
+    assert len(whole) == 1, reads
+    assert len(reads) == (1 if before == "r2 queued" else 2), reads
+    (line,) = body["requires"]
+    assert line["candidates"]["live"] == 1 and line["candidates"]["busy"] == 1, line
+    assert line["held_by"] == ["r1"], line
 
 
 def test_a_dry_run_stays_within_its_statements(app: Flask, client: Any) -> None:
