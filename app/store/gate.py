@@ -277,9 +277,25 @@ def last_mark(conn: Connection | Session) -> int:
     return int(mark)
 
 
+# The last mark, and whether no run is QUEUED (``ix_runs_queued_age``: one index probe). The
+# sequence is read as it is now, and the queue in the statement's snapshot, taken after it.
+_MARK_IF_QUEUE_EMPTY = text(
+    f"SELECT ({LAST_MARK_SQL}), NOT EXISTS (SELECT 1 FROM runs WHERE state = 'QUEUED')"
+)
+
+
+def mark_if_queue_empty(conn: Connection) -> int | None:
+    """The last mark when no run is QUEUED (a scan would find nothing to promote or reserve),
+    else None."""
+    ((mark, empty),) = fetch(conn, _MARK_IF_QUEUE_EMPTY, {})
+    return int(mark) if empty else None
+
+
 def cover_marks(conn: Connection, mark: int) -> None:
     """A successful scan covered every mark up to ``mark`` (read before its first queue read).
-    Called while it holds the scanning lock, so covers never race; never moves backwards."""
+    Called while it holds the scanning lock, or for a queue found empty (which needs no scan):
+    two covers at once may leave the lower of the two, which only makes the reaper scan once
+    more; a cover never claims a mark its caller did not cover."""
     conn.execute(
         text("SELECT setval('wake_covered', GREATEST(:m, (SELECT last_value FROM wake_covered)))"),
         {"m": mark},

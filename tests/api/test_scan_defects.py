@@ -76,9 +76,12 @@ def test_after_the_database_drops_every_connection_the_freeing_request_still_pro
     """A restart, a failover or a reset proxy ends every session: the scan gate's dead session
     is replaced and the pool's dead connections are not handed out, so the next freeing request
     answers as usual and promotes by itself (no wake debt left for the reaper)."""
-    advertise(client, "n1", cap("board"))  # the advert's wake opens the gate's session
+    advertise(client, "n1", cap("board"))
     submit(client, one_step("holder"), 201)
     submit(client, one_step("waiting"), 202)
+    # A new node's wake, with a run queued, opens the gate's session (a wake that finds the queue
+    # empty ends without the gate).
+    advertise(client, "s1", cap("scope"))
     ended = scalar(
         sql,
         # With a timeout, each call returns once its backend has exited, so its message to the
