@@ -38,7 +38,7 @@ from app.store.estimates import (
     steps_of_estimated,
 )
 from app.store.nodes import Candidates, candidate_adverts
-from app.store.queue import QueuedRun, TeamOrder, queued_shape_heads
+from app.store.queue import QueuedRun, TeamOrder, queued_shape_heads_sharing
 from app.teams import HEALTH_TEAM, Standing
 from app.wire import ts
 
@@ -140,17 +140,12 @@ def expected_of(
     if ahead > 0:
         if budget.left <= 0:
             return _wire(None, BUDGET, now)
-        heads = [
+        sharing = [
             h
-            for h in queued_shape_heads(s)  # type: ignore[arg-type]
+            for h in queued_shape_heads_sharing(s, [a.node_id for a in found.adverts])
             # With teams, a shape whose first run is behind this one in queue order may still
             # hold runs of a team ranked before its own: only a lower priority rules it out.
             if (h.order < run.order if order is None else h.priority >= run.priority)
-        ]
-        sharing = [
-            h
-            for h in heads
-            if any(satisfies(a, r) for r in _roles(h.requires) for a in found.adverts)
         ]
         if sharing:
             n = min(budget.left, budget.max_ahead)

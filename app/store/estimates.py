@@ -4,39 +4,53 @@ steps of the runs concerned, and the newest recorded durations of each key."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Float, String, and_, column, func, literal_column, or_, select
-from sqlalchemy import values as values_
+from sqlalchemy import Connection, DateTime, Integer, Text, bindparam, text
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session
 
 from app.estimate import DURATIONS_PER_KEY
-from app.models import Run, Step, StepDuration
-from app.store.queue import IS_QUEUED, QUEUE_ORDER, QueuedRun, TeamOrder, queued_columns
+from app.store.pipeline import fetch
+from app.store.queue import QueuedRun, TeamOrder
+
+# The runs ahead of (:priority, :created_at, :run_id) in queue order
+# (docs/priorities.md#priority); with teams, in the scan order of teams (docs/teams.md, "Fair
+# share"): at the run's priority, every run of a team ranked before its own (:before), and the
+# older runs of the teams ranked with it (:same).
+_OLDER = "(created_at < :created_at OR (created_at = :created_at AND run_id < :run_id))"
+_AHEAD = f"(priority > :priority OR (priority = :priority AND {_OLDER}))"
+_AHEAD_WITH_TEAMS = (
+    "(priority > :priority OR (priority = :priority AND (team = ANY(:before)"
+    f" OR (team = ANY(:same) AND {_OLDER}))))"
+)
+_QUEUED_COLUMNS = "run_id, created_at, requires_key, requires, priority, team, pinned_node"
 
 
-def _before_in_queue(  # type: ignore[no-untyped-def]
-    priority: int, created_at: Any, run_id: str, order: TeamOrder | None = None
-):
-    """The runs ahead of (priority, created_at, run_id) in queue order
-    (docs/priorities.md#priority); with ``order``, in the scan order of teams (docs/teams.md, "Fair
-    share"): at the run's priority, every run of a team ranked before its own, and the older runs of
-    the teams ranked with it."""
-    older = or_(
-        Run.created_at < created_at,
-        and_(Run.created_at == created_at, Run.run_id < run_id),
-    )
-    if order is None:
-        return or_(Run.priority > priority, and_(Run.priority == priority, older))
-    return or_(
-        Run.priority > priority,
-        and_(
-            Run.priority == priority,
-            or_(Run.team.in_(order.before), and_(Run.team.in_(order.same), older)),
-        ),
-    )
+@functools.lru_cache(maxsize=2)
+def _ahead_statement(with_teams: bool) -> Any:
+    """:func:`queued_ahead_of_shapes`' statement, compiled once: each shape by one LATERAL probe of
+    ``ix_runs_queued_shape`` with its own LIMIT."""
+    ahead = _AHEAD_WITH_TEAMS if with_teams else _AHEAD
+    params = [
+        bindparam("keys", type_=ARRAY(Text)),
+        bindparam("priority", type_=Integer),
+        bindparam("created_at", type_=DateTime(timezone=True)),
+        bindparam("run_id", type_=Text),
+        bindparam("limit", type_=Integer),
+    ]
+    if with_teams:
+        params += [bindparam("before", type_=ARRAY(Text)), bindparam("same", type_=ARRAY(Text))]
+    return text(
+        f"SELECT first.* FROM unnest(:keys) AS shapes(k) CROSS JOIN LATERAL ("
+        f" SELECT {_QUEUED_COLUMNS} FROM runs"
+        f" WHERE state = 'QUEUED' AND requires_key = shapes.k AND {ahead}"
+        " ORDER BY priority DESC, created_at, run_id LIMIT :limit) AS first"
+        " ORDER BY first.priority DESC, first.created_at, first.run_id LIMIT :limit"
+    ).bindparams(*params)
 
 
 def queued_ahead_of_shapes(
@@ -51,28 +65,18 @@ def queued_ahead_of_shapes(
     at most ``len(keys) * limit`` rows are read whatever the queue's length."""
     if not keys or limit <= 0:
         return []
-    shapes = values_(column("k", String), name="shapes", literal_binds=False).data(
-        [(k,) for k in keys]
-    )
-    first = (
-        select(*queued_columns())
-        .where(
-            IS_QUEUED,
-            Run.requires_key == shapes.c.k,
-            _before_in_queue(run.priority, run.created_at, run.run_id, order),
-        )
-        .order_by(*QUEUE_ORDER)
-        .limit(limit)
-        .lateral("first")
-    )
-    q = (
-        select(*(first.c[col.key] for col in queued_columns()))
-        .select_from(shapes)
-        .join(first, literal_column("true"))
-        .order_by(first.c.priority.desc(), first.c.created_at, first.c.run_id)
-        .limit(limit)
-    )
-    return [QueuedRun(*row) for row in s.execute(q).all()]
+    params: dict[str, Any] = {
+        "keys": list(keys),
+        "priority": run.priority,
+        "created_at": run.created_at,
+        "run_id": run.run_id,
+        "limit": limit,
+    }
+    if order is not None:
+        params["before"] = list(order.before)
+        params["same"] = list(order.same)
+    rows = fetch(s, _ahead_statement(order is not None), params)
+    return [QueuedRun(*row) for row in rows]
 
 
 @dataclass(frozen=True)
@@ -92,35 +96,35 @@ class StepRow:
     team: str = "default"  # its run's, as stored
 
 
+_STEPS_OF_ESTIMATED = text(
+    "SELECT steps.run_id, runs.requires, steps.seq, steps.step_id, steps.kind, steps.uses,"
+    " steps.needs, steps.state, steps.spec,"
+    " COALESCE(EXTRACT(epoch FROM now() - steps.started_at), 0), runs.team"
+    " FROM steps JOIN runs ON runs.run_id = steps.run_id"
+    " WHERE steps.run_id = ANY(:run_ids) ORDER BY steps.run_id, steps.seq"
+).bindparams(bindparam("run_ids", type_=ARRAY(Text)))
+
+
 def steps_of_estimated(s: Session | Connection, run_ids: Sequence[str]) -> list[StepRow]:
     """The steps of ``run_ids`` (the holders and the runs ahead: bounded by the candidates and
     the budget) in one statement, with how long each claimed one has run by the database's
     clock."""
     if not run_ids:
         return []
-    ran = func.coalesce(func.extract("epoch", func.now() - Step.started_at), 0)
-    q = (
-        select(
-            Step.run_id,
-            Run.requires,
-            Step.seq,
-            Step.step_id,
-            Step.kind,
-            Step.uses,
-            Step.needs,
-            Step.state,
-            Step.spec,
-            ran,
-            Run.team,
-        )
-        .join(Run, Run.run_id == Step.run_id)
-        .where(Step.run_id.in_(list(run_ids)))
-        .order_by(Step.run_id, Step.seq)
-    )
     return [
         StepRow(r[0], r[1], r[2], r[3], r[4], r[5], list(r[6]), r[7], r[8], float(r[9]), r[10])
-        for r in s.execute(q).all()
+        for r in fetch(s, _STEPS_OF_ESTIMATED, {"run_ids": list(run_ids)})
     ]
+
+
+_MEDIANS = text(
+    "SELECT wanted.k, CAST(percentile_cont(0.5) WITHIN GROUP (ORDER BY newest.seconds)"
+    " AS double precision)"
+    " FROM unnest(:keys) AS wanted(k) CROSS JOIN LATERAL ("
+    " SELECT seconds FROM step_durations WHERE key = wanted.k"
+    " ORDER BY ended_at DESC LIMIT :per_key) AS newest"
+    " GROUP BY wanted.k"
+).bindparams(bindparam("keys", type_=ARRAY(Text)), bindparam("per_key", type_=Integer))
 
 
 def median_durations(s: Session | Connection, keys: Sequence[str]) -> dict[str, float]:
@@ -128,23 +132,5 @@ def median_durations(s: Session | Connection, keys: Sequence[str]) -> dict[str, 
     LATERAL probe of ``ix_step_durations_key`` per key; a key with none is absent."""
     if not keys:
         return {}
-    wanted = values_(column("k", String), name="wanted", literal_binds=False).data(
-        [(k,) for k in sorted(set(keys))]
-    )
-    newest = (
-        select(StepDuration.seconds)
-        .where(StepDuration.key == wanted.c.k)
-        .order_by(StepDuration.ended_at.desc())
-        .limit(DURATIONS_PER_KEY)
-        .lateral("newest")
-    )
-    q = (
-        select(
-            wanted.c.k,
-            func.percentile_cont(0.5).within_group(newest.c.seconds).cast(Float),
-        )
-        .select_from(wanted)
-        .join(newest, literal_column("true"))
-        .group_by(wanted.c.k)
-    )
-    return {k: float(m) for k, m in s.execute(q).all()}
+    params = {"keys": sorted(set(keys)), "per_key": DURATIONS_PER_KEY}
+    return {k: float(m) for k, m in fetch(s, _MEDIANS, params)}
