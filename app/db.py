@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import select
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
@@ -51,6 +52,18 @@ DEAD_SQLSTATES = frozenset({"25006", "57P01", "57P02", "57P03"})
 _WaitTimeout: type[Exception] = getattr(psycopg.errors, "_WaitTimeout", psycopg.OperationalError)
 
 
+# The WARNING of a COMMIT whose wait for a synchronous standby was cancelled (an administrator's
+# pg_cancel_backend, or the session terminated): committed on this server only.
+_UNREPLICATED = "canceling the wait for synchronous replication"
+_UNREPLICATED_USER = "canceling wait for synchronous replication"
+
+
+class UnreplicatedCommit(psycopg.OperationalError):
+    """A COMMIT that PostgreSQL answered with a WARNING that its wait for the standby was cancelled:
+    it committed on this server only, and a failover may lose it. The request is answered 503 as
+    one whose outcome is unknown (docs/deploy.md#11-a-database-with-a-standby)."""
+
+
 class BoundedConnection(psycopg.Connection[Any]):
     """A psycopg connection whose every wait on its server (a statement, a COMMIT, a lock) has a
     deadline on the client side, ``deadline`` seconds (None: none). A server that stopped
@@ -60,24 +73,56 @@ class BoundedConnection(psycopg.Connection[Any]):
     then counts as dead (the pool is invalidated), and raises ``OperationalError``."""
 
     deadline: float | None = None
+    unreplicated: bool = False  # a commit's wait for the standby was cancelled since the check
 
     def wait(self, gen: Any, interval: float = 0.1, timeout: float | None = None) -> Any:
         if timeout is not None or not self.deadline:
-            return super().wait(gen, interval, timeout)
-        try:
-            return super().wait(gen, interval, self.deadline)
-        except _WaitTimeout:
-            self.close()  # half a protocol exchange: nothing can bring it back
-            raise psycopg.OperationalError(
-                f"the database did not answer within {self.deadline:g} s"
-            ) from None
+            done = super().wait(gen, interval, timeout)
+        else:
+            try:
+                done = super().wait(gen, interval, self.deadline)
+            except _WaitTimeout:
+                self.close()  # half a protocol exchange: nothing can bring it back
+                raise psycopg.OperationalError(
+                    f"the database did not answer within {self.deadline:g} s"
+                ) from None
+        self.check_replicated()
+        return done
+
+    def check_replicated(self) -> None:
+        """Raise :class:`UnreplicatedCommit` when a commit since the last check was answered
+        with the WARNING of a cancelled wait for the standby."""
+        if self.unreplicated:
+            self.unreplicated = False
+            raise UnreplicatedCommit(
+                "the commit was not confirmed by the synchronous standby: its outcome is unknown"
+            )
 
 
 def bounded_connect(info: str, *, deadline: float | None, **kwargs: Any) -> BoundedConnection:
     """:class:`BoundedConnection` to ``info`` (:func:`conninfo`'s) with ``deadline``."""
     conn = BoundedConnection.connect(info, **kwargs)
     conn.deadline = deadline
+    conn.add_notice_handler(_unreplicated_notice(weakref.ref(conn)))
     return conn
+
+
+def _unreplicated_notice(
+    ref: weakref.ReferenceType[BoundedConnection],
+) -> Callable[[psycopg.errors.Diagnostic], None]:
+    """A notice handler of one connection: the WARNING of a cancelled wait for the synchronous
+    standby marks it (:meth:`BoundedConnection.check_replicated` raises at the wait's end)."""
+
+    def note(diag: psycopg.errors.Diagnostic) -> None:
+        message = diag.message_primary or ""
+        if diag.severity_nonlocalized == "WARNING" and message.startswith(
+            (_UNREPLICATED, _UNREPLICATED_USER)
+        ):
+            conn = ref()
+            if conn is not None:
+                conn.unreplicated = True
+
+    return note
 
 
 def conninfo(url: str) -> str:

@@ -40,6 +40,7 @@ from app.services.teams import Shares, check_queue_room, choose_team, token_team
 from app.services.tx import retrying
 from app.states import FAILED, QUEUED, RUNNING
 from app.store import DuplicateRun, NodeTaken, PrunedRunId
+from app.store.clock import await_replicated
 from app.store.gate import last_mark
 from app.store.leases import lease_rows
 from app.store.nodes import Candidates, candidate_adverts, first_candidates
@@ -361,7 +362,11 @@ def _submit_run(ctx: Context, contract: Contract, caller: Caller) -> Submitted:
             outcome = _Queued()
     except DuplicateRun:
         # The run_id is the idempotency key, the body is not compared (docs/contract.md#top-level):
-        # the insert itself finds a known run, and the answer is the run as it is.
+        # the insert itself finds a known run, and the answer is the run as it is. It re-reads
+        # another request's commit: first, a commit of its own waits for the synchronous
+        # standby to hold that one too (docs/deploy.md#11-a-database-with-a-standby).
+        with ctx.db.begin() as s:
+            await_replicated(s)
         return Submitted(200, _view(ctx, contract.run_id))
     except PrunedRunId:
         # The id stays the key (docs/retention.md#what-a-pruned-run-looks-like).

@@ -50,3 +50,17 @@ def durable_commit(s: Session) -> None:
     """This transaction's commit waits for the WAL to reach the disk again (after a statement
     that made it soft state, such as a heartbeat's)."""
     s.execute(select(func.set_config("synchronous_commit", "on", True)))
+
+
+# A transaction that writes WAL, to be committed: with synchronous replication its COMMIT returns
+# once the standby has every commit before it, another session's too
+# (docs/deploy.md#11-a-database-with-a-standby). A transaction id alone is not enough: PostgreSQL
+# waits for the standby only at the commit of a transaction that wrote WAL. The smallest such
+# write is a transactional logical message (no table, no lock; a few dozen bytes of WAL).
+_CONFIRM_REPLICATED = text("SELECT pg_logical_emit_message(true, 'mediator', 'replicated')")
+
+
+def await_replicated(s: Session | Connection) -> None:
+    """Make the caller's transaction one whose COMMIT waits for the synchronous standby (a
+    read-only transaction's does not wait)."""
+    fetch(s, _CONFIRM_REPLICATED, {})

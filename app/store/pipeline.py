@@ -264,6 +264,11 @@ def exchange(
         if after_opening is None or not opened:
             raise exc
         after_opening.append(exc)
+    # A COMMIT answered with the WARNING of a cancelled wait for the standby
+    # (app.db.BoundedConnection.check_replicated): its outcome is unknown.
+    check = getattr(driver, "check_replicated", None)
+    if check is not None:
+        check()
     return rows
 
 
