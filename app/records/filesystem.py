@@ -73,7 +73,8 @@ def _syncfs() -> Callable[[int], int] | None:
     holds dirty. None where there is none."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        return libc.syncfs  # type: ignore[no-any-return]
+        syncfs: Callable[[int], int] = libc.syncfs
+        return syncfs
     except (OSError, AttributeError):
         return None
 

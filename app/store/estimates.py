@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, DateTime, Integer, Text, bindparam, text
+from sqlalchemy import BindParameter, Connection, DateTime, Integer, Text, bindparam, text
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session
 
@@ -35,7 +35,7 @@ def _ahead_statement(with_teams: bool) -> Any:
     """:func:`queued_ahead_of_shapes`' statement, compiled once: each shape by one LATERAL probe of
     ``ix_runs_queued_shape`` with its own LIMIT."""
     ahead = _AHEAD_WITH_TEAMS if with_teams else _AHEAD
-    params = [
+    params: list[BindParameter[Any]] = [
         bindparam("keys", type_=ARRAY(Text)),
         bindparam("priority", type_=Integer),
         bindparam("created_at", type_=DateTime(timezone=True)),

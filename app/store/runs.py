@@ -514,10 +514,10 @@ def seal_reads(s: Session, run_id: str) -> SealReads | None:
     )
     if not runs:
         return SealReads(None, [], [])
-    run = _SealedRun._make(runs[0])
+    run: Any = _SealedRun._make(runs[0])
     if not run.locked:
         return None
-    rows = [_SealedStep._make(st) for st in steps]
+    rows: list[Any] = [_SealedStep._make(st) for st in steps]
     return SealReads(
         run, [(st, st.node_label) for st in rows], [_SealedEvent._make(e) for e in events]
     )
