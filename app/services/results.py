@@ -33,6 +33,7 @@ from app.services.records import ledger_entries, record_of
 from app.services.tx import retrying
 from app.states import CLAIMED, DONE, FAILED, PENDING, RUN_FINISHED, RUNNING, SKIPPED
 from app.store.blobs import accepted_blob_names
+from app.store.clock import await_replicated
 from app.store.leases import lease_of_node
 from app.store.node_health import ResultView, reset_strikes, result_view
 from app.store.nodes import is_live
@@ -124,7 +125,11 @@ def claim_once(
     node has a live advert (else True)."""
     with ctx.db.begin() as s:
         step = held_step(s, node_id, instance) if instance else None
-        if step is None:
+        if step is not None:
+            # A redelivery re-reads an earlier claim's commit: this transaction's commit waits
+            # for the synchronous standby to hold it too (docs/deploy.md#11-a-database-with-a-standby).
+            await_replicated(s)
+        else:
             step = claim_step(s, node_id, instance)
         if step is None:
             return None, not ask_live or is_live(s, node_id)

@@ -97,3 +97,29 @@ def _cancelling_each_wait(url: str, request: Callable[[], Any]) -> Any:
     sending.join(timeout=30)
     assert not sending.is_alive() and len(replies) == 1
     return replies[0]
+
+
+def test_a_claims_redelivery_waits_for_the_standby_to_hold_the_claim(
+    own_server: RestartablePostgres, tmp_path: Path
+) -> None:
+    """A claim with the same ``X-Enode-Instance`` gets its step again, read from an earlier
+    commit: its answer waits for the standby to hold that commit (cancelled, a 503), and once
+    commits are confirmed again it is the same step."""
+    url = own_server.new_database()
+    instance = {"X-Enode-Instance": "boot-1"}
+    with app_on(url, tmp_path / "records", **{"database.pool_size": 1}) as app:
+        client = client_of(app)
+        advertise(client, "n1", cap("board"), instance="boot-1")
+        assert client.post("/v1/runs", json=one_step("a")).status_code == 201
+        first = client.post("/v1/nodes/n1/claim?wait=0", headers=instance)
+        assert first.status_code == 200, first.get_json()
+        _standby_named(url, "standby_that_never_comes")
+        try:
+            again = _cancelling_each_wait(
+                url, lambda: client.post("/v1/nodes/n1/claim?wait=0", headers=instance)
+            )
+            assert again.status_code == 503, again.get_json()
+        finally:
+            _standby_named(url, None)
+        last = client.post("/v1/nodes/n1/claim?wait=0", headers=instance)
+        assert last.status_code == 200 and last.get_json() == first.get_json()
