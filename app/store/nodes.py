@@ -62,7 +62,13 @@ _HEARTBEAT = text(
           WHERE steps.node_id = :node_id AND steps.state = 'CLAIMED'
             AND steps.claimed_instance IS NOT NULL AND steps.claimed_instance <> :instance
         ) AS restarted,
-        set_config('synchronous_commit', 'off', true) AS soft
+        -- Soft state (a renewal of a live advert that changes neither its capabilities nor its
+        -- drain) commits without waiting for the disk or a standby; anything else, as the
+        -- server is configured (docs/deploy.md#11-a-database-with-a-standby).
+        set_config('synchronous_commit', CASE WHEN EXISTS (
+            SELECT 1 FROM prev WHERE prev.live AND prev.capabilities = :capabilities
+              AND prev.drain = :drain
+          ) THEN 'off' ELSE current_setting('synchronous_commit') END, true) AS soft
     ), go AS (
       SELECT 1 FROM look WHERE NOT (CAST(:check_restart AS boolean) AND look.restarted)
     ), renewed AS (
@@ -129,12 +135,14 @@ def heartbeat(
     of the previous one. An advert that changes nothing thus costs this one statement
     (docs/design.md#targets).
 
-    A heartbeat is soft state: its commit does not wait for the WAL to reach the disk
-    (``synchronous_commit`` off for this transaction only). A crash may forget the last
-    heartbeats of the last few hundred milliseconds; the nodes send the next within
+    A renewal is soft state: its commit does not wait for the WAL to reach the disk or a
+    standby (``synchronous_commit`` off for this transaction only). A crash or a switch may
+    forget the last renewals of the last few hundred milliseconds; the nodes send the next within
     ``renew_seconds`` and the reaper's outage grace gives every lease a full window after a
     restart (docs/queue.md#crashes-and-restarts), so nothing that was acknowledged to a submitter is
-    lost.
+    lost. An advert that is its node's first (or its first since it stopped being live), changes
+    its capabilities, or sets or lifts its drain commits as the server is configured
+    (docs/deploy.md#11-a-database-with-a-standby).
 
     The node row is locked first here (``prev`` is read before the upsert, which selects from
     it), then the node's lease row: the lock order (docs/queue.md, "Lock order"). What else locks

@@ -123,3 +123,34 @@ def test_a_claims_redelivery_waits_for_the_standby_to_hold_the_claim(
             _standby_named(url, None)
         last = client.post("/v1/nodes/n1/claim?wait=0", headers=instance)
         assert last.status_code == 200 and last.get_json() == first.get_json()
+
+
+def _advert(node_id: str, drain: str = "") -> dict[str, Any]:
+    return {"node_id": node_id, "capabilities": [cap("board")], "policy": {"drain": drain}}
+
+
+def test_a_renewal_is_soft_state_and_a_significant_advert_waits_for_the_standby(
+    own_server: RestartablePostgres, tmp_path: Path
+) -> None:
+    """A renewal of a live advert that changes nothing commits without waiting for the standby
+    (a switch may lose the last ones: the next comes within renew_seconds); a node's first
+    advert and a drain set on it wait for the standby like any answer a client acts on."""
+    url = own_server.new_database()
+    with app_on(url, tmp_path / "records", **{"database.pool_size": 1}) as app:
+        client = client_of(app)
+        assert client.post("/v1/nodes", json=_advert("n1")).status_code == 200
+        _standby_named(url, "standby_that_never_comes")
+        try:
+            renewal = _cancelling_each_wait(
+                url, lambda: client.post("/v1/nodes", json=_advert("n1"))
+            )
+            assert renewal.status_code == 200, renewal.get_json()
+            first = _cancelling_each_wait(url, lambda: client.post("/v1/nodes", json=_advert("n2")))
+            assert first.status_code == 503, first.get_json()
+            drained = _cancelling_each_wait(
+                url, lambda: client.post("/v1/nodes", json=_advert("n1", drain="graceful"))
+            )
+            assert drained.status_code == 503, drained.get_json()
+        finally:
+            _standby_named(url, None)
+        assert client.post("/v1/nodes", json=_advert("n2")).status_code == 200
