@@ -12,13 +12,13 @@ from typing import Any
 
 import structlog
 from flask import Flask, Response, g, jsonify, request
-from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from werkzeug.exceptions import HTTPException
 from werkzeug.middleware.proxy_fix import ProxyFix
 
 from app.config import Config, load_config
 from app.context import Context
+from app.db import database_unavailable
 from app.errors import MediatorError, RuntimeEnvironmentError, Unavailable, error_body
 from app.jsonbytes import AnswerJSON
 from app.logs import configure_logging, log
@@ -65,9 +65,7 @@ def register_error_handlers(app: Flask) -> None:
 
     @app.errorhandler(Exception)
     def _unexpected(exc: Exception) -> Response:
-        if isinstance(exc, OperationalError) or (
-            isinstance(exc, DBAPIError) and exc.connection_invalidated
-        ):
+        if database_unavailable(exc):
             # Unreachable, restarting, switching to a standby, or a statement timed out: try
             # again (docs/deploy.md#11-a-database-with-a-standby). Every route is safe to
             # repeat; a lost COMMIT leaves the outcome unknown, so this process owes a wake

@@ -57,6 +57,10 @@ class Context:
         # The runs whose promotion raised in this process's last scan with errors: a repeat is
         # not owed again (app/services/queue.py, _new_failures).
         self.failed_promotions: set[str] = set()
+        # This process's last reaper pass failed because the database could not be used: the
+        # next pass gives every lease a full window first, as after an outage
+        # (docs/queue.md#the-reaper).
+        self.reaper_lost_database = False
         warn_about_tokens(config, self.tokens)
         warn_of_legacy_vouching(config)
 

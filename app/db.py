@@ -21,7 +21,7 @@ import psycopg.errors
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from sqlalchemy import Connection, Engine, create_engine, event, pool
 from sqlalchemy.engine import ExceptionContext
-from sqlalchemy.exc import DisconnectionError
+from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.config import Config, to_libpq_url
@@ -133,6 +133,16 @@ def conninfo(url: str) -> str:
     base = to_libpq_url(url)
     given = conninfo_to_dict(base)
     return make_conninfo(base, **{k: v for k, v in CONNECT_DEFAULTS.items() if k not in given})
+
+
+def database_unavailable(exc: BaseException) -> bool:
+    """Whether ``exc`` says the database could not be reached or used (unreachable, restarting,
+    switching to a standby, a dead connection, a deadline passed), not that a statement was
+    wrong: a request is answered 503, and the reaper's next pass gives every lease a full window
+    first (docs/deploy.md#11-a-database-with-a-standby)."""
+    return isinstance(exc, OperationalError) or (
+        isinstance(exc, DBAPIError) and exc.connection_invalidated
+    )
 
 
 def mark_dead_connections(context: ExceptionContext) -> None:

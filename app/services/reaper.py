@@ -19,7 +19,7 @@ from typing import Any
 from sqlalchemy import func
 
 from app.context import Context
-from app.db import gate_options
+from app.db import database_unavailable, gate_options
 from app.logs import log
 from app.metrics import LEASE_EXPIRIES, REAPER_DONE, REAPER_PASSES
 from app.services.after_commit import settle_and_wake
@@ -294,14 +294,18 @@ def _begin_pass(ctx: Context, report: PassReport) -> None:
         report.crossed_age = _crossed_age(ctx, s, previous)
         report.restarted = start.restarted
         outage = previous is not None and now - previous > window
-        if outage or start.restarted:
-            # The Mediator or its database was down: no node could renew (and after a switch
-            # now() is another host's clock). Give every lease a full window first.
+        lost = ctx.reaper_lost_database
+        if outage or start.restarted or lost:
+            # The Mediator or its database was down, or its previous pass could not use the
+            # database (a switch shorter than a lease window still cost renewals): no node could
+            # renew (and after a switch now() is another host's clock). Give every lease a full
+            # window first.
             report.extended = reaper_store.extend_leases(s, window)
             log.warning(
                 "reaper: outage grace",
                 gap_s=round((now - previous).total_seconds()) if previous is not None else None,
                 restarted=start.restarted,
+                after_a_failed_pass=lost,
                 leases=report.extended,
             )
         if start.restarted:
@@ -310,6 +314,7 @@ def _begin_pass(ctx: Context, report: PassReport) -> None:
             # pass that ends before its scan leaves it to the next one.
             set_wake_debt(s, RESTARTED)
         reaper_store.record_pass(s)
+    ctx.reaper_lost_database = False  # the grace is committed
 
 
 def _expire_asks(ctx: Context, report: PassReport, after: AfterCommit, lock: ReaperLock) -> None:
@@ -518,8 +523,9 @@ def reap_once(ctx: Context, *, previous_failed: bool) -> bool:
     docs/design.md#wake-debt-and-what-is-owed)."""
     try:
         report = reap_pass(ctx, previous_failed=previous_failed)
-    except Exception:
+    except Exception as exc:
         log.exception("reaper pass failed")
+        ctx.reaper_lost_database = ctx.reaper_lost_database or database_unavailable(exc)
         return True
     return previous_failed and not report.woke
 

@@ -21,6 +21,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from app.config import to_libpq_url
 from app.migrate import database_problem, server_reached, upgrade
+from app.services.reaper import reap_once, reap_pass
 from tests.dbfaults.server import RestartablePostgres
 from tests.support.actors import cap
 from tests.support.agent import advertise
@@ -163,3 +164,33 @@ def test_a_server_that_stops_answering_is_given_up_at_the_clients_deadline(
         assert resp.headers["Retry-After"] == "1"
         resp = client.post("/v1/runs", json=one_step("run-b"))
         assert resp.status_code == 201, resp.get_json()
+
+
+def test_a_reaper_pass_after_one_that_could_not_use_the_database_gives_every_lease_a_window(
+    app: Flask, clean_db: str
+) -> None:
+    """A switch shorter than a lease window still cost renewals (adverts failed meanwhile): the
+    pass after one that failed on a dead connection gives every lease a full window first, as
+    after an outage, though the server did not restart; the next pass does not again."""
+    client = client_of(app)
+    ctx = app.extensions["mediator"]
+    advertise(client, "n1", cap("board"))
+    assert client.post("/v1/runs", json=one_step("run-a")).status_code == 201
+
+    _read_only(clean_db, True)  # as a demoted primary answers: every write is refused
+    try:
+        assert reap_once(ctx, previous_failed=False) is True  # the pass failed
+    finally:
+        _read_only(clean_db, False)
+    with admin(clean_db) as conn:
+        # The node could not renew meanwhile: its lease ran out.
+        conn.execute("update leases set not_after = now() - interval '1 second'")
+
+    report = reap_pass(ctx, previous_failed=True)
+
+    assert report.extended == 1 and report.lease_expired == [], report
+    with admin(clean_db) as conn:
+        (state,) = conn.execute("select state from runs where run_id = 'run-a'").fetchone()
+        (left,) = conn.execute("select not_after > now() from leases").fetchone()
+    assert state == "RUNNING" and left
+    assert reap_pass(ctx).extended == 0
