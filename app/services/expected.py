@@ -149,8 +149,8 @@ def expected_of(
         ]
         if sharing:
             n = min(budget.left, budget.max_ahead)
-            keys = [h.requires_key for h in sharing]
-            queued = queued_ahead_of_shapes(s, keys, run, n + 1, order)
+            requires_of = {h.requires_key: h.requires for h in sharing}
+            queued = queued_ahead_of_shapes(s, requires_of, run, n + 1, order)
             budget.left -= min(len(queued), n)
             if len(queued) > n:
                 return _wire(None, TOO_FAR_BACK if n == budget.max_ahead else BUDGET, now)

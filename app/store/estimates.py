@@ -5,7 +5,7 @@ steps of the runs concerned, and the newest recorded durations of each key."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +27,9 @@ _AHEAD_WITH_TEAMS = (
     "(priority > :priority OR (priority = :priority AND (team = ANY(:before)"
     f" OR (team = ANY(:same) AND {_OLDER}))))"
 )
-_QUEUED_COLUMNS = "run_id, created_at, requires_key, requires, priority, team, pinned_node"
+# Not ``requires``: a shape's runs all have its head's (the key is the requires' hash), so the
+# runs ahead are read without it and not decoded one by one.
+_QUEUED_COLUMNS = "run_id, created_at, requires_key, priority, team, pinned_node"
 
 
 @functools.lru_cache(maxsize=2)
@@ -55,18 +57,19 @@ def _ahead_statement(with_teams: bool) -> Any:
 
 def queued_ahead_of_shapes(
     s: Session | Connection,
-    keys: Sequence[str],
+    requires_of: Mapping[str, Any],
     run: QueuedRun,
     limit: int,
     order: TeamOrder | None = None,
 ) -> list[QueuedRun]:
     """The first ``limit`` QUEUED runs ahead of ``run`` in queue order among the shapes
-    ``keys``: each shape by one LATERAL probe of ``ix_runs_queued_shape`` with its own LIMIT, so
-    at most ``len(keys) * limit`` rows are read whatever the queue's length."""
-    if not keys or limit <= 0:
+    ``requires_of`` (``requires_key`` -> the shape's ``requires``, which its runs carry): each
+    shape by one LATERAL probe of ``ix_runs_queued_shape`` with its own LIMIT, so at most
+    ``len(requires_of) * limit`` rows are read whatever the queue's length."""
+    if not requires_of or limit <= 0:
         return []
     params: dict[str, Any] = {
-        "keys": list(keys),
+        "keys": list(requires_of),
         "priority": run.priority,
         "created_at": run.created_at,
         "run_id": run.run_id,
@@ -76,7 +79,10 @@ def queued_ahead_of_shapes(
         params["before"] = list(order.before)
         params["same"] = list(order.same)
     rows = fetch(s, _ahead_statement(order is not None), params)
-    return [QueuedRun(*row) for row in rows]
+    return [
+        QueuedRun(run_id, created_at, key, requires_of[key], priority, team, pinned)
+        for run_id, created_at, key, priority, team, pinned in rows
+    ]
 
 
 @dataclass(frozen=True)
