@@ -153,14 +153,14 @@ def test_the_pipeline_answers_what_psycopgs_public_pipeline_answers(app: Flask, 
     query conversion, libpq's pipeline driven by hand) and through psycopg's public
     ``Connection.pipeline()`` with cursors, the rows are equal, types included (the start-up
     check in ``driver_problem`` guards the private parts; this guards what they compute)."""
-    from app.store.nodes import _FIRSTS
+    from app.store.nodes import _firsts_statement
     from app.store.pipeline import _compile
 
     typed = text(
         "SELECT CAST(:doc AS jsonb), CAST(:n AS integer), CAST(:names AS text[]),"
         " CAST(:at AS timestamptz), CAST(NULL AS text), CAST(:big AS bigint), :label"
     )
-    wanted = [{"contains": [{"capability": "board"}], "limit": 2}]
+    wanted = {"want0": [{"capability": "board"}], "limit0": 2, "reserved_for": None}
     statements = [
         (
             typed,
@@ -173,7 +173,7 @@ def test_the_pipeline_answers_what_psycopgs_public_pipeline_answers(app: Flask, 
                 "label": "é \u202e",
             },
         ),
-        (_FIRSTS, {"wanted": wanted, "reserved_for": None}),
+        (_firsts_statement(1, False), wanted),
         (COUNT, {}),
     ]
     db = app.extensions["mediator"].db
@@ -203,5 +203,5 @@ def test_the_pipeline_answers_what_psycopgs_public_pipeline_answers(app: Flask, 
     assert [[tuple(r) for r in rows] for rows in ours] == [
         [tuple(r) for r in rows] for rows in theirs
     ]
-    assert ours[1] == [(1, "n1", None, False), (1, "n2", None, False)]
+    assert ours[1] == [(0, "n1", None, False, None, None), (0, "n2", None, False, None, None)]
     assert ours[2] == [(0,)]

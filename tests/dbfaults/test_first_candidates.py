@@ -46,6 +46,37 @@ REFERENCE = text(
     """
 ).bindparams(bindparam("wanted", type_=JSONB), bindparam("reserved_for", type_=Integer))
 
+# A dry-run's read before: the first ``limit`` satisfying live nodes, none counted busy.
+DRY_REFERENCE = text(
+    """
+    SELECT k.i AS key_no, c.node_id, c.label, false AS busy
+    FROM jsonb_array_elements(:wanted) WITH ORDINALITY AS k(want, i)
+    CROSS JOIN LATERAL (
+      SELECT n.node_id, n.label, n.attr_count FROM nodes AS n
+      WHERE n.expires_at > now() AND n.capabilities @> (k.want -> 'contains')
+      ORDER BY n.attr_count, n.node_id COLLATE "C"
+      LIMIT CAST(k.want ->> 'limit' AS integer)
+    ) AS c
+    ORDER BY k.i, c.attr_count, c.node_id COLLATE "C"
+    """
+).bindparams(bindparam("wanted", type_=JSONB))
+
+
+def _bounded(
+    conn: Any, wanted: list[dict[str, Any]], reserved_for: int | None, *, dry: bool = False
+) -> list[tuple[Any, ...]]:
+    """The rows of ``app.store.nodes``' bounded read (a branch per wanted entry, 0-based) as the
+    references give them: (1-based entry, node, label, busy)."""
+    params: dict[str, Any] = {}
+    for i, entry in enumerate(wanted):
+        params[f"want{i}"] = entry["contains"]
+        params[f"limit{i}"] = entry["limit"]
+    if not dry:
+        params["reserved_for"] = reserved_for
+    rows = fetch(conn, nodes._firsts_statement(len(wanted), dry), params)
+    return [(key_no + 1, node_id, label, busy) for key_no, node_id, label, busy, *_ in rows]
+
+
 SOCS = ["a", "b", "c"]
 FLEETS = 12  # random fleets, each read with many random wanted lists
 
@@ -123,8 +154,14 @@ def test_the_bounded_read_returns_what_the_plain_statement_returned(
     with db.transaction() as conn:
         for _ in range(40):
             params = {"wanted": _wanted(rng), "reserved_for": rng.choice([None, -1, 0, 1, 2])}
-            got = fetch(conn, nodes._FIRSTS, params)
-            assert got == fetch(conn, REFERENCE, params), params
+            got = _bounded(conn, params["wanted"], params["reserved_for"])
+            assert got == [tuple(r) for r in fetch(conn, REFERENCE, params)], params
+            # A dry-run's read: the same first nodes as if none were unavailable.
+            dry = _bounded(conn, params["wanted"], None, dry=True)
+            nothing_busy = [
+                tuple(r) for r in fetch(conn, DRY_REFERENCE, {"wanted": params["wanted"]})
+            ]
+            assert dry == nothing_busy, params
             compared += 1
             busy_seen += any(row[3] for row in got)
     assert compared == 40
