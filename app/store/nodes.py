@@ -390,6 +390,24 @@ def _firsts_statement(wanted: int, dry: bool) -> Any:
     return text(sql).bindparams(*params)
 
 
+def firsts_rows(
+    s: Session | Connection,
+    wanted: list[dict[str, Any]],
+    reserved_for: int | None,
+    *,
+    dry: bool = False,
+) -> list[Any]:
+    """The rows of :func:`_firsts_statement` for ``wanted`` (each ``{"contains": …, "limit":
+    …}``): (entry, 0-based; node; label; busy; reservation holder; its priority)."""
+    params: dict[str, Any] = {}
+    for i, entry in enumerate(wanted):
+        params[f"want{i}"] = entry["contains"]
+        params[f"limit{i}"] = entry["limit"]
+    if not dry:
+        params["reserved_for"] = reserved_for
+    return fetch(s, _firsts_statement(len(wanted), dry), params)
+
+
 @dataclass(frozen=True)
 class FirstCandidates:
     """Per role (in the contract's order), the first satisfying nodes a placement needs to look
@@ -435,13 +453,7 @@ def first_candidates(
     labels: dict[str, str | None] = {}
     held: dict[str, Held] = {}
     if wanted:
-        params: dict[str, Any] = {}
-        for i, entry in enumerate(wanted):
-            params[f"want{i}"] = entry["contains"]
-            params[f"limit{i}"] = entry["limit"]
-        if not dry:
-            params["reserved_for"] = reserved_for
-        rows = fetch(s, _firsts_statement(len(wanted), dry), params)
+        rows = firsts_rows(s, wanted, reserved_for, dry=dry)
         for key_no, node_id, label, busy, holder, holder_priority in rows:
             found[key_no] += 1
             if not busy:

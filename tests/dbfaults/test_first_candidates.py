@@ -67,13 +67,7 @@ def _bounded(
 ) -> list[tuple[Any, ...]]:
     """The rows of ``app.store.nodes``' bounded read (a branch per wanted entry, 0-based) as the
     references give them: (1-based entry, node, label, busy)."""
-    params: dict[str, Any] = {}
-    for i, entry in enumerate(wanted):
-        params[f"want{i}"] = entry["contains"]
-        params[f"limit{i}"] = entry["limit"]
-    if not dry:
-        params["reserved_for"] = reserved_for
-    rows = fetch(conn, nodes._firsts_statement(len(wanted), dry), params)
+    rows = nodes.firsts_rows(conn, wanted, reserved_for, dry=dry)
     return [(key_no + 1, node_id, label, busy) for key_no, node_id, label, busy, *_ in rows]
 
 
