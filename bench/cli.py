@@ -20,10 +20,12 @@ from bench.database import Databases, admin_url
 from bench.labday import labday
 from bench.machine import ROOT, describe
 from bench.phases import FULL, PHASES, QUICK, Bench, say
+from bench.switch import switch
 
-# The lines in the order a full run runs them: the targets' (docs/design.md#targets), then the lab
-# day of teams sharing a fleet (bench/labday.py).
-LINES = {**PHASES, "labday": labday}
+# The lines in the order a full run runs them: the targets' (docs/design.md#targets), the lab day
+# of teams sharing a fleet (bench/labday.py), then a switch to the database's standby
+# (bench/switch.py).
+LINES = {**PHASES, "labday": labday, "switch": switch}
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -746,7 +746,7 @@ def cancel(b: Bench) -> dict[str, Any]:
     cancels = res.pooled("pairs", "cancel", (200,))
     submits = res.pooled("pairs", "submit", (201,))
     ratio = _alone(x)
-    statements = _statement_counts(url, b.workdir / "cancel", board(0))
+    statements = statement_counts(url, b.workdir / "cancel", board(0))
     out = {
         "cancels_per_s": cancels["per_s"],
         "cancel_p50_ms": cancels["p50_ms"],
@@ -787,13 +787,17 @@ def _alone(x: float | None) -> float | None:
     return round(x / (1 - x), 3) if x is not None and x < 1 else None
 
 
-def _statement_counts(url: str, work: Path, name: str) -> dict[str, int]:
+def statement_counts(
+    url: str, work: Path, name: str, *, advertise: bool = False, prefix: str = "cs"
+) -> dict[str, int]:
     """The statements of one placed submit naming board ``name`` and of its cancel, counted in
     this process as tests/perf counts them (SQLAlchemy's ``before_cursor_execute`` on the app's
-    engine, from this thread: the test client serves the request in it), after a warm pair."""
+    engine, from this thread: the test client serves the request in it), after a warm pair.
+    ``advertise``: the board is advertised first (from this process); the runs are named after
+    ``prefix``."""
     from sqlalchemy import event
 
-    records = work / "inprocess-records"
+    records = work / f"{prefix}-records"
     records.mkdir(parents=True, exist_ok=True)
     seen: list[str] = []
     here = threading.get_ident()
@@ -808,7 +812,11 @@ def _statement_counts(url: str, work: Path, name: str) -> dict[str, int]:
         engine = app.extensions["mediator"].db.engine
         event.listen(engine, "before_cursor_execute", on_execute)
         try:
-            for run_id in ("cs-warm", "cs-counted"):
+            if advertise:
+                resp = c.post("/v1/nodes", json=advert(name, board=name))
+                if resp.status_code != 200:
+                    raise RuntimeError(f"advert: {resp.status_code}: {resp.get_data()[:300]!r}")
+            for run_id in (f"{prefix}-warm", f"{prefix}-counted"):
                 sends = (
                     ("submit_placed", "/v1/runs", two_steps(run_id, board=name), 201),
                     ("cancel", f"/v1/runs/{run_id}/cancel", None, 200),

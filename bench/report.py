@@ -439,7 +439,40 @@ def markdown(doc: dict[str, Any], before: dict[str, Any] | None) -> str:
     ]
     if doc.get("labday") or doc.get("submit_teams"):
         lines += [""] + teams_section(doc)
+    if doc.get("switch"):
+        lines += [""] + switch_section(doc["switch"])
     return "\n".join(lines) + "\n"
+
+
+def switch_section(sw: dict[str, Any]) -> list[str]:
+    """The line ``switch`` (bench/switch.py): a failover under load, and the hot path's
+    statements after it."""
+    two, one = sw["statements_two_hosts"], sw["statements_one_host"]
+    return [
+        "## A switch to the standby (docs/deploy.md#what-a-switch-costs)",
+        "",
+        f"Line `switch`: the failover test's scenario `{sw['scenario']}` (primary killed with "
+        f"`kill -9`, standby promoted {sw['promoted_after_s']:g} s later, the old primary then "
+        "back as a replica), three gunicorn workers and a reaper on the two-host URL, four "
+        "agents, a submitter and a canceller. Every check of the test held.",
+        "",
+        "| measurement | this run |",
+        "|---|---|",
+        f"| seconds from the kill to the first 201 on the new primary | "
+        f"{sw['first_201_after_fault_s']} s ({sw['first_201_after_promotion_s']} s after the "
+        "promotion) |",
+        f"| requests answered 503 during the switch (the clients retry every 50 ms) | "
+        f"{sw['answered_503_during_switch']} of {sw['requests']} requests in all |",
+        f"| submits answered 422 `fleet has 0` before the agents advertised again | "
+        f"{sw['submits_422_empty_fleet']} |",
+        f"| slowest answer (a claim's: beyond its long poll) | {sw['slowest_s']} s "
+        f"({sw['slowest_route']}) |",
+        f"| a run submitted after the switch, claimed through the listener in | "
+        f"{sw['probe_claimed_in_s']} s |",
+        f"| statements of a placed submit and of its cancel after the switch: two-host URL "
+        f"(the replica first) / the new primary alone | {two['submit_placed']} and "
+        f"{two['cancel']} / {one['submit_placed']} and {one['cancel']} |",
+    ]
 
 
 def _pct(x: Any) -> str:
