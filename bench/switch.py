@@ -1,6 +1,6 @@
 """The switch to a standby (docs/deploy.md#what-a-switch-costs), as a line of the benchmark.
 
-The scenario is the failover test's own (``tests/dbfaults/test_failover_storm.py``, imported, not
+The scenario is the failover test's own (``tests/dbfaults/failover.py``, imported, not
 restated): a primary and its synchronous streaming standby of this run's own (never the
 machine's shared server), gunicorn with three workers and a reaper on the two-host URL, agents,
 a submitter and a canceller; the primary killed (``kill -9``) and the standby promoted a little
@@ -19,14 +19,14 @@ from bench.phases import Bench, say, statement_counts
 
 
 def switch(b: Bench) -> dict[str, Any]:
-    from tests.dbfaults.replica import PrimaryAndStandby
-    from tests.dbfaults.test_failover_storm import (
+    from tests.dbfaults.failover import (
         DBNAME,
         SWITCHES,
         describe,
         switch_under_storm,
         two_servers,
     )
+    from tests.dbfaults.replica import PrimaryAndStandby
 
     work = b.workdir / "switch"
     work.mkdir(parents=True, exist_ok=True)
