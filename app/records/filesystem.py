@@ -125,6 +125,42 @@ def _sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+def _write_sealing(path: str, data: bytes) -> None:
+    """Write ``path`` (temp file + rename, no fsync) under the Record's exclusive lock: no other
+    writer can be at work in the directory, so the temp file's name is fixed (a leftover of a
+    crash is overwritten, or removed by the seal's walk)."""
+    head, tail = os.path.split(path)
+    tmp = os.path.join(head, _TMP_PREFIX + tail)
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def _seal_walk(top: str) -> tuple[list[str], list[str]]:
+    """The Record's regular files (but SHA256SUMS) and its directories, as paths relative to
+    ``top``, sorted, parents before their contents; temp files left by a crash are removed,
+    symlinks and special files skipped. One ``scandir`` a directory, no ``stat`` of an entry."""
+    files: list[str] = []
+    dirs: list[str] = []
+
+    def walk(rel: str) -> None:
+        with os.scandir(os.path.join(top, rel) if rel else top) as it:
+            entries = sorted(it, key=lambda e: e.name)
+        for entry in entries:
+            name = f"{rel}/{entry.name}" if rel else entry.name
+            if entry.is_dir(follow_symlinks=False):
+                dirs.append(name)
+                walk(name)
+            elif entry.is_file(follow_symlinks=False):
+                if entry.name.startswith(_TMP_PREFIX):
+                    os.unlink(entry.path)
+                elif name != SUMS:
+                    files.append(name)
+
+    walk("")
+    return files, dirs
+
+
 def _walk(d: Path) -> Iterator[tuple[Path, os.stat_result]]:
     """Every directory and regular file below ``d`` (not ``d`` itself), sorted, parents before
     their contents; symlinks and other special files are skipped and never followed."""
@@ -497,15 +533,9 @@ class FilesystemRecords:
             self._drop_progress(location)
             if self.is_sealed(location):
                 return
-            self._unseal(d)
+            self._unseal(d)  # what a seal that stopped halfway left
             for sub in ("steps", "logs", "blobs"):
                 (d / sub).mkdir(exist_ok=True)
-            # Each file without an fsync of its own: all of them are flushed together once the
-            # Record is complete, before the seal returns (and the run is marked sealed).
-            write_atomic(d / "verdict.json", json_bytes(verdict), durable=False)
-            for path, doc in step_paths:
-                write_atomic(path, json_bytes(doc), durable=False)
-            write_atomic(d / "events.json", json_bytes(events), durable=False)
             try:
                 manifest = json.loads((d / "manifest.json").read_bytes())
                 if not isinstance(manifest, dict):
@@ -513,25 +543,38 @@ class FilesystemRecords:
             except (FileNotFoundError, ValueError):
                 manifest = {}
             manifest.update(manifest_update)
-            write_atomic(d / "manifest.json", json_bytes(manifest), durable=False)
-            sums = []
-            for p, st in _walk(d):
-                rel = p.relative_to(d).as_posix()
-                if stat.S_ISREG(st.st_mode) and rel != SUMS:
-                    sums.append((rel, _sha256_file(p)))
-            sums.sort()
-            write_atomic(
-                d / SUMS, "".join(sums_line(h, rel) for rel, h in sums).encode(), durable=False
+            # Each file without an fsync of its own: all of them are flushed together once the
+            # Record is complete, before the seal returns (and the run is marked sealed). Their
+            # sums come from the bytes written; the files written before (logs, blobs) are read.
+            top = str(d)
+            written: dict[str, bytes] = {
+                "verdict.json": json_bytes(verdict),
+                **{str(path.relative_to(d)): json_bytes(doc) for path, doc in step_paths},
+                "events.json": json_bytes(events),
+                "manifest.json": json_bytes(manifest),
+            }
+            for rel, data in written.items():
+                _write_sealing(os.path.join(top, rel), data)
+            files, dirs = _seal_walk(top)
+            sums = sorted(
+                (
+                    rel,
+                    hashlib.sha256(written[rel]).hexdigest()
+                    if rel in written
+                    else _sha256_file(Path(top, rel)),
+                )
+                for rel in files
             )
-            entries = list(_walk(d))
-            for p, st in entries:
-                if stat.S_ISREG(st.st_mode):
-                    os.chmod(p, 0o444)
-            for p, st in reversed(entries):  # deepest directories first
-                if stat.S_ISDIR(st.st_mode):
-                    os.chmod(p, 0o555)
+            _write_sealing(
+                os.path.join(top, SUMS), "".join(sums_line(h, rel) for rel, h in sums).encode()
+            )
+            paths = [os.path.join(top, rel) for rel in files] + [os.path.join(top, SUMS)]
+            for path in paths:
+                os.chmod(path, 0o444)
+            for rel in reversed(dirs):  # deepest directories first
+                os.chmod(os.path.join(top, rel), 0o555)
             os.chmod(d, 0o555)
-            flush_together(d, [p for p, st in entries if stat.S_ISREG(st.st_mode)])
+            flush_together(d, [Path(path) for path in paths])
 
     @staticmethod
     def _unseal(d: Path) -> None:

@@ -47,7 +47,7 @@ from app.services.settle import settle_committed
 from app.services.tx import retrying
 from app.states import QUEUED, RUNNING
 from app.store import NodeTaken, NotQueued
-from app.store.gate import GateLost, cover_marks, last_mark, mark_if_queue_empty
+from app.store.gate import GateLost, cover_if_queue_empty, cover_marks, last_mark
 from app.store.leases import insert_leases
 from app.store.nodes import candidate_adverts, containment_key, unavailable_node_ids
 from app.store.queue import (
@@ -546,17 +546,13 @@ def wake_queued(
 
 def _queue_empty(ctx: Context) -> bool:
     """No run is QUEUED: the scan ends at its first look, without the gate, and covers the marks
-    taken before that look (docs/design.md#the-scan-gate-and-wake-marks). Its statement reads the
-    last mark, then the queue in a snapshot taken after it: a run that queues later reads the
-    marks around its own candidate read and scans itself when one was taken meanwhile
-    (docs/queue.md#on-submit-placed-queued-or-rejected). Two statements where a scan through the
-    gate takes five and its locks."""
+    taken before that look (docs/design.md#the-scan-gate-and-wake-marks). Its one statement reads
+    the last mark and the queue, and covers the mark when the queue is empty: a run that queues
+    later reads the marks around its own candidate read and scans itself when one was taken
+    meanwhile (docs/queue.md#on-submit-placed-queued-or-rejected). One statement where a scan
+    through the gate takes five and its locks."""
     with ctx.db.autocommit() as conn:
-        mark = mark_if_queue_empty(conn)
-        if mark is None:
-            return False
-        cover_marks(conn, mark)
-    return True
+        return cover_if_queue_empty(conn)
 
 
 def _new_failures(ctx: Context, report: ScanReport) -> bool:

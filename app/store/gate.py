@@ -277,18 +277,23 @@ def last_mark(conn: Connection | Session) -> int:
     return int(mark)
 
 
-# The last mark, and whether no run is QUEUED (``ix_runs_queued_age``: one index probe). The
-# sequence is read as it is now, and the queue in the statement's snapshot, taken after it.
-_MARK_IF_QUEUE_EMPTY = text(
-    f"SELECT ({LAST_MARK_SQL}), NOT EXISTS (SELECT 1 FROM runs WHERE state = 'QUEUED')"
+# The last mark and whether no run is QUEUED (``ix_runs_queued_age``: one index probe); when none
+# is, the marks up to it are covered in the same statement (``cover_marks``' setval). The sequence
+# is read as it is now, and the queue in the statement's snapshot.
+_COVER_IF_QUEUE_EMPTY = text(
+    f"WITH look AS (SELECT ({LAST_MARK_SQL}) AS mark,"
+    " NOT EXISTS (SELECT 1 FROM runs WHERE state = 'QUEUED') AS empty)"
+    " SELECT look.mark, look.empty, CASE WHEN look.empty THEN setval('wake_covered',"
+    " GREATEST(look.mark, (SELECT last_value FROM wake_covered))) END FROM look"
 )
 
 
-def mark_if_queue_empty(conn: Connection) -> int | None:
-    """The last mark when no run is QUEUED (a scan would find nothing to promote or reserve),
-    else None."""
-    ((mark, empty),) = fetch(conn, _MARK_IF_QUEUE_EMPTY, {})
-    return int(mark) if empty else None
+def cover_if_queue_empty(conn: Connection) -> bool:
+    """When no run is QUEUED (a scan would find nothing to promote or reserve), cover every mark
+    taken so far, as a scan that found the queue empty does, and say so; else change nothing.
+    One statement."""
+    ((_mark, empty, _covered),) = fetch(conn, _COVER_IF_QUEUE_EMPTY, {})
+    return bool(empty)
 
 
 def cover_marks(conn: Connection, mark: int) -> None:
