@@ -4,8 +4,10 @@ view explains"): the bounded reads of ``app/store/estimates.py`` fed to the pure
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from functools import lru_cache
 from typing import Any
 
 from sqlalchemy import Connection
@@ -90,6 +92,21 @@ def _needs(roles: list[Role], adverts: list[Advert]) -> tuple[Need, ...]:
     )
 
 
+@lru_cache(maxsize=4096)
+def _duration_keys(
+    requires: str, steps: tuple[tuple[str, str, str | None, str], ...]
+) -> tuple[str | None, ...]:
+    """The duration keys of a run's steps ((step id, kind, uses, spec) each, documents as JSON
+    text) under its ``requires``. Keyed by the documents themselves, so a queue of copies of one
+    contract decodes and hashes them once, and nothing cached can go stale."""
+    specs = [json.loads(spec) for _, _, _, spec in steps]
+    roles = roles_by_name(json.loads(requires) or [], specs)
+    return tuple(
+        duration_key(step_id, kind, spec, roles.get(uses or "")) if kind in KINDS_TIMED else None
+        for (step_id, kind, uses, _), spec in zip(steps, specs, strict=True)
+    )
+
+
 def _plans(rows: list[StepRow]) -> dict[str, list[PlannedStep]]:
     """Each run's steps as the estimate sees them, with their duration keys."""
     by_run: dict[str, list[StepRow]] = {}
@@ -97,20 +114,21 @@ def _plans(rows: list[StepRow]) -> dict[str, list[PlannedStep]]:
         by_run.setdefault(row.run_id, []).append(row)
     out: dict[str, list[PlannedStep]] = {}
     for run_id, steps in by_run.items():
-        roles = roles_by_name(steps[0].requires or [], (st.spec for st in steps))
+        keys = _duration_keys(
+            steps[0].requires or "null",
+            tuple((st.step_id, st.kind, st.uses, st.spec) for st in steps),
+        )
         out[run_id] = [
             PlannedStep(
                 seq=st.seq,
                 kind=st.kind,
-                key=duration_key(st.step_id, st.kind, st.spec, roles.get(st.uses or ""))
-                if st.kind in KINDS_TIMED
-                else None,
+                key=key,
                 needs=tuple(st.needs),
                 uses=st.uses,
                 state=st.state,
                 ran=st.ran,
             )
-            for st in steps
+            for st, key in zip(steps, keys, strict=True)
         ]
     return out
 
@@ -183,15 +201,20 @@ def expected_of(
             continue
         holder = holders.get(a.node_id)
         free[a.node_id] = NOW if holder is None else remaining(plans.get(holder, []), medians)
-    runs_ahead = [
-        Ahead(
-            _needs(_roles(q.requires), adverts),
-            remaining(plans.get(q.run_id, []), medians),
-            q.team,
-            q.priority,
-        )
-        for q in queued
-    ]
+    # The runs ahead are mostly copies of a few contracts, none started: their needs by shape
+    # and their spans by plan are worked out once.
+    needs_of: dict[str, tuple[Need, ...]] = {}
+    spans: dict[tuple[PlannedStep, ...], Span] = {}
+    runs_ahead = []
+    for q in queued:
+        needs = needs_of.get(q.requires_key)
+        if needs is None:
+            needs = needs_of[q.requires_key] = _needs(_roles(q.requires), adverts)
+        plan = tuple(plans.get(q.run_id, ()))
+        span = spans.get(plan)
+        if span is None:
+            span = spans[plan] = remaining(plan, medians)
+        runs_ahead.append(Ahead(needs, span, q.team, q.priority))
     if teams is None:
         found_start = expected_start(_needs(roles, adverts), free, runs_ahead)
     else:
@@ -221,7 +244,7 @@ def _shared(
     team_of = {row.run_id: row.team for row in rows}
     held_by = {n: st.teams.counted_as(team_of.get(r, "default")) for n, r in holders.items()}
     counted = [Ahead(a.roles, a.takes, st.teams.counted_as(a.team), a.priority) for a in runs_ahead]
-    requires_of = {row.run_id: row.requires for row in rows}
+    requires_of = {row.run_id: row.requires for row in rows}  # JSON text
     typical: dict[str, Ahead] = {}
     for run_id in sorted(set(holders.values())):
         steps = plans.get(run_id)
@@ -229,7 +252,8 @@ def _shared(
         if not steps or name == HEALTH_TEAM:
             continue
         whole = remaining([replace(x, state="PENDING", ran=0.0) for x in steps], medians)
-        like = Ahead(_needs(_roles(requires_of[run_id]), adverts), whole, name, run.priority)
+        roles_held = _roles(json.loads(requires_of[run_id]))
+        like = Ahead(_needs(roles_held, adverts), whole, name, run.priority)
         if name not in typical or like.takes.order > typical[name].takes.order:
             typical[name] = like
     for a in counted:

@@ -87,24 +87,26 @@ def queued_ahead_of_shapes(
 
 @dataclass(frozen=True)
 class StepRow:
-    """A step of a run the estimate looks at, with its run's ``requires``."""
+    """A step of a run the estimate looks at, with its run's ``requires``. Both documents are
+    the JSON text as stored, decoded only where needed: the runs ahead of a queued one are mostly
+    copies of one contract, whose duration keys are computed once (``app/services/expected.py``)."""
 
     run_id: str
-    requires: Any
+    requires: str
     seq: int
     step_id: str
     kind: str
     uses: str | None
     needs: list[int]
     state: str
-    spec: Any
+    spec: str
     ran: float  # seconds since its claim (0 when not claimed)
     team: str = "default"  # its run's, as stored
 
 
 _STEPS_OF_ESTIMATED = text(
-    "SELECT steps.run_id, runs.requires, steps.seq, steps.step_id, steps.kind, steps.uses,"
-    " steps.needs, steps.state, steps.spec,"
+    "SELECT steps.run_id, runs.requires::text, steps.seq, steps.step_id, steps.kind, steps.uses,"
+    " steps.needs, steps.state, steps.spec::text,"
     " COALESCE(EXTRACT(epoch FROM now() - steps.started_at), 0), runs.team"
     " FROM steps JOIN runs ON runs.run_id = steps.run_id"
     " WHERE steps.run_id = ANY(:run_ids) ORDER BY steps.run_id, steps.seq"
