@@ -9,6 +9,7 @@ import psycopg
 import pytest
 
 from app.config import to_libpq_url
+from tests.dbfaults.replica import PrimaryAndStandby
 from tests.dbfaults.server import RestartablePostgres
 from tests.support.tables import empty_tables
 
@@ -34,3 +35,13 @@ def clean_db(module_db: str) -> str:
     with psycopg.connect(to_libpq_url(module_db), autocommit=True) as conn:
         empty_tables(conn)
     return module_db
+
+
+@pytest.fixture
+def servers() -> Iterator[PrimaryAndStandby]:
+    """A primary of the test's own, started; the test makes its standby when it is ready."""
+    pair = PrimaryAndStandby().start()
+    try:
+        yield pair
+    finally:
+        pair.close()

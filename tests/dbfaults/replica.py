@@ -138,15 +138,7 @@ class PrimaryAndStandby:
         return proc, where
 
     def _in_sync(self) -> bool:
-        try:
-            with psycopg.connect(self.primary.admin_url, autocommit=True) as conn:
-                row = conn.execute(
-                    "select sync_state from pg_stat_replication where application_name = %s",
-                    (STANDBY_NAME,),
-                ).fetchone()
-        except psycopg.OperationalError:
-            return False
-        return row == ("sync",)
+        return _replication(self.primary.admin_url, STANDBY_NAME, "sync_state") == "sync"
 
     def standby_url(self, database: str = "postgres") -> str:
         return f"postgresql://postgres@127.0.0.1:{self.standby_port}/{database}"
@@ -187,15 +179,7 @@ class PrimaryAndStandby:
             if rejoined.poll() is not None:
                 text = log_path.read_text(errors="replace")
                 raise EmbeddedPostgresError(f"the rejoined replica exited:\n{text}")
-            try:
-                with psycopg.connect(self.standby_url(), autocommit=True) as conn:
-                    row = conn.execute(
-                        "select state from pg_stat_replication where application_name = %s",
-                        (name,),
-                    ).fetchone()
-            except psycopg.OperationalError:
-                return False
-            return row == ("streaming",)
+            return _replication(self.standby_url(), name, "state") == "streaming"
 
         await_condition(streaming, "the old primary streaming from the new one", 60, 0.05)
 
@@ -222,3 +206,16 @@ class PrimaryAndStandby:
             self.primary.close()
         else:
             self.primary.pg.stop()
+
+
+def _replication(url: str, name: str, column: str) -> str | None:
+    """``column`` of ``pg_stat_replication`` for the replica ``name`` as the server at ``url``
+    sees it (None: not connected, or the server does not answer)."""
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            row = conn.execute(
+                f"select {column} from pg_stat_replication where application_name = %s", (name,)
+            ).fetchone()
+    except psycopg.OperationalError:
+        return None
+    return None if row is None else str(row[0])

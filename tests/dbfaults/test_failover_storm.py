@@ -17,7 +17,6 @@ new primary (docs/deploy.md#11-a-database-with-a-standby, "During the switch")."
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,15 +25,6 @@ from tests.dbfaults.failover import SWITCHES, describe, switch_under_storm, two_
 from tests.dbfaults.replica import PrimaryAndStandby
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def servers() -> Iterator[PrimaryAndStandby]:
-    pair = PrimaryAndStandby().start()
-    try:
-        yield pair
-    finally:
-        pair.close()
 
 
 @pytest.mark.parametrize("name", list(SWITCHES))

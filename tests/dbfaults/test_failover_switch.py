@@ -8,12 +8,10 @@ the switch."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import psycopg
-import pytest
 
 from app.dev.embedded import create_database
 from app.migrate import upgrade
@@ -24,15 +22,6 @@ from tests.support.agent import advertise
 from tests.support.apps import app_on, client_of
 from tests.support.concurrency import await_condition
 from tests.support.contracts import one_step
-
-
-@pytest.fixture
-def servers() -> Iterator[PrimaryAndStandby]:
-    pair = PrimaryAndStandby().start()
-    try:
-        yield pair
-    finally:
-        pair.close()
 
 
 def _sessions(url: str, name: str) -> int:
