@@ -46,6 +46,7 @@ CONNECT_DEFAULTS = {
 # is every other of the pool (read_only_sql_transaction, admin_shutdown, crash_shutdown,
 # cannot_connect_now). 57P05, idle_session_timeout, is the scan gate's expected end.
 DEAD_SQLSTATES = frozenset({"25006", "57P01", "57P02", "57P03"})
+IDLE_SESSION_ENDED = "57P05"
 
 
 # psycopg's own timeout of a wait (private; app/store/pipeline.py's start-up check looks for it).
@@ -182,7 +183,10 @@ def engine_for(
 
     def dead(context: ExceptionContext) -> None:
         mark_dead_connections(context)
-        if context.is_disconnect and on_dead is not None:
+        # A session that idle_session_timeout ended (the gate's, after a quiet spell) is gone,
+        # but its server is fine: the other sessions of the process keep theirs.
+        expected_end = getattr(context.original_exception, "sqlstate", None) == IDLE_SESSION_ENDED
+        if context.is_disconnect and on_dead is not None and not expected_end:
             on_dead()
 
     engine = create_engine("postgresql+psycopg://", creator=connect, **kwargs)

@@ -32,6 +32,7 @@ from tests.support.concurrency import (
     states,
     waiting_lock_held,
 )
+from tests.support.contracts import one_step
 from tests.support.scenes import holder_and_waiter
 
 IDLE = 2.0  # gate.idle_seconds: how long PostgreSQL keeps a hung process's idle gate session
@@ -182,3 +183,46 @@ def test_a_failed_gate_statement_on_a_live_session_keeps_the_scanning_lock_of_a_
         finally:
             gate.leave()
         assert lock_holders(sql, SCANNING_LOCK) == 0
+
+
+def test_the_gate_session_ended_by_its_idle_timeout_is_no_dead_database(fresh_db_url, tmp_path):
+    """The gate's session outlives a quiet spell only until ``idle_session_timeout`` ends it
+    (SQLSTATE 57P05): its expected end, not a server that went away. The next scan opens another
+    and promotes, and nothing counts it as a dead connection: the claim listener keeps its session
+    and the pool is not emptied (docs/deploy.md#11-a-database-with-a-standby)."""
+    with (
+        apps_on(fresh_db_url, tmp_path / "records", 1, **KEYS) as apps,
+        connect(fresh_db_url) as sql,
+    ):
+        c, ctx = apps.client(0), apps.ctx(0)
+        holder_and_waiter(c)
+        assert c.post("/v1/nodes/n1/claim?wait=0").status_code == 200  # the holder's step
+        await_condition(lambda: _sessions(sql, "mediator-listener") == 1, "the listener", 30)
+        listener = _pids(sql, "mediator-listener")
+        # A scan through the gate opens its session: the holder's cancel promotes the waiter.
+        assert c.post("/v1/runs/holder/cancel").get_json()["state"] == "FAILED"
+        assert states(sql, ["waiter"]) == {"waiter": "RUNNING"}
+        assert _sessions(sql, "mediator-gate") == 1
+        assert c.post("/v1/runs", json=one_step("third")).status_code == 202
+        deaths = ctx.db.deaths
+        # PostgreSQL ends the idle session by itself after gate.idle_seconds.
+        await_condition(
+            lambda: _sessions(sql, "mediator-gate") == 0, "the idle gate session ended", 30
+        )
+        # The next scan meets the ended session, opens another and promotes.
+        assert c.post("/v1/runs/waiter/cancel").get_json()["state"] == "FAILED"
+        assert states(sql, ["third"]) == {"third": "RUNNING"}
+        assert ctx.db.deaths == deaths
+        assert _pids(sql, "mediator-listener") == listener
+
+
+def _sessions(sql, name):
+    return len(_pids(sql, name))
+
+
+def _pids(sql, name):
+    rows = sql.execute(
+        "select pid from pg_stat_activity where application_name = %s and datname = current_database()",
+        (name,),
+    ).fetchall()
+    return sorted(r[0] for r in rows)
