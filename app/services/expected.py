@@ -92,19 +92,34 @@ def _needs(roles: list[Role], adverts: list[Advert]) -> tuple[Need, ...]:
     )
 
 
-@lru_cache(maxsize=4096)
-def _duration_keys(
-    requires: str, steps: tuple[tuple[str, str, str | None, str], ...]
-) -> tuple[str | None, ...]:
+# Documents of at most this many characters (a run's requires and its steps' specs together) are
+# remembered, at most DURATION_KEYS_KEPT of them: 8 MiB a process at worst.
+DURATION_KEYS_DOCUMENT_MAX = 16 * 1024
+DURATION_KEYS_KEPT = 512
+
+StepDocs = tuple[tuple[str, str, str | None, str], ...]
+
+
+def _duration_keys(requires: str, steps: StepDocs) -> tuple[str | None, ...]:
     """The duration keys of a run's steps ((step id, kind, uses, spec) each, documents as JSON
-    text) under its ``requires``. Keyed by the documents themselves, so a queue of copies of one
-    contract decodes and hashes them once, and nothing cached can go stale."""
+    text) under its ``requires``. Small documents are remembered by their text, so a queue of
+    copies of one contract decodes and hashes them once, and nothing remembered can go stale."""
+    size = len(requires) + sum(len(spec) for _, _, _, spec in steps)
+    if size > DURATION_KEYS_DOCUMENT_MAX:
+        return _keys_of(requires, steps)
+    return _kept_keys(requires, steps)
+
+
+def _keys_of(requires: str, steps: StepDocs) -> tuple[str | None, ...]:
     specs = [json.loads(spec) for _, _, _, spec in steps]
     roles = roles_by_name(json.loads(requires) or [], specs)
     return tuple(
         duration_key(step_id, kind, spec, roles.get(uses or "")) if kind in KINDS_TIMED else None
         for (step_id, kind, uses, _), spec in zip(steps, specs, strict=True)
     )
+
+
+_kept_keys = lru_cache(maxsize=DURATION_KEYS_KEPT)(_keys_of)
 
 
 def _plans(rows: list[StepRow]) -> dict[str, list[PlannedStep]]:
