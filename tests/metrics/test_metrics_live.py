@@ -46,10 +46,14 @@ def scrape(live: LiveServer) -> Samples:
 
 
 def healthz_by_worker(metrics_dir: Path) -> dict[int, float]:
-    """GET /healthz answers counted in each worker's own file (counter_<pid>.db)."""
+    """GET /healthz answers counted in each worker's own file (counter_<pid>.db). A file that a
+    worker is creating at this moment may still be empty (prometheus-client makes it, then sizes
+    it): it holds no count yet."""
     counts: dict[int, float] = {}
     for path in metrics_dir.glob("counter_*.db"):
         pid = int(path.stem.split("_")[1])
+        if path.stat().st_size < 8:  # not even its header yet
+            continue
         for key, count, _, _ in MmapedDict.read_all_values_from_file(str(path)):
             _, name, labels, _ = json.loads(key)
             if name == "mediator_http_requests_total" and labels == HEALTHZ:
