@@ -130,7 +130,7 @@ def _plans(rows: list[StepRow]) -> dict[str, list[PlannedStep]]:
     out: dict[str, list[PlannedStep]] = {}
     for run_id, steps in by_run.items():
         keys = _duration_keys(
-            steps[0].requires or "null",
+            steps[0].requires,
             tuple((st.step_id, st.kind, st.uses, st.spec) for st in steps),
         )
         out[run_id] = [

@@ -88,7 +88,7 @@ def queued_ahead_of_shapes(
 @dataclass(frozen=True)
 class StepRow:
     """A step of a run the estimate looks at, with its run's ``requires``. Both documents are
-    the JSON text as stored, decoded only where needed: the runs ahead of a queued one are mostly
+    the JSON text as stored (``null`` for a run without requires), decoded only where needed: the runs ahead of a queued one are mostly
     copies of one contract, whose duration keys are computed once (``app/services/expected.py``)."""
 
     run_id: str
@@ -120,7 +120,9 @@ def steps_of_estimated(s: Session | Connection, run_ids: Sequence[str]) -> list[
     if not run_ids:
         return []
     return [
-        StepRow(r[0], r[1], r[2], r[3], r[4], r[5], list(r[6]), r[7], r[8], float(r[9]), r[10])
+        StepRow(
+            r[0], r[1] or "null", r[2], r[3], r[4], r[5], list(r[6]), r[7], r[8], float(r[9]), r[10]
+        )
         for r in fetch(s, _STEPS_OF_ESTIMATED, {"run_ids": list(run_ids)})
     ]
 

@@ -283,7 +283,7 @@ def last_mark(conn: Connection | Session) -> int:
 _COVER_IF_QUEUE_EMPTY = text(
     f"WITH look AS (SELECT ({LAST_MARK_SQL}) AS mark,"
     " NOT EXISTS (SELECT 1 FROM runs WHERE state = 'QUEUED') AS empty)"
-    " SELECT look.mark, look.empty, CASE WHEN look.empty THEN setval('wake_covered',"
+    " SELECT look.empty, CASE WHEN look.empty THEN setval('wake_covered',"
     " GREATEST(look.mark, (SELECT last_value FROM wake_covered))) END FROM look"
 )
 
@@ -292,7 +292,7 @@ def cover_if_queue_empty(conn: Connection) -> bool:
     """When no run is QUEUED (a scan would find nothing to promote or reserve), cover every mark
     taken so far, as a scan that found the queue empty does, and say so; else change nothing.
     One statement."""
-    ((_mark, empty, _covered),) = fetch(conn, _COVER_IF_QUEUE_EMPTY, {})
+    ((empty, _covered),) = fetch(conn, _COVER_IF_QUEUE_EMPTY, {})
     return bool(empty)
 
 

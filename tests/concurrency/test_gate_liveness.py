@@ -29,6 +29,7 @@ from tests.support.concurrency import (
     await_condition,
     connect,
     lock_holders,
+    session_pids,
     states,
     waiting_lock_held,
 )
@@ -197,32 +198,22 @@ def test_the_gate_session_ended_by_its_idle_timeout_is_no_dead_database(fresh_db
         c, ctx = apps.client(0), apps.ctx(0)
         holder_and_waiter(c)
         assert c.post("/v1/nodes/n1/claim?wait=0").status_code == 200  # the holder's step
-        await_condition(lambda: _sessions(sql, "mediator-listener") == 1, "the listener", 30)
-        listener = _pids(sql, "mediator-listener")
+        await_condition(
+            lambda: len(session_pids(sql, "mediator-listener")) == 1, "the listener", 30
+        )
+        listener = session_pids(sql, "mediator-listener")
         # A scan through the gate opens its session: the holder's cancel promotes the waiter.
         assert c.post("/v1/runs/holder/cancel").get_json()["state"] == "FAILED"
         assert states(sql, ["waiter"]) == {"waiter": "RUNNING"}
-        assert _sessions(sql, "mediator-gate") == 1
+        assert len(session_pids(sql, "mediator-gate")) == 1
         assert c.post("/v1/runs", json=one_step("third")).status_code == 202
         deaths = ctx.db.deaths
         # PostgreSQL ends the idle session by itself after gate.idle_seconds.
         await_condition(
-            lambda: _sessions(sql, "mediator-gate") == 0, "the idle gate session ended", 30
+            lambda: not session_pids(sql, "mediator-gate"), "the idle gate session ended", 30
         )
         # The next scan meets the ended session, opens another and promotes.
         assert c.post("/v1/runs/waiter/cancel").get_json()["state"] == "FAILED"
         assert states(sql, ["third"]) == {"third": "RUNNING"}
         assert ctx.db.deaths == deaths
-        assert _pids(sql, "mediator-listener") == listener
-
-
-def _sessions(sql, name):
-    return len(_pids(sql, name))
-
-
-def _pids(sql, name):
-    rows = sql.execute(
-        "select pid from pg_stat_activity where application_name = %s and datname = current_database()",
-        (name,),
-    ).fetchall()
-    return sorted(r[0] for r in rows)
+        assert session_pids(sql, "mediator-listener") == listener

@@ -21,7 +21,7 @@ from app.migrate import upgrade
 from tests.dbfaults.load import Agent, Answer, Canceller, Submitter, Tally, one_step, reaper_of
 from tests.dbfaults.replica import PrimaryAndStandby
 from tests.support.apps import LiveServer, gunicorn_on, ready_workers
-from tests.support.concurrency import await_condition, connect, deadlocks
+from tests.support.concurrency import await_condition, await_value, connect, deadlocks
 from tests.support.invariants import check, check_settled
 
 DBNAME = "mediator_storm"
@@ -157,21 +157,8 @@ def probe_claim(storm: Storm, run_id: str) -> float:
     resp = storm.live.post("/v1/runs", one_step(run_id))
     assert resp.status_code == 201, resp.text
     answered = time.monotonic()
-    claimed = await_value_of(lambda: storm.claimed_at(run_id), f"{run_id} claimed", LONG_POLL * 2)
+    claimed = await_value(lambda: storm.claimed_at(run_id), f"{run_id} claimed", LONG_POLL * 2)
     return claimed - answered
-
-
-def await_value_of(look: Any, what: str, timeout: float) -> float:
-    found: list[float] = []
-
-    def seen() -> bool:
-        value = look()
-        if value is not None:
-            found.append(value)
-        return bool(found)
-
-    await_condition(seen, what, timeout, interval=0.02)
-    return found[0]
 
 
 def held_by_the_database(url: str, storm: Storm) -> list[str]:

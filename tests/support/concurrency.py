@@ -209,6 +209,17 @@ def backends_waiting_on_locks(sql: Any, application_name: str = "mediator") -> i
     ).fetchone()[0]
 
 
+def session_pids(sql: Any, application_name: str) -> list[int]:
+    """The backends of this database's sessions named ``application_name`` (``mediator-gate``,
+    ``mediator-listener``, …), sorted: the same list twice is the same sessions."""
+    rows = sql.execute(
+        "select pid from pg_stat_activity where datname = current_database()"
+        " and application_name = %s",
+        (application_name,),
+    ).fetchall()
+    return sorted(r[0] for r in rows)
+
+
 def listeners(sql: Any) -> int:
     """Sessions of the Mediator's claim listeners (``mediator-listener``) that are listening."""
     return sql.execute(
