@@ -13,6 +13,7 @@ from app.listener import ClaimListener, ClaimNotifier
 from app.logs import log
 from app.metrics import count_auth, count_submits_of
 from app.records import FilesystemRecords, RecordStore
+from app.services.expected import QueuedShapes
 from app.store.gate import ScanGate
 from app.store.steps import nodes_with_claimable_steps
 from app.teams import Teams
@@ -50,6 +51,9 @@ class Context:
         # requires_key -> the last submit of that shape found every candidate busy: which
         # statement a submit sends first depends on it, never an outcome (services/submit.py).
         self.queued_shapes: dict[str, bool] = {}
+        # The shapes with runs QUEUED, for the expected start (docs/queue.md, "What a QUEUED
+        # run's view explains").
+        self.estimate_shapes = QueuedShapes()
         # Set when a wake mark could not be taken after a freeing commit: this process owes a
         # mark and a scan, paid at its next successful use of the database
         # (docs/queue.md#which-commit-frees-and-its-mark; app/services/marks.py).

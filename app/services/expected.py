@@ -5,10 +5,13 @@ view explains"): the bounded reads of ``app/store/estimates.py`` fed to the pure
 from __future__ import annotations
 
 import json
+import threading
+import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection
 from sqlalchemy.orm import Session
@@ -40,20 +43,100 @@ from app.store.estimates import (
     steps_of_estimated,
 )
 from app.store.nodes import Candidates, candidate_adverts
-from app.store.queue import QueuedRun, TeamOrder, queued_shape_heads_sharing
+from app.store.queue import QueuedRun, TeamOrder, queued_shape_heads, queued_shape_heads_sharing
 from app.teams import HEALTH_TEAM, Standing
 from app.wire import ts
+
+if TYPE_CHECKING:
+    from app.context import Context
 
 DEFAULT_MAX_AHEAD = 200  # ``estimate.max_ahead``'s default
 
 
 class EstimateBudget:
     """The runs ahead one request may still look at (``estimate.max_ahead``), shared by every
-    expected start it renders."""
+    expected start it renders; ``shapes``: the process's list of queued shapes (None: each
+    estimate reads the shapes that share its candidates)."""
 
-    def __init__(self, max_ahead: int) -> None:
+    def __init__(self, max_ahead: int, shapes: QueuedShapes | None = None) -> None:
         self.max_ahead = max_ahead
         self.left = max_ahead
+        self.shapes = shapes
+
+    @classmethod
+    def of(cls, ctx: Context) -> EstimateBudget:
+        """A request's budget, with the process's list of queued shapes."""
+        return cls(ctx.config["estimate.max_ahead"], ctx.estimate_shapes)
+
+
+# How long a process uses the queued shapes it read before it reads them again
+# (docs/queue.md, "What a QUEUED run's view explains").
+SHAPES_FRESH_SECONDS = 1.0
+
+CapabilityKey = tuple[str, tuple[tuple[str, str], ...]]
+
+
+class QueuedShapes:
+    """The shapes with runs QUEUED (``requires_key`` -> its ``requires`` and roles), as this process
+    last read them, at most :data:`SHAPES_FRESH_SECONDS` ago, with every shape this process has
+    estimated a run of since: which shapes can share a candidate with a queued run is then worked
+    out here instead of by a walk of every queued shape per estimate. A shape's ``requires`` never
+    changes (the key is made from it); a shape whose runs all left the queue has no run ahead, and
+    one first queued by another process in the last second is missed until the next read.
+    Threads share it: the mapping is replaced, never changed in place."""
+
+    def __init__(self, fresh_seconds: float = SHAPES_FRESH_SECONDS) -> None:
+        self.fresh_seconds = fresh_seconds
+        self._lock = threading.Lock()
+        self._read_at: float | None = None
+        self._shapes: dict[str, tuple[Any, list[Role]]] = {}
+
+    def note(self, key: str, requires: Any) -> None:
+        """A shape known to have a run QUEUED (the estimated run's own)."""
+        if key and key not in self._shapes:
+            self._shapes = {**self._shapes, key: (requires, _roles(requires))}
+
+    def _refresh(self, s: Session | Connection) -> None:
+        read_at = self._read_at
+        if read_at is not None and time.monotonic() - read_at < self.fresh_seconds:
+            return
+        # The first read waits for another thread's; later ones use the list they have meanwhile.
+        if not self._lock.acquire(blocking=read_at is None):
+            return
+        try:
+            if self._read_at is not read_at:
+                return  # another thread read them while this one waited
+            started = time.monotonic()
+            known = self._shapes
+            shapes: dict[str, tuple[Any, list[Role]]] = {}
+            for head in queued_shape_heads(s):
+                kept = known.get(head.requires_key)
+                shapes[head.requires_key] = kept or (head.requires, _roles(head.requires))
+            self._shapes = shapes
+            self._read_at = started
+        finally:
+            self._lock.release()
+
+    def sharing(
+        self, s: Session | Connection, adverts: Sequence[Advert], run: QueuedRun
+    ) -> dict[str, Any]:
+        """``requires_key`` -> ``requires`` of every queued shape with a role that one of
+        ``adverts`` (``run``'s candidates) fits: ``run``'s own shape among them."""
+        self._refresh(s)
+        self.note(run.requires_key, run.requires)  # a list read just now may lack it
+        if not adverts:
+            return {}
+        distinct: dict[tuple[CapabilityKey, ...], Advert] = {}
+        for a in adverts:
+            distinct.setdefault(
+                tuple((c.name, tuple(sorted(c.attrs.items()))) for c in a.capabilities), a
+            )
+        kinds = list(distinct.values())
+        return {
+            key: requires
+            for key, (requires, roles) in self._shapes.items()
+            if any(satisfies(a, r) for r in roles for a in kinds)
+        }
 
 
 @dataclass(frozen=True)
@@ -164,6 +247,10 @@ def expected_of(
     five statements: the queued shapes, the runs ahead of the shapes that share a candidate with
     it, their candidates (unless their roles are this run's), then the steps of the holders and
     runs ahead, and their recorded durations (only the last two when nothing is ahead)."""
+    if budget.shapes is not None:
+        # Its shape has a run QUEUED: a run of another shape that shares its candidates counts
+        # it ahead from now on, in this process, whatever its list of queued shapes says.
+        budget.shapes.note(run.requires_key, run.requires)
     roles = _roles(run.requires)
     adverts = list(found.adverts)
     holders = dict(found.holders)
@@ -173,27 +260,20 @@ def expected_of(
     if ahead > 0:
         if budget.left <= 0:
             return _wire(None, BUDGET, now)
-        sharing = [
-            h
-            for h in queued_shape_heads_sharing(s, [a.node_id for a in found.adverts])
-            # With teams, a shape whose first run is behind this one in queue order may still
-            # hold runs of a team ranked before its own: only a lower priority rules it out.
-            if (h.order < run.order if order is None else h.priority >= run.priority)
-        ]
-        if sharing:
+        requires_of = _sharing(s, found, run, order, budget.shapes)
+        if requires_of:
             n = min(budget.left, budget.max_ahead)
-            requires_of = {h.requires_key: h.requires for h in sharing}
             queued = queued_ahead_of_shapes(s, requires_of, run, n + 1, order)
             budget.left -= min(len(queued), n)
             if len(queued) > n:
                 return _wire(None, TOO_FAR_BACK if n == budget.max_ahead else BUDGET, now)
-            # Their own candidates, unless their roles are this run's (the common case: the
-            # same shape), whose candidates are read already.
+            # The candidates of the shapes with runs ahead, unless their roles are this run's
+            # (the common case: the same shape), whose candidates are read already.
             mine = {(r.capability, tuple(sorted(r.attrs.items()))) for r in roles}
             other = [
                 r
-                for h in sharing
-                for r in _roles(h.requires)
+                for key in dict.fromkeys(q.requires_key for q in queued)
+                for r in _roles(requires_of[key])
                 if (r.capability, tuple(sorted(r.attrs.items()))) not in mine
             ]
             if other:
@@ -237,6 +317,26 @@ def expected_of(
             teams, run, roles, adverts, free, holders, runs_ahead, rows, plans, medians, budget
         )
     return _wire(found_start.seconds, found_start.basis, now)
+
+
+def _sharing(
+    s: Session | Connection,
+    found: Candidates,
+    run: QueuedRun,
+    order: TeamOrder | None,
+    shapes: QueuedShapes | None,
+) -> dict[str, Any]:
+    """``requires_key`` -> ``requires`` of the queued shapes whose roles share a candidate with
+    ``run`` (from the process's list when there is one), those whose first run is ahead of it when
+    they are read here. With teams, a shape whose first run is behind this one in queue order may
+    still hold runs of a team ranked before its own: only a lower priority rules it out."""
+    if shapes is not None:
+        return shapes.sharing(s, found.adverts, run)
+    return {
+        h.requires_key: h.requires
+        for h in queued_shape_heads_sharing(s, [a.node_id for a in found.adverts])
+        if (h.order < run.order if order is None else h.priority >= run.priority)
+    }
 
 
 def _shared(

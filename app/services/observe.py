@@ -47,6 +47,7 @@ class _NewRun:
     priority: int = 0
     team: str = "default"
     ended_at: None = None
+    requires_key: str = ""
 
 
 @dataclass(frozen=True)
@@ -171,7 +172,9 @@ def _queue_explanation(
         counts = [int(wire.get("count", 1)) for wire in requires]
         standing = standing if standing is not None else shares.read(s)
         view["share"] = shares.view(standing, run.team, counts)
-    queued = QueuedRun(run.run_id, run.created_at, "", requires, run.priority, run.team)
+    queued = QueuedRun(
+        run.run_id, run.created_at, run.requires_key, requires, run.priority, run.team
+    )
     budget = budget or EstimateBudget(DEFAULT_MAX_AHEAD)
     teams = _teams_now(shares, standing, run.team)
     view.update(
@@ -246,6 +249,7 @@ def _new_run(contract: Contract, caller: Caller, state: str, created_at: datetim
         principal_self_declared=caller.self_declared,
         priority=contract.priority,
         team=contract.team,
+        requires_key=contract.requires_key,
     )
 
 
@@ -325,7 +329,7 @@ def run_view(ctx: Context, run_id: str) -> dict[str, Any]:
             s,
             run,
             reserve_after=ctx.config["queue.reserve_after_seconds"],
-            budget=EstimateBudget(ctx.config["estimate.max_ahead"]),
+            budget=EstimateBudget.of(ctx),
             shares=Shares.of(ctx),
         )
 
@@ -343,7 +347,7 @@ def run_page(ctx: Context, run_id: str, caller: Caller) -> dict[str, Any]:
             s,
             run,
             reserve_after=ctx.config["queue.reserve_after_seconds"],
-            budget=EstimateBudget(ctx.config["estimate.max_ahead"]),
+            budget=EstimateBudget.of(ctx),
             shares=Shares.of(ctx),
         )
         events = [event_document(e) for e in run_events(s, run_id)]
@@ -411,7 +415,7 @@ def _expected_in_rows(
         return
     # The front of the queue first: its estimates are the ones a budget should not go without.
     queued.sort(key=lambda pair: (-pair[0].priority, pair[0].created_at, pair[0].run_id))
-    budget = EstimateBudget(ctx.config["estimate.max_ahead"])
+    budget = EstimateBudget.of(ctx)
     shares = Shares.of(ctx)
     standing = shares.read(s) if shares is not None else None
     for run, out in queued:
@@ -433,7 +437,9 @@ def _expected_in_rows(
         found = candidate_adverts(
             s, [role_from_wire(w) for w in run.requires], with_holders=True, with_leases=True
         )
-        me = QueuedRun(run.run_id, run.created_at, "", run.requires, run.priority, run.team)
+        me = QueuedRun(
+            run.run_id, run.created_at, run.requires_key, run.requires, run.priority, run.team
+        )
         out.update(
             expected_of(s, me, found, now=place.now, ahead=place.ahead, budget=budget, teams=teams)
         )

@@ -96,7 +96,7 @@ def _view(ctx: Context, run_id: str) -> dict[str, Any]:
             s,
             run,
             reserve_after=ctx.config["queue.reserve_after_seconds"],
-            budget=EstimateBudget(ctx.config["estimate.max_ahead"]),
+            budget=EstimateBudget.of(ctx),
             shares=Shares.of(ctx),
         )
 
@@ -435,7 +435,7 @@ def _queued_answer(ctx: Context, contract: Contract, caller: Caller, queued: _Qu
                         created_at=queued.created_at,
                         place=place,
                         reserve_after=reserve_after,
-                        budget=EstimateBudget(ctx.config["estimate.max_ahead"]),
+                        budget=EstimateBudget.of(ctx),
                         shares=shares,
                         standing=standing,
                         found=queued.candidates,

@@ -188,7 +188,7 @@ def queued_shape_team_heads(s: Session) -> list[QueuedRun]:
     return [QueuedRun(*row) for row in s.execute(_SHAPE_TEAM_HEADS).all()]
 
 
-def queued_shape_heads(s: Session) -> list[QueuedRun]:
+def queued_shape_heads(s: Session | Connection) -> list[QueuedRun]:
     """The first QUEUED run, in queue order, of every distinct ``requires_key``.
 
     A loose index scan (recursive CTE over ``ix_runs_queued_shape``) finds the distinct keys in
@@ -398,7 +398,9 @@ def reservation_probes(
     held: ColumnElement[bool] = exists().where(Reservation.node_id.is_not(None))
     if seconds <= 0:
         return held, false(), false()
-    waited = func.now() - func.make_interval(0, 0, 0, 0, 0, 0, seconds)
+    # The interval as a constant of the statement, not a parameter: a generic plan then probes
+    # ix_runs_queued_age as a custom one does (with parameters it read the whole queue).
+    waited = func.now() - literal_column(f"interval '{int(seconds)} seconds'")
     aged = exists().where(IS_QUEUED, Run.created_at <= waited)
     placed = (
         select(Placement.node_id)

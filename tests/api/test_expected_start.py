@@ -9,8 +9,10 @@ from typing import Any
 import pytest
 
 from app.estimate import duration_key
+from app.services.expected import QueuedShapes
 from tests.support.actors import cap
 from tests.support.agent import advertise, claimed
+from tests.support.apps import app_on, client_of
 from tests.support.contracts import ask_contract, contract, role, two_steps
 from tests.support.submitter import submit
 from tests.support.wire import when
@@ -87,6 +89,74 @@ def test_runs_ahead_take_the_node_first_in_the_run_view(client, sql):
     assert view["queue"]["ahead"] == 1
     assert view["expected_basis"] == "history"
     assert 299 <= waits(view) <= 301
+
+
+SOC_X = {"capability": "board", "attrs": {"soc": "x"}}
+
+
+def soc_x_two_steps(run_id: str) -> dict[str, Any]:
+    """two_steps on a board with ``soc=x``: a shape of its own that shares such a board."""
+    return contract(run_id, role("dut", soc="x"), steps=two_steps(run_id)["steps"])
+
+
+def other_shape_ahead(client: Any, sql: Any) -> None:
+    """run-a RUNNING on n1 (a board with soc=x) for 140 s more; the two steps on a board with
+    soc=x take 30 s and 40 s."""
+    record(sql, FLASH, 60)
+    record(sql, BOOT, 100)
+    record(sql, duration_key("flash", "run", {"run": ["flash"]}, SOC_X), 30)
+    record(sql, duration_key("boot", "run", {"run": ["boot"]}, SOC_X), 40)
+    advertise(client, "n1", cap("board", soc="x"))
+    submit(client, two_steps("run-a"), 201)
+    claimed(client, "n1")
+    sql.execute(
+        "update steps set started_at = now() - make_interval(secs => 20) where run_id = 'run-a'"
+    )
+
+
+def read_list_then_empty_the_queue(client: Any, sql: Any) -> None:
+    """Two runs queued behind run-a, the second's 202 reading the process's list of queued shapes
+    (a run with one ahead), then both gone."""
+    for warm in ("warm-1", "warm-2"):
+        submit(client, two_steps(warm), 202)
+    sql.execute("delete from runs where run_id like 'warm-%'")
+
+
+def test_a_run_of_another_shape_sharing_the_candidate_is_ahead(app, client, sql, monkeypatch):
+    # The process read its queued shapes before run-b's shape first queued, and will not read
+    # them again during the test: run-b's own 202 is what makes its shape known here.
+    shapes = QueuedShapes(fresh_seconds=3600)
+    monkeypatch.setattr(app.extensions["mediator"], "estimate_shapes", shapes)
+    other_shape_ahead(client, sql)
+    read_list_then_empty_the_queue(client, sql)
+    first = submit(client, soc_x_two_steps("run-b"), 202).get_json()
+
+    view = submit(client, two_steps("run-c"), 202).get_json()
+
+    assert first["queue"]["ahead"] == 0
+    # run-a ends in 140 s; run-b (another shape, on the same board) then takes 70 s.
+    assert view["queue"]["ahead"] == 1
+    assert view["expected_basis"] == "history"
+    assert 209 <= waits(view) <= 211
+
+
+def test_a_shape_queued_by_another_process_counts_once_the_list_is_read_again(
+    app, client, sql, db_url, tmp_path, monkeypatch
+):
+    shapes = QueuedShapes(fresh_seconds=3600)
+    monkeypatch.setattr(app.extensions["mediator"], "estimate_shapes", shapes)
+    other_shape_ahead(client, sql)
+    read_list_then_empty_the_queue(client, sql)
+    with app_on(db_url, tmp_path / "other-records") as other:
+        submit(client_of(other), soc_x_two_steps("run-b"), 202)
+
+    within = submit(client, two_steps("run-c"), 202).get_json()
+    shapes.fresh_seconds = 0  # the list is older than its freshness from here on
+    after = client.get("/v1/runs/run-c").get_json()
+
+    assert within["queue"]["ahead"] == after["queue"]["ahead"] == 1
+    assert 139 <= waits(within) <= 141  # run-b's shape is not in the list read before it
+    assert 209 <= waits(after) <= 211
 
 
 def test_a_step_without_a_recorded_duration_gives_no_history(client, sql):
