@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import Connection
 from sqlalchemy.orm import Session
@@ -43,30 +43,21 @@ from app.store.estimates import (
     steps_of_estimated,
 )
 from app.store.nodes import Candidates, candidate_adverts
-from app.store.queue import QueuedRun, TeamOrder, queued_shape_heads, queued_shape_heads_sharing
+from app.store.queue import QueuedRun, TeamOrder, queued_shape_heads
 from app.teams import HEALTH_TEAM, Standing
 from app.wire import ts
-
-if TYPE_CHECKING:
-    from app.context import Context
 
 DEFAULT_MAX_AHEAD = 200  # ``estimate.max_ahead``'s default
 
 
 class EstimateBudget:
     """The runs ahead one request may still look at (``estimate.max_ahead``), shared by every
-    expected start it renders; ``shapes``: the process's list of queued shapes (None: each
-    estimate reads the shapes that share its candidates)."""
+    expected start it renders; ``shapes``: the process's list of queued shapes."""
 
-    def __init__(self, max_ahead: int, shapes: QueuedShapes | None = None) -> None:
+    def __init__(self, max_ahead: int, shapes: QueuedShapes) -> None:
         self.max_ahead = max_ahead
         self.left = max_ahead
         self.shapes = shapes
-
-    @classmethod
-    def of(cls, ctx: Context) -> EstimateBudget:
-        """A request's budget, with the process's list of queued shapes."""
-        return cls(ctx.config["estimate.max_ahead"], ctx.estimate_shapes)
 
 
 # How long a process uses the queued shapes it read before it reads them again
@@ -212,10 +203,15 @@ def _plans(rows: list[StepRow]) -> dict[str, list[PlannedStep]]:
         by_run.setdefault(row.run_id, []).append(row)
     out: dict[str, list[PlannedStep]] = {}
     for run_id, steps in by_run.items():
-        keys = _duration_keys(
-            steps[0].requires,
-            tuple((st.step_id, st.kind, st.uses, st.spec) for st in steps),
-        )
+        try:
+            keys = _duration_keys(
+                steps[0].requires,
+                tuple((st.step_id, st.kind, st.uses, st.spec) for st in steps),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError):
+            # A ``requires`` that does not decode (written by hand, or by an older release): the
+            # scan never places the run, and the estimate skips it.
+            continue
         out[run_id] = [
             PlannedStep(
                 seq=st.seq,
@@ -247,10 +243,9 @@ def expected_of(
     five statements: the queued shapes, the runs ahead of the shapes that share a candidate with
     it, their candidates (unless their roles are this run's), then the steps of the holders and
     runs ahead, and their recorded durations (only the last two when nothing is ahead)."""
-    if budget.shapes is not None:
-        # Its shape has a run QUEUED: a run of another shape that shares its candidates counts
-        # it ahead from now on, in this process, whatever its list of queued shapes says.
-        budget.shapes.note(run.requires_key, run.requires)
+    # Its shape has a run QUEUED: a run of another shape that shares its candidates counts it
+    # ahead from now on, in this process, whatever its list of queued shapes says.
+    budget.shapes.note(run.requires_key, run.requires)
     roles = _roles(run.requires)
     adverts = list(found.adverts)
     holders = dict(found.holders)
@@ -260,7 +255,7 @@ def expected_of(
     if ahead > 0:
         if budget.left <= 0:
             return _wire(None, BUDGET, now)
-        requires_of = _sharing(s, found, run, order, budget.shapes)
+        requires_of = budget.shapes.sharing(s, found.adverts, run)
         if requires_of:
             n = min(budget.left, budget.max_ahead)
             queued = queued_ahead_of_shapes(s, requires_of, run, n + 1, order)
@@ -302,6 +297,8 @@ def expected_of(
     spans: dict[tuple[PlannedStep, ...], Span] = {}
     runs_ahead = []
     for q in queued:
+        if q.run_id not in plans:
+            continue  # its requires do not decode (_plans)
         needs = needs_of.get(q.requires_key)
         if needs is None:
             needs = needs_of[q.requires_key] = _needs(_roles(q.requires), adverts)
@@ -317,26 +314,6 @@ def expected_of(
             teams, run, roles, adverts, free, holders, runs_ahead, rows, plans, medians, budget
         )
     return _wire(found_start.seconds, found_start.basis, now)
-
-
-def _sharing(
-    s: Session | Connection,
-    found: Candidates,
-    run: QueuedRun,
-    order: TeamOrder | None,
-    shapes: QueuedShapes | None,
-) -> dict[str, Any]:
-    """``requires_key`` -> ``requires`` of the queued shapes whose roles share a candidate with
-    ``run`` (from the process's list when there is one), those whose first run is ahead of it when
-    they are read here. With teams, a shape whose first run is behind this one in queue order may
-    still hold runs of a team ranked before its own: only a lower priority rules it out."""
-    if shapes is not None:
-        return shapes.sharing(s, found.adverts, run)
-    return {
-        h.requires_key: h.requires
-        for h in queued_shape_heads_sharing(s, [a.node_id for a in found.adverts])
-        if (h.order < run.order if order is None else h.priority >= run.priority)
-    }
 
 
 def _shared(

@@ -18,7 +18,13 @@ from app.match import Advert, Assignment, satisfies
 from app.models import Run, Step
 from app.reserve import Held, reserved_against
 from app.services.cancel import may_cancel
-from app.services.expected import DEFAULT_MAX_AHEAD, EstimateBudget, TeamsNow, expected_of
+from app.services.expected import (
+    DEFAULT_MAX_AHEAD,
+    EstimateBudget,
+    QueuedShapes,
+    TeamsNow,
+    expected_of,
+)
 from app.services.operators import nodes_lines
 from app.services.placement import node_for_role
 from app.services.records import event_document, ledger_entries
@@ -175,11 +181,16 @@ def _queue_explanation(
     queued = QueuedRun(
         run.run_id, run.created_at, run.requires_key, requires, run.priority, run.team
     )
-    budget = budget or EstimateBudget(DEFAULT_MAX_AHEAD)
+    budget = budget or EstimateBudget(DEFAULT_MAX_AHEAD, QueuedShapes())
     teams = _teams_now(shares, standing, run.team)
     view.update(
         expected_of(s, queued, found, now=place.now, ahead=place.ahead, budget=budget, teams=teams)
     )
+
+
+def estimate_budget(ctx: Context) -> EstimateBudget:
+    """A request's budget of runs ahead, with the process's list of queued shapes."""
+    return EstimateBudget(ctx.config["estimate.max_ahead"], ctx.estimate_shapes)
 
 
 def _teams_now(shares: Shares | None, standing: Standing | None, team: str) -> TeamsNow | None:
@@ -329,7 +340,7 @@ def run_view(ctx: Context, run_id: str) -> dict[str, Any]:
             s,
             run,
             reserve_after=ctx.config["queue.reserve_after_seconds"],
-            budget=EstimateBudget.of(ctx),
+            budget=estimate_budget(ctx),
             shares=Shares.of(ctx),
         )
 
@@ -347,7 +358,7 @@ def run_page(ctx: Context, run_id: str, caller: Caller) -> dict[str, Any]:
             s,
             run,
             reserve_after=ctx.config["queue.reserve_after_seconds"],
-            budget=EstimateBudget.of(ctx),
+            budget=estimate_budget(ctx),
             shares=Shares.of(ctx),
         )
         events = [event_document(e) for e in run_events(s, run_id)]
@@ -415,7 +426,7 @@ def _expected_in_rows(
         return
     # The front of the queue first: its estimates are the ones a budget should not go without.
     queued.sort(key=lambda pair: (-pair[0].priority, pair[0].created_at, pair[0].run_id))
-    budget = EstimateBudget.of(ctx)
+    budget = estimate_budget(ctx)
     shares = Shares.of(ctx)
     standing = shares.read(s) if shares is not None else None
     for run, out in queued:

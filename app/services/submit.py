@@ -30,9 +30,8 @@ from app.records import record_location
 from app.reserve import Held, reserved_against
 from app.services.after_commit import settle_and_wake
 from app.services.execution import start_steps, starts_anything
-from app.services.expected import EstimateBudget
 from app.services.notify import AfterCommit, commit_notifying
-from app.services.observe import new_run_view, queued_run_view, render_run
+from app.services.observe import estimate_budget, new_run_view, queued_run_view, render_run
 from app.services.placement import assigned_json, grants, node_for_role
 from app.services.queue import scan_ended_at_marks, wake_after_commit
 from app.services.records import manifest
@@ -96,7 +95,7 @@ def _view(ctx: Context, run_id: str) -> dict[str, Any]:
             s,
             run,
             reserve_after=ctx.config["queue.reserve_after_seconds"],
-            budget=EstimateBudget.of(ctx),
+            budget=estimate_budget(ctx),
             shares=Shares.of(ctx),
         )
 
@@ -435,7 +434,7 @@ def _queued_answer(ctx: Context, contract: Contract, caller: Caller, queued: _Qu
                         created_at=queued.created_at,
                         place=place,
                         reserve_after=reserve_after,
-                        budget=EstimateBudget.of(ctx),
+                        budget=estimate_budget(ctx),
                         shares=shares,
                         standing=standing,
                         found=queued.candidates,

@@ -127,43 +127,6 @@ def _shape_heads() -> Select[Any]:
     )
 
 
-# The first QUEUED run of every shape (the loose index scan of queued_shape_heads) that one of
-# the nodes :candidates can serve: a role of its head's ``requires`` is contained in a candidate's
-# capabilities (exactly app.match.satisfies, as app.store.nodes.containment builds it). The
-# candidates' distinct capabilities are read once, not once per head.
-_SHARING_SHAPE_HEADS = text(
-    "WITH RECURSIVE shape_keys(k) AS ("
-    " (SELECT requires_key FROM runs WHERE state = 'QUEUED' ORDER BY requires_key LIMIT 1)"
-    " UNION ALL"
-    " SELECT (SELECT r.requires_key FROM runs r WHERE r.state = 'QUEUED'"
-    " AND r.requires_key > shape_keys.k ORDER BY r.requires_key LIMIT 1)"
-    " FROM shape_keys WHERE shape_keys.k IS NOT NULL),"
-    " candidates AS MATERIALIZED (SELECT DISTINCT capabilities FROM nodes"
-    " WHERE node_id = ANY(:candidates))"
-    " SELECT h.run_id, h.created_at, h.requires_key, h.requires, h.priority, h.team,"
-    " h.pinned_node FROM shape_keys CROSS JOIN LATERAL (SELECT run_id, created_at,"
-    " requires_key, requires, priority, team, pinned_node FROM runs"
-    " WHERE state = 'QUEUED' AND requires_key = shape_keys.k"
-    " ORDER BY priority DESC, created_at, run_id LIMIT 1) h"
-    " WHERE shape_keys.k IS NOT NULL AND EXISTS ("
-    " SELECT 1 FROM jsonb_array_elements(h.requires) AS want(role), candidates AS n"
-    " WHERE n.capabilities @> jsonb_build_array("
-    " CASE WHEN COALESCE(want.role -> 'attrs', '{}'::jsonb) = '{}'::jsonb"
-    " THEN jsonb_build_object('capability', want.role -> 'capability')"
-    " ELSE jsonb_build_object('capability', want.role -> 'capability',"
-    " 'attrs', want.role -> 'attrs') END))"
-).bindparams(bindparam("candidates", type_=ARRAY(Text)))
-
-
-def queued_shape_heads_sharing(s: Session | Connection, candidates: list[str]) -> list[QueuedRun]:
-    """:func:`queued_shape_heads`, only of the shapes one of ``candidates`` can serve: what the
-    expected start of a run with these candidates looks at (docs/queue.md, "What a QUEUED run's
-    view explains"). The heads of other shapes are neither sent nor decoded."""
-    if not candidates:
-        return []
-    return [QueuedRun(*row) for row in fetch(s, _SHARING_SHAPE_HEADS, {"candidates": candidates})]
-
-
 # The first QUEUED run, in queue order, of every (shape, team): a loose index scan of
 # ``ix_runs_queued_shape_team`` for the distinct pairs, then a probe of it for each pair's first.
 _SHAPE_TEAM_HEADS = text(
