@@ -64,28 +64,77 @@ class EstimateBudget:
 # (docs/queue.md, "What a QUEUED run's view explains").
 SHAPES_FRESH_SECONDS = 1.0
 
-CapabilityKey = tuple[str, tuple[tuple[str, str], ...]]
+# A role of a queued shape filed under its capability and one of its attributes (None: it asks
+# for none): a candidate's capability finds the roles it may fit under its name with None and
+# under each of its own attributes, never by a look at every queued shape.
+RoleSlot = tuple[str, str | None, str | None]
+
+
+@dataclass(frozen=True)
+class _Listed:
+    """The queued shapes as one process knows them (``requires_key`` -> its ``requires``), with
+    their roles filed by :data:`RoleSlot`."""
+
+    requires: dict[str, Any]
+    roles: dict[RoleSlot, list[tuple[str, Role]]]
+
+    @classmethod
+    def of(cls, requires: dict[str, Any]) -> _Listed:
+        filed: dict[RoleSlot, list[tuple[str, Role]]] = {}
+        for key, doc in requires.items():
+            for role in _roles(doc):
+                filed.setdefault(_slot(role), []).append((key, role))
+        return cls(requires, filed)
+
+    def with_shape(self, key: str, doc: Any) -> _Listed:
+        """This list and one more shape (copies of the mappings, no other shape decoded)."""
+        filed = dict(self.roles)
+        for role in _roles(doc):
+            slot = _slot(role)
+            filed[slot] = [*filed.get(slot, ()), (key, role)]
+        return _Listed({**self.requires, key: doc}, filed)
+
+    def fitting(self, adverts: Sequence[Advert]) -> dict[str, Any]:
+        """The shapes with a role that one of ``adverts`` fits (app.match.satisfies)."""
+        out: dict[str, Any] = {}
+        for a in adverts:
+            for cap in a.capabilities:
+                slots = [(cap.name, None, None)] + [(cap.name, k, v) for k, v in cap.attrs.items()]
+                for slot in slots:
+                    for key, role in self.roles.get(slot, ()):
+                        if key not in out and all(
+                            cap.attrs.get(k) == v for k, v in role.attrs.items()
+                        ):
+                            out[key] = self.requires[key]
+        return out
+
+
+def _slot(role: Role) -> RoleSlot:
+    first = min(role.attrs.items(), default=(None, None))
+    return (role.capability, first[0], first[1])
 
 
 class QueuedShapes:
-    """The shapes with runs QUEUED (``requires_key`` -> its ``requires`` and roles), as this process
-    last read them, at most :data:`SHAPES_FRESH_SECONDS` ago, with every shape this process has
+    """The shapes with runs QUEUED (``requires_key`` -> its ``requires``), as this process last
+    read them, at most :data:`SHAPES_FRESH_SECONDS` ago, with every shape this process has
     estimated a run of since: which shapes can share a candidate with a queued run is then worked
-    out here instead of by a walk of every queued shape per estimate. A shape's ``requires`` never
-    changes (the key is made from it); a shape whose runs all left the queue has no run ahead, and
-    one first queued by another process in the last second is missed until the next read.
-    Threads share it: the mapping is replaced, never changed in place."""
+    out here, from the candidates' capabilities, instead of by a walk of every queued shape per
+    estimate. A shape's ``requires`` never changes (the key is made from it); a shape whose runs
+    all left the queue has no run ahead, and one first queued by another process in the last
+    second is missed until the next read. Threads share it: the list is replaced, never changed
+    in place."""
 
     def __init__(self, fresh_seconds: float = SHAPES_FRESH_SECONDS) -> None:
         self.fresh_seconds = fresh_seconds
         self._lock = threading.Lock()
         self._read_at: float | None = None
-        self._shapes: dict[str, tuple[Any, list[Role]]] = {}
+        self._listed = _Listed({}, {})
 
     def note(self, key: str, requires: Any) -> None:
         """A shape known to have a run QUEUED (the estimated run's own)."""
-        if key and key not in self._shapes:
-            self._shapes = {**self._shapes, key: (requires, _roles(requires))}
+        listed = self._listed
+        if key and key not in listed.requires:
+            self._listed = listed.with_shape(key, requires)
 
     def _refresh(self, s: Session | Connection) -> None:
         read_at = self._read_at
@@ -98,12 +147,8 @@ class QueuedShapes:
             if self._read_at is not read_at:
                 return  # another thread read them while this one waited
             started = time.monotonic()
-            known = self._shapes
-            shapes: dict[str, tuple[Any, list[Role]]] = {}
-            for head in queued_shape_heads(s):
-                kept = known.get(head.requires_key)
-                shapes[head.requires_key] = kept or (head.requires, _roles(head.requires))
-            self._shapes = shapes
+            heads = queued_shape_heads(s)
+            self._listed = _Listed.of({h.requires_key: h.requires for h in heads})
             self._read_at = started
         finally:
             self._lock.release()
@@ -115,19 +160,7 @@ class QueuedShapes:
         ``adverts`` (``run``'s candidates) fits: ``run``'s own shape among them."""
         self._refresh(s)
         self.note(run.requires_key, run.requires)  # a list read just now may lack it
-        if not adverts:
-            return {}
-        distinct: dict[tuple[CapabilityKey, ...], Advert] = {}
-        for a in adverts:
-            distinct.setdefault(
-                tuple((c.name, tuple(sorted(c.attrs.items()))) for c in a.capabilities), a
-            )
-        kinds = list(distinct.values())
-        return {
-            key: requires
-            for key, (requires, roles) in self._shapes.items()
-            if any(satisfies(a, r) for r in roles for a in kinds)
-        }
+        return self._listed.fitting(adverts)
 
 
 @dataclass(frozen=True)
