@@ -41,7 +41,7 @@ from sqlalchemy.orm import Session
 
 from app.models import Placement, QueueCount, Reservation, Run
 from app.store.gate import LAST_MARK_SQL
-from app.store.pipeline import fetch
+from app.store.pipeline import pipelined
 
 # The state as a constant in the SQL text, not a parameter: a prepared statement's generic plan
 # could not prove the partial indexes' ``state = 'QUEUED'`` predicate from a parameter.
@@ -344,7 +344,7 @@ def oldest_queued() -> ColumnElement[datetime]:
         select(Run.created_at)
         .where(IS_QUEUED)
         .order_by(Run.created_at)
-        .limit(1)
+        .limit(literal_column("1"))  # a constant, not a parameter (see _queue_now)
         .correlate(None)
         .scalar_subquery()
     )
@@ -382,13 +382,13 @@ def _reservation_work(seconds: int) -> ColumnElement[bool]:
 
 
 @functools.cache
-def _queue_place(seconds: int, teams: bool) -> Select[Any]:
-    """The statement of :func:`queue_place`; built once per ``queue.reserve_after_seconds`` and
-    whether teams order the queue (every queued submit's reply runs it)."""
+def _run_place(teams: bool) -> Select[Any]:
+    """The first statement of :func:`queue_place`: the run's state, the QUEUED runs ahead of it
+    and its own reservations; built once per whether teams order the queue (every queued
+    submit's reply runs it)."""
     run_id = bindparam("run_id", type_=Text)
     # Each part is a subquery of its own (nothing to correlate: the statement has no FROM).
     return select(
-        func.now(),
         select(Run.state).where(Run.run_id == run_id).correlate(None).scalar_subquery(),
         _queued_ahead(teams),
         func.array(
@@ -398,9 +398,17 @@ def _queue_place(seconds: int, teams: bool) -> Select[Any]:
             .correlate(None)
             .scalar_subquery()
         ),
-        literal_column(f"({LAST_MARK_SQL})"),
-        _reservation_work(seconds),
     )
+
+
+@functools.cache
+def _queue_now(seconds: int) -> Select[Any]:
+    """The second statement of :func:`queue_place`: the database's clock, the last wake mark and
+    whether the reservation step has work. It has no parameter, so PostgreSQL plans it once a
+    connection (the first statement's plan depends on its values, so it is planned at every
+    call: these probes were two-thirds of that planning while they were in it)."""
+    clock: ColumnElement[Any] = func.now()
+    return select(clock, literal_column(f"({LAST_MARK_SQL})"), _reservation_work(seconds))
 
 
 @dataclass(frozen=True)
@@ -421,13 +429,19 @@ def queue_place(
     reserve_after: int,
     order: TeamOrder | None = None,
 ) -> QueuePlace:
-    """Where the run stands, in one statement: the database's clock, its state, the QUEUED runs
-    ahead of it, the nodes reserved for it, the last wake mark and whether the reservation step
-    has work (``reserve_after``: ``queue.reserve_after_seconds``). ``order``: teams order the
-    queue, and this is where the run's team stands (None: by priority and age alone)."""
+    """Where the run stands, in two statements sent together (one round trip): its state, the
+    QUEUED runs ahead of it and the nodes reserved for it; then the database's clock, the last
+    wake mark and whether the reservation step has work (``reserve_after``:
+    ``queue.reserve_after_seconds``). The mark is read after the place, never before it: a
+    submit that compares it with the mark it read before its candidate read scans whenever a
+    node was freed since. ``order``: teams order the queue, and this is where the run's team
+    stands (None: by priority and age alone)."""
     params: dict[str, Any] = {"priority": priority, "created_at": created_at, "run_id": run_id}
     if order is not None:
         params.update(before=order.before, same=order.same)
-    statement = _queue_place(reserve_after, order is not None)
-    ((now, state, ahead, own, mark, work),) = fetch(s, statement, params)
+    place, clock = pipelined(
+        s, (_run_place(order is not None), params), (_queue_now(reserve_after), {})
+    )
+    ((state, ahead, own),) = place
+    ((now, mark, work),) = clock
     return QueuePlace(now, state, int(ahead), list(own), int(mark), bool(work))
