@@ -291,9 +291,9 @@ def expected_of(
         requires_of = budget.shapes.sharing(s, found.adverts, run)
         if requires_of:
             n = min(budget.left, budget.max_ahead)
-            queued = queued_ahead_of_shapes(s, requires_of, run, n + 1, order)
-            budget.left -= min(len(queued), n)
-            if len(queued) > n:
+            queued, looked_at = queued_ahead_of_shapes(s, requires_of, run, n + 1, order)
+            budget.left -= min(looked_at, n)
+            if looked_at > n:
                 return _wire(None, TOO_FAR_BACK if n == budget.max_ahead else BUDGET, now)
             # The candidates of the shapes with runs ahead, unless their roles are this run's
             # (the common case: the same shape), whose candidates are read already.

@@ -46,12 +46,17 @@ def _ahead_statement(with_teams: bool) -> Any:
     ]
     if with_teams:
         params += [bindparam("before", type_=ARRAY(Text)), bindparam("same", type_=ARRAY(Text))]
+    # The rows come back only when fewer than :limit were found (then with their number): at
+    # :limit the estimate is past its budget, and only the number is sent.
     return text(
-        f"SELECT first.* FROM unnest(:keys) AS shapes(k) CROSS JOIN LATERAL ("
-        f" SELECT {_QUEUED_COLUMNS} FROM runs"
+        f"WITH found AS MATERIALIZED (SELECT first.* FROM unnest(:keys) AS shapes(k)"
+        f" CROSS JOIN LATERAL (SELECT {_QUEUED_COLUMNS} FROM runs"
         f" WHERE state = 'QUEUED' AND requires_key = shapes.k AND {ahead}"
         " ORDER BY priority DESC, created_at, run_id LIMIT :limit) AS first"
-        " ORDER BY first.priority DESC, first.created_at, first.run_id LIMIT :limit"
+        " ORDER BY first.priority DESC, first.created_at, first.run_id LIMIT :limit),"
+        " counted AS (SELECT count(*) AS n FROM found)"
+        " SELECT counted.n, found.* FROM counted LEFT JOIN found ON counted.n < :limit"
+        " ORDER BY found.priority DESC, found.created_at, found.run_id"
     ).bindparams(*params)
 
 
@@ -61,13 +66,14 @@ def queued_ahead_of_shapes(
     run: QueuedRun,
     limit: int,
     order: TeamOrder | None = None,
-) -> list[QueuedRun]:
-    """The first ``limit`` QUEUED runs ahead of ``run`` in queue order among the shapes
-    ``requires_of`` (``requires_key`` -> the shape's ``requires``, which its runs carry): each
-    shape by one LATERAL probe of ``ix_runs_queued_shape`` with its own LIMIT, so at most
+) -> tuple[list[QueuedRun], int]:
+    """The QUEUED runs ahead of ``run`` in queue order among the shapes ``requires_of``
+    (``requires_key`` -> the shape's ``requires``, which its runs carry), and how many were found,
+    at most ``limit``: the runs themselves only when fewer than ``limit`` were found. Each shape
+    by one LATERAL probe of ``ix_runs_queued_shape`` with its own LIMIT, so at most
     ``len(requires_of) * limit`` rows are read whatever the queue's length."""
     if not requires_of or limit <= 0:
-        return []
+        return [], 0
     params: dict[str, Any] = {
         "keys": list(requires_of),
         "priority": run.priority,
@@ -79,10 +85,14 @@ def queued_ahead_of_shapes(
         params["before"] = list(order.before)
         params["same"] = list(order.same)
     rows = fetch(s, _ahead_statement(order is not None), params)
+    found = int(rows[0][0])
+    if found >= limit:
+        return [], found
     return [
         QueuedRun(run_id, created_at, key, requires_of[key], priority, team, pinned)
-        for run_id, created_at, key, priority, team, pinned in rows
-    ]
+        for _, run_id, created_at, key, priority, team, pinned in rows
+        if run_id is not None
+    ], found
 
 
 @dataclass(frozen=True)
