@@ -50,6 +50,8 @@ _INTO_LEASES = "INSERT INTO leases (node_id, run_id, role, capability, nonce, no
 
 _CHECK_AND_PLACE = text(f"WITH {_BLOCKED}, {_PLACED} SELECT count(*) FROM blocked")
 
+Statement = tuple[ClauseElement, dict[str, Any]]
+
 # The check, the placements and then the leases, in one statement: the leases' source waits for
 # ``placed`` to be read to its end (a scalar subquery, run before the first lease row), so the
 # placements are written first, as the lock order has them.
@@ -67,6 +69,18 @@ _LOCK_NODES = text(
     " ORDER BY node_id FOR SHARE"
 )
 
+# One node's row, as _LOCK_NODES locks it: with a parameter PostgreSQL need not plan at every
+# call (an array's length is not known to a generic plan, so ``= ANY`` was planned each time).
+_LOCK_NODE = text("SELECT node_id FROM nodes WHERE node_id = :node FOR SHARE")
+
+
+def _lock_nodes(nodes: list[str]) -> Statement:
+    """The nodes' rows ``FOR SHARE`` in node_id order (``nodes`` sorted)."""
+    if len(nodes) == 1:
+        return (_LOCK_NODE, {"node": nodes[0]})
+    return (_LOCK_NODES, {"nodes": nodes})
+
+
 # The nodes' rows, then the leases, in one statement (no reservation to check): the lock is a
 # scalar subquery the leases' source waits for, so every row is locked before the first insert.
 _LOCK_AND_LEASE = text(
@@ -80,8 +94,6 @@ _LOCK_AND_LEASE = text(
 _LOCK_FREE_NODE = text(
     "SELECT node_id FROM nodes WHERE node_id = :node FOR NO KEY UPDATE SKIP LOCKED"
 )
-
-Statement = tuple[ClauseElement, dict[str, Any]]
 
 
 def leasing_statements(
@@ -101,7 +113,7 @@ def leasing_statements(
     if priority is None:
         return [(_LOCK_AND_LEASE, {"nodes": nodes, "new_leases": rows})]
     params = {"nodes": nodes, "run_id": run_id, "priority": priority, "new_leases": rows}
-    return [(_LOCK_NODES, {"nodes": nodes}), (_CHECK_PLACE_AND_LEASE, params)]
+    return [_lock_nodes(nodes), (_CHECK_PLACE_AND_LEASE, params)]
 
 
 def unreserved_statements(run_id: str, priority: int, node_ids: Collection[str]) -> list[Statement]:
@@ -112,7 +124,7 @@ def unreserved_statements(run_id: str, priority: int, node_ids: Collection[str])
     if not nodes:
         return []
     params = {"nodes": nodes, "run_id": run_id, "priority": priority}
-    return [(_LOCK_NODES, {"nodes": nodes}), (_CHECK_AND_PLACE, params)]
+    return [_lock_nodes(nodes), (_CHECK_AND_PLACE, params)]
 
 
 def free_node_lock(node_id: str) -> Statement:
