@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import BindParameter, Connection, DateTime, Integer, Text, bindparam, text
-from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.orm import Session
 
 from app.estimate import DURATIONS_PER_KEY
@@ -38,7 +38,7 @@ def _ahead_statement(with_teams: bool) -> Any:
     ``ix_runs_queued_shape`` with its own LIMIT."""
     ahead = _AHEAD_WITH_TEAMS if with_teams else _AHEAD
     params: list[BindParameter[Any]] = [
-        bindparam("keys", type_=ARRAY(Text)),
+        bindparam("keys", type_=JSONB),  # a JSON array: see _MEDIANS
         bindparam("priority", type_=Integer),
         bindparam("created_at", type_=DateTime(timezone=True)),
         bindparam("run_id", type_=Text),
@@ -49,7 +49,8 @@ def _ahead_statement(with_teams: bool) -> Any:
     # The rows come back only when fewer than :limit were found (then with their number): at
     # :limit the estimate is past its budget, and only the number is sent.
     return text(
-        f"WITH found AS MATERIALIZED (SELECT first.* FROM unnest(:keys) AS shapes(k)"
+        f"WITH found AS MATERIALIZED (SELECT first.* FROM jsonb_array_elements_text(:keys)"
+        " AS shapes(k)"
         f" CROSS JOIN LATERAL (SELECT {_QUEUED_COLUMNS} FROM runs"
         f" WHERE state = 'QUEUED' AND requires_key = shapes.k AND {ahead}"
         " ORDER BY priority DESC, created_at, run_id LIMIT :limit) AS first"
@@ -137,14 +138,18 @@ def steps_of_estimated(s: Session | Connection, run_ids: Sequence[str]) -> list[
     ]
 
 
+# The keys come as a JSON array, not a text[]: PostgreSQL's estimate of an array's rows is its
+# length when the value is known and 10 when it is not, so with an array a plan for the values
+# always looked cheaper than a generic one and the statement was planned at every call; a JSON
+# array's rows are estimated the same either way, and the generic plan is kept.
 _MEDIANS = text(
     "SELECT wanted.k, CAST(percentile_cont(0.5) WITHIN GROUP (ORDER BY newest.seconds)"
     " AS double precision)"
-    " FROM unnest(:keys) AS wanted(k) CROSS JOIN LATERAL ("
+    " FROM jsonb_array_elements_text(:keys) AS wanted(k) CROSS JOIN LATERAL ("
     " SELECT seconds FROM step_durations WHERE key = wanted.k"
-    " ORDER BY ended_at DESC LIMIT :per_key) AS newest"
+    f" ORDER BY ended_at DESC LIMIT {DURATIONS_PER_KEY}) AS newest"
     " GROUP BY wanted.k"
-).bindparams(bindparam("keys", type_=ARRAY(Text)), bindparam("per_key", type_=Integer))
+).bindparams(bindparam("keys", type_=JSONB))
 
 
 def median_durations(s: Session | Connection, keys: Sequence[str]) -> dict[str, float]:
@@ -152,5 +157,4 @@ def median_durations(s: Session | Connection, keys: Sequence[str]) -> dict[str, 
     LATERAL probe of ``ix_step_durations_key`` per key; a key with none is absent."""
     if not keys:
         return {}
-    params = {"keys": sorted(set(keys)), "per_key": DURATIONS_PER_KEY}
-    return {k: float(m) for k, m in fetch(s, _MEDIANS, params)}
+    return {k: float(m) for k, m in fetch(s, _MEDIANS, {"keys": sorted(set(keys))})}
