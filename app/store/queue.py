@@ -15,6 +15,7 @@ from typing import Any
 
 from sqlalchemy import (
     ARRAY,
+    BindParameter,
     ColumnElement,
     Connection,
     DateTime,
@@ -26,6 +27,7 @@ from sqlalchemy import (
     any_,
     bindparam,
     case,
+    cast,
     column,
     exists,
     false,
@@ -287,6 +289,21 @@ class QueuePlace:
 COUNTED_BEFORE = 1000
 
 
+def _unseen(value: BindParameter[Any]) -> ColumnElement[Any]:
+    """``value`` as a subquery of its own: the planner estimates with it as with a parameter it
+    does not know, so a plan made for the call costs what the generic plan does, and PostgreSQL
+    keeps the generic plan instead of planning the statement at every call (its ranges of the
+    queue by priority and arrival made the generic plan look dearer). Index scans still take it
+    as their bound."""
+    return select(value).scalar_subquery()
+
+
+def _unseen_array(name: str) -> ColumnElement[Any]:
+    """The text array parameter ``name`` as :func:`_unseen` makes it, cast back to an array: a
+    bare subquery under ``= ANY`` would compare with its rows, not with its elements."""
+    return cast(_unseen(bindparam(name, type_=ARRAY(Text))), ARRAY(Text))
+
+
 def _queued_ahead(teams: bool) -> ColumnElement[int]:
     """QUEUED runs ahead in scan order: higher priority, or equal priority and older (the queue
     position of a run, docs/queue.md#what-a-queued-runs-view-explains). Never a count of the whole
@@ -298,16 +315,17 @@ def _queued_ahead(teams: bool) -> ColumnElement[int]:
     ranked before its own (``:before``) all count, from ``queue_counts``, and the older runs of
     the teams ranked with its own (``:same``, its own among them) by a range of
     ``ix_runs_queued_team``."""
-    priority = bindparam("priority", type_=Integer)
+    priority = _unseen(bindparam("priority", type_=Integer))
     key = tuple_(
-        bindparam("created_at", type_=DateTime(timezone=True)), bindparam("run_id", type_=Text)
+        _unseen(bindparam("created_at", type_=DateTime(timezone=True))),
+        _unseen(bindparam("run_id", type_=Text)),
     )
     here = tuple_(Run.created_at, Run.run_id)
     same = and_(IS_QUEUED, Run.priority == priority)
     at_priority: list[ColumnElement[bool]] = [QueueCount.priority == priority]
     if teams:
-        same = and_(same, Run.team == any_(bindparam("same", type_=ARRAY(Text))))
-        at_priority.append(QueueCount.team == any_(bindparam("same", type_=ARRAY(Text))))
+        same = and_(same, Run.team == any_(_unseen_array("same")))
+        at_priority.append(QueueCount.team == any_(_unseen_array("same")))
 
     def counted(*where: ColumnElement[bool]) -> ColumnElement[int]:
         return func.coalesce(
@@ -320,7 +338,7 @@ def _queued_ahead(teams: bool) -> ColumnElement[int]:
         .select_from(
             select(Run.run_id)
             .where(same, here < key)
-            .limit(COUNTED_BEFORE + 1)
+            .limit(literal_column(str(COUNTED_BEFORE + 1)))
             .correlate(None)
             .subquery()
         )
@@ -333,7 +351,7 @@ def _queued_ahead(teams: bool) -> ColumnElement[int]:
     )
     ahead = counted(QueueCount.priority > priority) + own
     if teams:
-        ranked_before = QueueCount.team == any_(bindparam("before", type_=ARRAY(Text)))
+        ranked_before = QueueCount.team == any_(_unseen_array("before"))
         ahead = ahead + counted(QueueCount.priority == priority, ranked_before)
     return ahead
 
