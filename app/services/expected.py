@@ -273,9 +273,11 @@ def expected_of(
     """``expected_start`` and ``expected_basis`` of the QUEUED ``run``, whose candidates (with
     their holders and drains) are ``found`` and which has ``ahead`` QUEUED runs ahead of it in
     queue order (``teams``: in the teams' order, and the estimate follows fair share). At most
-    five statements: the queued shapes, the runs ahead of the shapes that share a candidate with
-    it, their candidates (unless their roles are this run's), then the steps of the holders and
-    runs ahead, and their recorded durations (only the last two when nothing is ahead)."""
+    four statements: the runs ahead of the shapes that share a candidate with it (those shapes
+    found in the process's list, :class:`QueuedShapes`, which reads the queued shapes at most once
+    a second), their candidates (unless their roles are this run's), then the steps of the
+    holders and runs ahead, and their recorded durations (only the last two when nothing is
+    ahead)."""
     # Its shape has a run QUEUED: a run of another shape that shares its candidates counts it
     # ahead from now on, in this process, whatever its list of queued shapes says.
     budget.shapes.note(run.requires_key, run.requires)

@@ -423,8 +423,8 @@ def _run_place(teams: bool) -> Select[Any]:
 def _queue_now(seconds: int) -> Select[Any]:
     """The second statement of :func:`queue_place`: the database's clock, the last wake mark and
     whether the reservation step has work. It has no parameter, so PostgreSQL plans it once a
-    connection (the first statement's plan depends on its values, so it is planned at every
-    call: these probes were two-thirds of that planning while they were in it)."""
+    connection (while these probes were in the first statement, with its values as parameters,
+    they were two-thirds of the planning it had at every call)."""
     clock: ColumnElement[Any] = func.now()
     return select(clock, literal_column(f"({LAST_MARK_SQL})"), _reservation_work(seconds))
 
